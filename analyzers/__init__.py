@@ -1,0 +1,1 @@
+"""Analyzers (analysis layer): pure functions from bundle files to typed, JSON-serialisable results."""

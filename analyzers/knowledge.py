@@ -1,0 +1,107 @@
+"""What we know about TiKV, TiDB, PD and common runtimes (analyzers layer, pure data and functions).
+
+Thread names on Linux are cut to 15 bytes, so TiKV's ``unified-read-pool-3`` shows as
+``unified-read-po``; the tables below use the names as /proc shows them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Trailing instance numbers: "grpc-server-3", "raftstore-1-0", "rocksdb:low12", "apply-0".
+_TRAILING_INDEX = re.compile(r"(?:[-_:.#]?\d+)+$")
+
+
+def pool_of(thread_name: str) -> str:
+    """Normalise a thread name to the name of its pool.
+
+    >>> pool_of("grpc-server-3"), pool_of("raftstore-1-0"), pool_of("rocksdb:low12")
+    ('grpc-server', 'raftstore', 'rocksdb:low')
+    """
+    name = thread_name.strip()
+    pool = _TRAILING_INDEX.sub("", name).rstrip("-_:.# ")
+    return pool or name
+
+
+def target_kind(comm: str, exe: str | None = None, cmdline: list[str] | None = None) -> str | None:
+    """Recognise TiDB-cluster components by process name or executable."""
+    names = [comm or ""]
+    if exe:
+        names.append(exe.rsplit("/", 1)[-1])
+    if cmdline:
+        names.append(cmdline[0].rsplit("/", 1)[-1])
+    for n in names:
+        for kind in ("tikv", "tidb", "pd", "tiflash"):
+            if n == f"{kind}-server" or n.startswith(f"{kind}-server"):
+                return kind
+        if n == "TiFlashMain" or n.startswith("tiflash"):
+            return "tiflash"
+    return None
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """A TiKV/TiDB thread pool: what it does and the knob that sizes it."""
+
+    pool: str
+    role: str
+    knob: str | None
+    advice: str
+
+
+# TiKV thread pools (names as /proc shows them after pool_of) and their config knobs.
+TIKV_POOLS: dict[str, PoolInfo] = {
+    p.pool: p
+    for p in [
+        PoolInfo("grpc-server", "gRPC request handling", "server.grpc-concurrency",
+                 "raise server.grpc-concurrency if every grpc-server thread is busy (>80%)"),
+        PoolInfo("raftstore", "Raft log handling and proposals", "raftstore.store-pool-size",
+                 "raise raftstore.store-pool-size when raftstore threads run above 80%"),
+        PoolInfo("apply", "applying committed Raft entries", "raftstore.apply-pool-size",
+                 "raise raftstore.apply-pool-size when apply threads run above 80%"),
+        PoolInfo("unified-read-po", "reads and coprocessor (unified read pool)",
+                 "readpool.unified.max-thread-count",
+                 "raise readpool.unified.max-thread-count, or look at slow coprocessor requests"),
+        PoolInfo("sched-worker-po", "transaction scheduler (prewrite/commit, pessimistic locks)",
+                 "storage.scheduler-worker-pool-size",
+                 "raise storage.scheduler-worker-pool-size; heavy lock waits point at hot rows"),
+        PoolInfo("store-read-norm", "storage read pool (non-unified)", "readpool.storage.normal-concurrency",
+                 "raise readpool.storage.*-concurrency or switch to the unified read pool"),
+        PoolInfo("cop-normal", "coprocessor pool (non-unified)", "readpool.coprocessor.normal-concurrency",
+                 "raise readpool.coprocessor.*-concurrency or switch to the unified read pool"),
+        PoolInfo("rocksdb:low", "RocksDB compaction", "rocksdb.max-background-jobs",
+                 "raise rocksdb.max-background-jobs (and max-sub-compactions) if compaction lags"),
+        PoolInfo("rocksdb:high", "RocksDB flush", "rocksdb.max-background-jobs",
+                 "raise rocksdb.max-background-flushes / max-background-jobs if flushes lag"),
+        PoolInfo("rocksdb:bg", "RocksDB background jobs", "rocksdb.max-background-jobs",
+                 "raise rocksdb.max-background-jobs if background work lags"),
+        PoolInfo("raftdb:bg", "Raft RocksDB background jobs", "raftdb.max-background-jobs",
+                 "raise raftdb.max-background-jobs"),
+        PoolInfo("split-check", "region split checks", None, "usually light; heavy use means many large regions"),
+        PoolInfo("snap-handler", "snapshot send/apply", "server.snap-max-write-bytes-per-sec",
+                 "snapshot traffic: check rebalancing and snap-max-write-bytes-per-sec"),
+    ]
+}
+
+# TiDB is a Go program: its threads are all "tidb-server"; its knobs are process-wide.
+TIDB_KNOBS = {
+    "cpu": "GOMAXPROCS / cores given to tidb-server; add TiDB instances if all cores are busy",
+    "token": "token-limit (concurrent sessions executing)",
+    "txn": "tidb_txn_mode: pessimistic vs optimistic transactions",
+}
+
+
+def runtime_of(frames: list[str]) -> str | None:
+    """Guess a program's runtime from frame names (Go, Rust) seen in its stacks."""
+    go = rust = 0
+    for f in frames:
+        if f.startswith(("runtime.", "runtime/")) or ".(*" in f:
+            go += 1
+        elif f.startswith(("_ZN", "_R")) or "::" in f:
+            rust += 1
+    if go > rust and go:
+        return "go"
+    if rust:
+        return "rust"
+    return None

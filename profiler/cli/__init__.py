@@ -1,0 +1,98 @@
+"""The typer CLI (thin): one module per verb; errors become one line and a distinct exit code.
+
+Nothing imports this package; it imports the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import typer
+
+from profiler import __version__
+from profiler.errors import Interrupted, ProfilerError
+
+app = typer.Typer(
+    name="profiler",
+    help=(
+        "Linux perf profiling and bottleneck analyzer, with TiKV/TiDB knowledge.\n\n"
+        "Capture evidence from live processes (perf stat, cpu-clock stacks, block IO, syscalls, "
+        "off-CPU, /proc), then turn it into flame graphs, IO latency heatmaps and a verdict: "
+        "CPU, IO wait, memory, lock contention, or not saturated."
+    ),
+    epilog=(
+        "Examples:\n\n"
+        "  profiler doctor                                  # what this host can capture\n\n"
+        "  profiler attach --pid tikv --duration 30s -o cap  # capture every tikv-server, then report\n\n"
+        "  profiler run --pid tidb -o cap -- sysbench oltp_point_select run\n\n"
+        "  profiler report cap --format md                  # post-mortem on a bundle\n\n"
+        "  profiler demo                                    # first run: profile a bundled workload"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"profiler {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Linux perf profiling and bottleneck analyzer."""
+
+
+def _register() -> None:
+    from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
+
+    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo):
+        mod.register(app)
+
+
+_register()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    raise Interrupted("interrupted")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every failure is one line on stderr and a distinct exit code."""
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        app(args=argv, prog_name="profiler", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except ProfilerError as exc:
+        typer.echo(f"profiler: error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        typer.echo("profiler: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        # Output piped into head(1) and the like: not an error worth a message.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become one line
+        if os.environ.get("PROFILER_DEBUG"):
+            raise
+        typer.echo(
+            f"profiler: internal error: {type(exc).__name__}: {exc} (set PROFILER_DEBUG=1 for a traceback)",
+            err=True,
+        )
+        return 70
+    return 0

@@ -1,0 +1,1 @@
+"""The bundled demo workload (see workload.py), started by `profiler demo`."""

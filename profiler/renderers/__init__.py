@@ -1,0 +1,1 @@
+"""Renderers (output layer): one module per output format, each ``render(model) -> str``."""

@@ -1,0 +1,170 @@
+"""Target resolution for ``--pid`` (profiler layer): names and numbers to live processes.
+
+Rules, in order, for each ``--pid`` value:
+
+1. digits: that pid (it must exist and be a process, not a thread of another);
+2. a name: every process whose comm equals it; if none, whose executable's basename equals it;
+   if none, whose comm or executable basename contains it (``tikv`` finds ``tikv-server``);
+   if none, whose command line contains it. Several matches mean several targets.
+
+The profiler itself and its ancestors (the shell, sudo) never match: their command lines
+contain the name being searched for.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+import psutil
+
+from profiler.analyzers.knowledge import target_kind
+from profiler.errors import TargetError
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int
+    comm: str
+    exe: str | None = None
+    cmdline: tuple[str, ...] = field(default_factory=tuple)
+    matched_by: str = "pid"  # pid | comm | exe | name-substring | cmdline
+    query: str = ""
+
+    @property
+    def kind(self) -> str | None:
+        return target_kind(self.comm, self.exe, list(self.cmdline))
+
+    def describe(self) -> str:
+        return f"{self.comm} (pid {self.pid})"
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return 4194304
+
+
+def _excluded() -> set[int]:
+    """Our own pid and our ancestors."""
+    out = {os.getpid()}
+    try:
+        p: psutil.Process | None = psutil.Process()
+        while p is not None:
+            out.add(p.pid)
+            p = p.parent()
+    except (psutil.Error, OSError):
+        pass
+    return out
+
+
+def _snapshot(excluded: set[int]) -> list[tuple[int, str, str | None, tuple[str, ...]]]:
+    procs = []
+    for p in psutil.process_iter(["pid", "name", "exe", "cmdline"]):
+        info = p.info
+        if info["pid"] in excluded:
+            continue
+        cmd = tuple(info.get("cmdline") or ())
+        procs.append((info["pid"], info.get("name") or "", info.get("exe") or None, cmd))
+    return procs
+
+
+def target_from_pid(pid: int, query: str | None = None) -> Target:
+    if pid <= 0:
+        raise TargetError(f"invalid pid {pid}: pids are positive numbers")
+    if pid > _pid_max():
+        raise TargetError(f"invalid pid {pid}: above this host's pid_max ({_pid_max()})")
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            comm = p.name()
+            try:
+                exe = p.exe() or None
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                exe = None
+            try:
+                cmd = tuple(p.cmdline())
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                cmd = ()
+            if p.status() == psutil.STATUS_ZOMBIE:
+                raise TargetError(f"pid {pid} ({comm}) has exited (zombie)")
+    except psutil.NoSuchProcess:
+        raise TargetError(f"no process with pid {pid}") from None
+    except psutil.AccessDenied:
+        raise TargetError(f"permission denied inspecting pid {pid}: run as root") from None
+    # A tid of a thread that is not a thread-group leader is not a process target.
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("Tgid:"):
+                    tgid = int(line.split()[1])
+                    if tgid != pid:
+                        raise TargetError(f"{pid} is a thread of process {tgid}; pass --pid {tgid}")
+                    break
+    except OSError:
+        pass
+    return Target(pid=pid, comm=comm, exe=exe, cmdline=cmd, matched_by="pid", query=query or str(pid))
+
+
+def _base(path: str | None) -> str:
+    return path.rsplit("/", 1)[-1] if path else ""
+
+
+def match_name(query: str, procs: list[tuple[int, str, str | None, tuple[str, ...]]]) -> tuple[str, list[int]]:
+    """Apply the name rules to a process snapshot; returns (rule, pids)."""
+    tiers = [
+        ("comm", lambda c, e, a: c == query or (len(query) > 15 and c == query[:15])),
+        ("exe", lambda c, e, a: _base(e) == query or (bool(a) and _base(a[0]) == query)),
+        ("name-substring", lambda c, e, a: query in c or query in _base(e)),
+        ("cmdline", lambda c, e, a: bool(a) and query in " ".join(a)),
+    ]
+    for rule, pred in tiers:
+        pids = sorted(pid for pid, comm, exe, cmd in procs if pred(comm, exe, cmd))
+        if pids:
+            return rule, pids
+    return "", []
+
+
+def closest(query: str, procs: list[tuple[int, str, str | None, tuple[str, ...]]], n: int = 3) -> list[str]:
+    names: dict[str, int] = {}
+    for pid, comm, exe, _ in procs:
+        for nm in {comm, _base(exe)}:
+            if nm:
+                names.setdefault(nm, pid)
+    best = difflib.get_close_matches(query, list(names), n=n, cutoff=0.5)
+    return [f"{nm} (pid {names[nm]})" for nm in best]
+
+
+def resolve(queries: list[str]) -> list[Target]:
+    """Resolve every ``--pid`` value; raises TargetError with a one-line reason."""
+    if not queries:
+        raise TargetError("no target given: pass --pid NAME or --pid PID")
+    targets: dict[int, Target] = {}
+    procs: list[tuple[int, str, str | None, tuple[str, ...]]] | None = None
+    for raw in queries:
+        q = raw.strip()
+        if not q:
+            raise TargetError("empty --pid value")
+        if q.lstrip("-").isdigit():
+            t = target_from_pid(int(q), q)
+            targets.setdefault(t.pid, t)
+            continue
+        if procs is None:
+            procs = _snapshot(_excluded())
+        rule, pids = match_name(q, procs)
+        if not pids:
+            near = closest(q, procs)
+            hint = f"; closest: {', '.join(near)}" if near else ""
+            raise TargetError(f"no running process matches {q!r}{hint}")
+        for pid in pids:
+            try:
+                t = target_from_pid(pid, q)
+            except TargetError:
+                continue  # it exited between the snapshot and now
+            targets.setdefault(pid, Target(t.pid, t.comm, t.exe, t.cmdline, rule, q))
+        if not any(t.query == q for t in targets.values()) and not set(pids) & set(targets):
+            raise TargetError(f"every process matching {q!r} exited before the capture started")
+    return [targets[p] for p in sorted(targets)]
