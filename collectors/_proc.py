@@ -112,11 +112,11 @@ def kill_all_children() -> list[int]:
 
 def run_to_file(
     argv: list[str], out: IO[bytes], *, timeout: float, stderr_path: Path | None = None,
-    line_filter: Callable[[bytes], bytes | None] | None = None,
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> int:
     """Run a finite helper (perf script) streaming its stdout into ``out``; kill it at ``timeout``.
 
-    ``line_filter`` may rewrite or drop (return None) each output line on the way.
+    ``on_chunk`` sees every block of output on the way (to count samples without parsing lines).
     """
     err: IO[bytes] | int = subprocess.DEVNULL
     errfh = None
@@ -130,13 +130,13 @@ def run_to_file(
         timer.start()
         try:
             assert proc.stdout is not None
-            if line_filter is None:
-                shutil.copyfileobj(proc.stdout, out, 1 << 20)
-            else:
-                for line in proc.stdout:
-                    new = line_filter(line)
-                    if new is not None:
-                        out.write(new)
+            while True:
+                chunk = proc.stdout.read(1 << 20)
+                if not chunk:
+                    break
+                if on_chunk is not None:
+                    on_chunk(chunk)
+                out.write(chunk)
             rc = proc.wait()
         finally:
             timer.cancel()

@@ -38,20 +38,17 @@ def script_argv(perf: str, data: Path, fields: str, inline: bool, extra: list[st
 
 
 class SampleCounter:
-    """Counts samples (header lines) in perf script text as it streams by."""
+    """Counts samples in perf script text as it streams by: one blank line ends each sample."""
 
     def __init__(self) -> None:
         self.samples = 0
-        self._prev_blank = True
+        self._last = b""
 
-    def __call__(self, line: bytes) -> bytes:
-        if line.strip():
-            if self._prev_blank and not line[:1].isspace():
-                self.samples += 1
-            self._prev_blank = False
-        else:
-            self._prev_blank = True
-        return line
+    def __call__(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.samples += chunk.count(b"\n\n") + (1 if self._last == b"\n" and chunk[:1] == b"\n" else 0)
+        self._last = chunk[-1:]
 
 
 class RecordCollector(PerfCollector):
@@ -71,7 +68,7 @@ class RecordCollector(PerfCollector):
     def script_extra(self, ctx: CaptureContext) -> list[str]:
         return []
 
-    def line_filter(self, ctx: CaptureContext) -> SampleCounter:
+    def counter(self, ctx: CaptureContext) -> SampleCounter:
         return SampleCounter()
 
     def size(self) -> int:
@@ -85,14 +82,14 @@ class RecordCollector(PerfCollector):
         if not data.exists() or data.stat().st_size == 0:
             rec.status, rec.reason = FAILED, "perf record wrote no data" + (f": {self.died}" if self.died else "")
             return
-        counter = self.line_filter(ctx)
+        counter = self.counter(ctx)
         argv = script_argv(ctx.perf, data, self.fields, ctx.options.inline, self.script_extra(ctx))
         rec.stats["script_argv"] = argv
         errpath = ctx.writer.root / f".{self.name}.script.stderr"
         try:
             with ctx.writer.open_member(self.output) as out:
                 rec.files = [self.output]
-                rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, line_filter=counter)
+                rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
             if rc != 0:
                 from profiler.collectors._proc import tail
 

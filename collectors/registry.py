@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from profiler.collectors.base import CaptureOptions, Collector
+from profiler.collectors.blockio import BlockIO
 from profiler.collectors.cpu_stacks import CpuStacks
 from profiler.collectors.offcpu import OffCpu
 from profiler.collectors.perf_stat import PerfStat
+from profiler.collectors.syscalls import Syscalls
 
 
 def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) -> list[Collector]:
@@ -14,6 +16,8 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
         PerfStat(),
         CpuStacks(keep_perf_data),
         OffCpu(keep_perf_data),
+        BlockIO(),
+        Syscalls(keep_perf_data),
     ]
 
 
