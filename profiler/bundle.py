@@ -151,8 +151,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise BundleError(f"manifest field {where} should be an object")
     kwargs: dict[str, Any] = {}
-    hints = {f.name: f for f in dataclasses.fields(cls)}
-    for name, f in hints.items():
+    hints = [f.name for f in dataclasses.fields(cls)]
+    for name in hints:
         if name not in data:
             continue
         value = data[name]

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
-from profiler.errors import NotYetAvailable
+from profiler import doctor
+from profiler.targets import resolve
 
-HELP = """Check what this host (and optionally a target) can capture, one line per check with the fix.
+HELP = """Check what this host (and optionally a target) can capture: one line per check, a status word (ok, warn, fail, info) and the fix.
+
+Exit code 0 when nothing failed, 5 when some collector cannot run here.
 
 **Examples**
 
     profiler doctor
 
-    profiler doctor --pid tikv --json
+    profiler doctor --pid tikv            # also the targets' cgroup limits and container
+
+    profiler doctor --json | jq '.checks[] | select(.status=="fail")'
 """
 
 
@@ -20,7 +27,22 @@ def command(
     pid: list[str] = typer.Option(None, "--pid", "-p", help="Also check these targets (cgroup limits, container)."),
     json_out: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
 ) -> None:
-    raise NotYetAvailable("doctor: in progress")
+    checks = doctor.host_checks()
+    for t in resolve(pid) if pid else []:
+        checks += doctor.target_checks(t)
+    result = doctor.summary(checks)
+    if json_out:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        scope = "host"
+        for c in checks:
+            if c.scope != scope:
+                scope = c.scope
+                typer.echo(f"-- {scope}")
+            typer.echo(c.line())
+        typer.echo(f"{result['failed']} failed, {result['warnings']} warnings")
+    if result["failed"]:
+        raise typer.Exit(5)
 
 
 def register(app: typer.Typer) -> None:

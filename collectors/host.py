@@ -1,0 +1,360 @@
+"""Facts about this host and a target process (capture layer): perf, tracefs, events, cgroups, namespaces.
+
+Everything here reads; nothing changes the host. ``profiler doctor`` and the collectors'
+``probe()`` share these checks so that what doctor says is what a capture will do.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from profiler.bundle import HostInfo, TargetInfo, ThreadInfo
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+MOUNT_TRACEFS = "mount -t tracefs nodev /sys/kernel/tracing"
+UNLIMITED = 1 << 60  # cgroup v1 memory limits above this mean "no limit"
+
+
+def read_text(path: str | Path, default: str | None = None) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return default
+
+
+def read_int(path: str | Path) -> int | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+# --------------------------------------------------------------------------- perf
+
+
+def perf_path() -> str | None:
+    return shutil.which("perf")
+
+
+@functools.lru_cache(maxsize=4)
+def perf_version(perf: str = "perf") -> str | None:
+    exe = shutil.which(perf)
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"version\s+(\S+)", out)
+    return m.group(1) if m else (out.strip() or None)
+
+
+def perf_stat_events(events: list[str], perf: str = "perf", system_wide: bool = False) -> dict[str, str]:
+    """Ask perf whether each event can be counted here: 'ok', 'not supported' or an error word.
+
+    Runs ``perf stat -x, -e EV... -- true`` once; hardware counters in a VM come back
+    ``<not supported>``.
+    """
+    exe = shutil.which(perf)
+    if not exe:
+        return {ev: "perf missing" for ev in events}
+    result: dict[str, str] = {}
+    # One perf run for all events; perf stat -x, prints "value,unit,event,..." per event.
+    argv = [exe, "stat", "-x,", "-e", ",".join(events)] + (["-a"] if system_wide else []) + ["--", "true"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=15)
+        if proc.returncode == 0:
+            for line in proc.stderr.splitlines():
+                fields = line.split(",")
+                if len(fields) >= 3 and fields[2] in events:
+                    value = fields[0]
+                    result[fields[2]] = (
+                        "not supported" if value == "<not supported>"
+                        else "not counted" if value == "<not counted>" else "ok"
+                    )
+            if len(result) == len(events):
+                return result
+    except (OSError, subprocess.SubprocessError):
+        pass
+    result = {}
+    for ev in events:  # one at a time, to tell which event broke the batch
+        argv = [exe, "stat", "-x,", "-e", ev]
+        if system_wide:
+            argv.append("-a")
+        argv += ["--", "true"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=15)
+        except (OSError, subprocess.SubprocessError) as exc:
+            result[ev] = f"error: {exc}"
+            continue
+        err = proc.stderr
+        if "<not supported>" in err:
+            result[ev] = "not supported"
+        elif proc.returncode != 0:
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            msg = lines[0] if lines else f"exit {proc.returncode}"
+            if "ermission" in err or "paranoid" in err:
+                msg = "permission denied"
+            elif "event syntax error" in err or "unknown tracepoint" in err or "not found" in err:
+                msg = "not available"
+            result[ev] = msg
+        elif "<not counted>" in err:
+            result[ev] = "not counted"
+        else:
+            result[ev] = "ok"
+    return result
+
+
+def hw_counters_supported(perf: str = "perf") -> bool:
+    return perf_stat_events(["cycles"], perf).get("cycles") == "ok"
+
+
+def perf_event_paranoid() -> int | None:
+    return read_int("/proc/sys/kernel/perf_event_paranoid")
+
+
+def kptr_restrict() -> int | None:
+    return read_int("/proc/sys/kernel/kptr_restrict")
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+# --------------------------------------------------------------------------- tracefs
+
+
+def tracefs_mounts() -> list[str]:
+    """Where tracefs is mounted, from /proc/mounts (readable by anyone)."""
+    text = read_text("/proc/mounts") or ""
+    return [f[1] for f in (ln.split() for ln in text.splitlines()) if len(f) > 2 and f[2] == "tracefs"]
+
+
+def tracefs_path() -> str | None:
+    """The mounted, readable tracefs directory, or None."""
+    for cand in TRACEFS_CANDIDATES:
+        if os.path.isfile(os.path.join(cand, "available_events")) or os.path.isdir(os.path.join(cand, "events")):
+            return cand
+    return None
+
+
+def tracepoint_available(event: str) -> bool:
+    """'block:block_rq_issue' -> is there an events/block/block_rq_issue directory in tracefs."""
+    root = tracefs_path()
+    if root is None or ":" not in event:
+        return False
+    group, name = event.split(":", 1)
+    if name == "*":
+        return os.path.isdir(os.path.join(root, "events", group))
+    return os.path.isdir(os.path.join(root, "events", group, name))
+
+
+def kprobes_available() -> bool:
+    root = tracefs_path()
+    return bool(root) and os.path.exists(os.path.join(root, "kprobe_events"))  # type: ignore[arg-type]
+
+
+def uprobes_available() -> bool:
+    root = tracefs_path()
+    return bool(root) and os.path.exists(os.path.join(root, "uprobe_events"))  # type: ignore[arg-type]
+
+
+def task_delayacct() -> int | None:
+    return read_int("/proc/sys/kernel/task_delayacct")
+
+
+def psi_available() -> bool:
+    return os.path.isfile("/proc/pressure/cpu")
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def cgroup_version() -> int | None:
+    if os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+        return 2
+    if os.path.isdir("/sys/fs/cgroup/cpu") or os.path.isdir("/sys/fs/cgroup/memory"):
+        return 1
+    return None
+
+
+def cgroup_paths(pid: int) -> dict[str, str]:
+    """controller -> cgroup path for a process (v1: per controller; v2: key '' )."""
+    out: dict[str, str] = {}
+    text = read_text(f"/proc/{pid}/cgroup")
+    if text is None:
+        return out
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        for c in ctrls.split(",") if ctrls else [""]:
+            out[c] = path
+    return out
+
+
+def _v1_dir(controller: str, path: str) -> Path | None:
+    for mount in (f"/sys/fs/cgroup/{controller}", "/sys/fs/cgroup/" + controller.replace(",", "")):
+        d = Path(mount) / path.lstrip("/")
+        if d.is_dir():
+            return d
+    # combined mounts such as cpu,cpuacct
+    for d in Path("/sys/fs/cgroup").glob(f"*{controller}*"):
+        cand = d / path.lstrip("/")
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def _throttle_file(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    text = read_text(path) or ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def target_cgroup(pid: int) -> dict[str, Any]:
+    """The target's resource limits: CPU quota, memory limit, blkio throttles, cpuset."""
+    paths = cgroup_paths(pid)
+    info: dict[str, Any] = {"version": cgroup_version(), "path": paths}
+    if info["version"] == 2:
+        d = Path("/sys/fs/cgroup") / paths.get("", "/").lstrip("/")
+        cpu_max = (read_text(d / "cpu.max") or "max 100000").split()
+        info["cpu_quota_us"] = -1 if cpu_max[0] == "max" else int(cpu_max[0])
+        info["cpu_period_us"] = int(cpu_max[1]) if len(cpu_max) > 1 else 100000
+        mem = read_text(d / "memory.max")
+        info["memory_limit_bytes"] = None if mem in (None, "max") else int(mem)  # type: ignore[arg-type]
+        info["io_max"] = read_text(d / "io.max") or ""
+        return info
+    cpu = _v1_dir("cpu", paths.get("cpu", paths.get("cpu,cpuacct", "/")))
+    if cpu is not None:
+        info["cpu_quota_us"] = read_int(cpu / "cpu.cfs_quota_us")
+        info["cpu_period_us"] = read_int(cpu / "cpu.cfs_period_us")
+    mem = _v1_dir("memory", paths.get("memory", "/"))
+    if mem is not None:
+        limit = read_int(mem / "memory.limit_in_bytes")
+        info["memory_limit_bytes"] = None if limit is None or limit >= UNLIMITED else limit
+    blk = _v1_dir("blkio", paths.get("blkio", "/"))
+    if blk is not None:
+        throttle = {}
+        for kind in ("read_bps", "write_bps", "read_iops", "write_iops"):
+            vals = _throttle_file(blk / f"blkio.throttle.{kind}_device")
+            if vals:
+                throttle[kind] = vals
+        info["blkio_throttle"] = throttle
+    cs = _v1_dir("cpuset", paths.get("cpuset", "/"))
+    if cs is not None:
+        info["cpuset"] = read_text(cs / "cpuset.cpus")
+    return info
+
+
+def cpu_quota_cores(cg: dict[str, Any]) -> float | None:
+    """A cgroup CPU quota in cores (None when unlimited)."""
+    q, p = cg.get("cpu_quota_us"), cg.get("cpu_period_us")
+    if isinstance(q, int) and isinstance(p, int) and q > 0 and p > 0:
+        return q / p
+    return None
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def _ns(pid: int | str, kind: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def in_container(pid: int) -> bool:
+    """Is the target in another mount namespace (its files, and so its symbols, live elsewhere)?"""
+    mine, theirs = _ns("self", "mnt"), _ns(pid, "mnt")
+    return bool(mine and theirs and mine != theirs)
+
+
+def container_hint(pid: int) -> str | None:
+    text = read_text(f"/proc/{pid}/cgroup") or ""
+    for word in ("docker", "kubepods", "containerd", "libpod", "lxc"):
+        if word in text:
+            return word
+    return None
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def threads_of(pid: int) -> list[ThreadInfo]:
+    out: list[ThreadInfo] = []
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return out
+    for tid in tids:
+        comm = read_text(f"/proc/{pid}/task/{tid}/comm")
+        if comm is not None:
+            out.append(ThreadInfo(tid=tid, comm=comm))
+    return out
+
+
+def cpus_allowed(pid: int) -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(pid))
+    except OSError:
+        return []
+
+
+def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: str | None) -> TargetInfo:
+    """Everything the manifest records about a target, read at capture start."""
+    container = in_container(pid)
+    return TargetInfo(
+        pid=pid,
+        comm=comm,
+        exe=exe,
+        cmdline=list(cmdline),
+        kind=kind,
+        runtime=None,
+        threads=threads_of(pid),
+        cgroup=target_cgroup(pid),
+        cpus_allowed=cpus_allowed(pid),
+        root=f"/proc/{pid}/root" if container else None,
+        container=container,
+    )
+
+
+# --------------------------------------------------------------------------- host
+
+
+def memory_total() -> int:
+    text = read_text("/proc/meminfo") or ""
+    m = re.search(r"^MemTotal:\s+(\d+) kB", text, re.M)
+    return int(m.group(1)) * 1024 if m else 0
+
+
+def host_info(capabilities: dict[str, Any] | None = None) -> HostInfo:
+    uname = platform.uname()
+    return HostInfo(
+        hostname=socket.gethostname(),
+        kernel=uname.release,
+        machine=uname.machine,
+        cpus=os.cpu_count() or 0,
+        memory_bytes=memory_total(),
+        perf_version=perf_version(),
+        cgroup_version=cgroup_version(),
+        capabilities=dict(capabilities or {}),
+    )

@@ -1,0 +1,197 @@
+"""Host and target checks behind `profiler doctor` (profiler layer): what can be captured, how to fix the rest.
+
+Each check is one line: a status word (ok, warn, fail, info), what was found, and the fix.
+``fail`` means a collector will be skipped; ``warn`` means it runs with less evidence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from profiler.collectors import host
+from profiler.targets import Target
+
+OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+
+SOFTWARE_EVENTS = ["cpu-clock", "task-clock", "context-switches", "cpu-migrations", "page-faults", "major-faults"]
+TRACEPOINTS = [
+    ("block:block_rq_issue", "block IO latency (issue)"),
+    ("block:block_rq_complete", "block IO latency (completion)"),
+    ("raw_syscalls:sys_enter", "syscall rates"),
+    ("raw_syscalls:sys_exit", "syscall times"),
+    ("sched:sched_switch", "off-CPU / blocked time"),
+    ("syscalls:sys_enter_futex", "futex (lock) waits"),
+]
+HW_EVENTS = ["cycles", "instructions", "cache-misses"]
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+    scope: str = "host"  # "host" or "pid N"
+
+    def line(self) -> str:
+        fix = f"  -> {self.fix}" if self.fix else ""
+        return f"{self.status:<5} {self.name:<28} {self.detail}{fix}"
+
+
+def _headers_dir() -> str:
+    return f"/lib/modules/{platform.release()}/build"
+
+
+def host_checks(perf: str = "perf") -> list[Check]:
+    checks: list[Check] = []
+    root = host.is_root()
+    checks.append(Check("user", OK if root else WARN,
+                        "root" if root else f"uid {os.geteuid()}: only your own processes, no system-wide tracepoints",
+                        None if root else "run profiler as root (sudo) to trace other users' processes and block IO"))
+
+    version = host.perf_version(perf)
+    perf_ok = version is not None
+    checks.append(Check("perf", OK if perf_ok else FAIL,
+                        f"perf {version} at {host.perf_path()}" if perf_ok else "perf not found on PATH",
+                        None if perf_ok else "apt-get install linux-perf (Debian) / linux-tools-$(uname -r) (Ubuntu)"))
+
+    paranoid = host.perf_event_paranoid()
+    if paranoid is None:
+        checks.append(Check("perf_event_paranoid", FAIL, "no /proc/sys/kernel/perf_event_paranoid: kernel without perf events"))
+    elif root or paranoid <= 1:
+        checks.append(Check("perf_event_paranoid", OK, f"{paranoid}" + (" (root is exempt)" if root and paranoid > 1 else "")))
+    else:
+        checks.append(Check("perf_event_paranoid", WARN,
+                            f"{paranoid}: unprivileged users may profile only their own processes, user space only",
+                            "sysctl -w kernel.perf_event_paranoid=1 (or run as root)"))
+
+    kptr = host.kptr_restrict()
+    if kptr is None:
+        pass
+    elif kptr == 0 or (kptr == 1 and root):
+        checks.append(Check("kptr_restrict", OK, f"{kptr}: kernel symbols visible"))
+    else:
+        checks.append(Check("kptr_restrict", WARN, f"{kptr}: kernel frames will show as [unknown]",
+                            "sysctl -w kernel.kptr_restrict=0 (or run as root when it is 1)"))
+
+    tfs = host.tracefs_path()
+    if tfs:
+        readable = os.access(os.path.join(tfs, "events"), os.R_OK | os.X_OK)
+        checks.append(Check("tracefs", OK if readable else WARN,
+                            f"mounted at {tfs}" + ("" if readable else " but not readable by this user"),
+                            None if readable else "run as root"))
+    elif host.tracefs_mounts():
+        checks.append(Check("tracefs", FAIL, f"mounted at {host.tracefs_mounts()[0]} but not readable by this user",
+                            "run profiler as root"))
+    else:
+        checks.append(Check("tracefs", FAIL, "not mounted: block IO, syscall and sched tracepoints unavailable",
+                            host.MOUNT_TRACEFS))
+
+    if perf_ok:
+        sw = host.perf_stat_events(SOFTWARE_EVENTS, perf)
+        bad = {ev: st for ev, st in sw.items() if st != "ok"}
+        checks.append(Check("software events", OK if not bad else WARN,
+                            "cpu-clock, task-clock, context-switches, faults: ok" if not bad
+                            else "; ".join(f"{ev}: {st}" for ev, st in bad.items())))
+        hw = host.perf_stat_events(HW_EVENTS, perf)
+        supported = [ev for ev, st in hw.items() if st == "ok"]
+        if len(supported) == len(HW_EVENTS):
+            checks.append(Check("hardware counters", OK, "cycles, instructions, cache-misses supported"))
+        else:
+            detail = ", ".join(f"{ev}: {st}" for ev, st in hw.items())
+            checks.append(Check("hardware counters", INFO,
+                                f"{detail} (usual in VMs); IPC and cache-miss metrics will be left out",
+                                "none needed; on bare metal or with a vPMU they are counted"))
+
+    for event, purpose in TRACEPOINTS:
+        if tfs is None:
+            fix = "run profiler as root" if host.tracefs_mounts() else host.MOUNT_TRACEFS
+            checks.append(Check(event, FAIL, f"needs a readable tracefs ({purpose})", fix))
+        elif host.tracepoint_available(event):
+            checks.append(Check(event, OK, f"present ({purpose})"))
+        else:
+            checks.append(Check(event, FAIL, f"tracepoint missing in this kernel ({purpose})"))
+
+    checks.append(Check("kprobes", OK if host.kprobes_available() else INFO,
+                        "available" if host.kprobes_available()
+                        else "not built into this kernel: tracepoint-based collectors are used instead"))
+    checks.append(Check("uprobes", OK if host.uprobes_available() else INFO,
+                        "available" if host.uprobes_available() else "not available"))
+
+    delay = host.task_delayacct()
+    if delay is None:
+        checks.append(Check("task_delayacct", INFO, "not in this kernel: per-thread IO delay unavailable"))
+    elif delay:
+        checks.append(Check("task_delayacct", OK, "on: per-thread block-IO delay is counted"))
+    else:
+        checks.append(Check("task_delayacct", OK if root else WARN,
+                            "off: captures turn it on for their duration and put it back" if root
+                            else "off, and only root can turn it on",
+                            None if root else "sysctl -w kernel.task_delayacct=1"))
+
+    checks.append(Check("PSI", OK if host.psi_available() else INFO,
+                        "/proc/pressure present" if host.psi_available() else "no /proc/pressure: pressure stall info unavailable",
+                        None if host.psi_available() else "boot with psi=1"))
+    cgv = host.cgroup_version()
+    checks.append(Check("cgroups", OK if cgv else INFO, f"cgroup v{cgv}" if cgv else "no cgroup filesystem found"))
+
+    bcc_spec = importlib.util.find_spec("bcc")
+    headers = os.path.isdir(_headers_dir())
+    if bcc_spec is None:
+        checks.append(Check("bcc", INFO, "python bcc module not importable: the perf backend is used",
+                            "apt-get install python3-bpfcc bpfcc-tools (Debian); use a venv with --system-site-packages"))
+    elif not headers:
+        checks.append(Check("bcc", WARN, f"bcc importable but no kernel headers at {_headers_dir()}",
+                            "apt-get install linux-headers-amd64 && bash scripts/bcc-headers.sh"))
+    else:
+        checks.append(Check("bcc", OK, f"bcc importable, headers at {_headers_dir()}"))
+    return checks
+
+
+def target_checks(target: Target) -> list[Check]:
+    scope = f"pid {target.pid}"
+    checks: list[Check] = []
+    kind = target.kind
+    checks.append(Check("target", OK, f"{target.comm} (pid {target.pid})" + (f": recognised as {kind}" if kind else ""),
+                        scope=scope))
+    if not os.path.exists(f"/proc/{target.pid}"):
+        checks.append(Check("target alive", FAIL, "the process has exited", scope=scope))
+        return checks
+    cg = host.target_cgroup(target.pid)
+    cores = host.cpu_quota_cores(cg)
+    ncpu = os.cpu_count() or 1
+    allowed = host.cpus_allowed(target.pid)
+    cpu_detail = f"quota {cores:.2f} cores" if cores else "no CFS quota"
+    cpu_detail += f", {len(allowed) or ncpu} of {ncpu} CPUs allowed"
+    checks.append(Check("cpu limit", WARN if cores and cores < ncpu else OK, cpu_detail, scope=scope))
+    mem = cg.get("memory_limit_bytes")
+    checks.append(Check("memory limit", WARN if mem else OK,
+                        f"{mem / 2**20:.0f} MiB" if mem else "none", scope=scope))
+    thr = cg.get("blkio_throttle") or {}
+    if thr:
+        parts = [f"{k} {dev}={v}" for k, d in sorted(thr.items()) for dev, v in sorted(d.items())]
+        checks.append(Check("blkio throttle", WARN, ", ".join(parts), scope=scope))
+    elif cg.get("io_max"):
+        checks.append(Check("io.max", WARN, cg["io_max"], scope=scope))
+    else:
+        checks.append(Check("blkio throttle", OK, "none", scope=scope))
+    if host.in_container(target.pid):
+        hint = host.container_hint(target.pid)
+        checks.append(Check("container", WARN,
+                            f"in another mount namespace{f' ({hint})' if hint else ''}: symbols resolved through /proc/{target.pid}/root",
+                            "keep the container running until the capture has finished symbolizing", scope=scope))
+    else:
+        checks.append(Check("container", OK, "same mount namespace as profiler", scope=scope))
+    return checks
+
+
+def summary(checks: list[Check]) -> dict[str, Any]:
+    return {
+        "checks": [asdict(c) for c in checks],
+        "failed": sum(c.status == FAIL for c in checks),
+        "warnings": sum(c.status == WARN for c in checks),
+    }
