@@ -12,15 +12,17 @@ frame text; only the header line (comm, tid, time, period, event) is parsed for 
 from __future__ import annotations
 
 import codecs
+import gzip
+import io
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
 from typing import IO
 
 from profiler.analyzers.demangle import demangle
 from profiler.analyzers.knowledge import pool_of
-from profiler.analyzers.perfscript import _HEADER, event_base
+from profiler.analyzers.perfscript import _FRAME, _HEADER, event_base
 
 __all__ = [
     "FoldOptions",
@@ -229,6 +231,20 @@ class _Namer:
 _RESPLIT = "\x00resplit"  # a sentinel: this sample holds a whitespace-only line
 
 
+def _inferno_comm(header: str, comm: str, pid: str | None, tid: str) -> tuple[str, str | None, str]:
+    """inferno takes the first all-digit word as the tid, even inside a comm ("Web Content 1")."""
+    words = header.split(" ")
+    pos = 0
+    for i, w in enumerate(words):
+        if i > 0 and w and i < len(words) - 1 and all(c.isdigit() or c == "/" for c in w) and w.isascii():
+            if "/" in w:
+                p, _, t = w.rpartition("/")
+                return header[: pos - 1].strip(), p, t
+            return header[: pos - 1].strip(), None, w
+        pos += len(w) + 1
+    return comm, pid, tid
+
+
 class Collapser:
     """Incremental collapser: feed() text in any chunking, then result().
 
@@ -242,6 +258,7 @@ class Collapser:
         self.samples = 0  # samples counted
         self.skipped = 0  # samples filtered out (event, time, pid)
         self.weird = 0  # headers that did not parse
+        self.warnings: list[str] = []
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._event: str | None = event_base(self.opts.event_filter) if self.opts.event_filter else None
@@ -255,6 +272,7 @@ class Collapser:
         self._ids = self.opts.pid_filter is not None or self.opts.tid_filter is not None
         self._count_samples = self.opts.count_samples
         self._perl = self.opts.compat == "perl"
+        self._inferno = self.opts.compat == "inferno"
         self._pname_cache: dict[tuple[str, str | None, str], str] = {}
         self._rest = ""
 
@@ -305,7 +323,17 @@ class Collapser:
         if m is None:
             self.weird += 1
             return
-        comm, pid, tid, _cpu, t, period, event, rest = m.groups()
+        comm, pid, tid, _cpu, t, period, gap, event, rest = m.groups()
+        if rest and body and _FRAME.match(rest):
+            # variant 4 without call chains: every line is a sample of its own, and perf
+            # prints no blank line between them.
+            self._one(header)
+            for line in body.split("\n"):
+                if line:
+                    self._one(line)
+            return
+        if period is not None and self._inferno and gap != " ":
+            period = None  # inferno reads the period only when one space precedes the event
         if event != self._last_event:
             ev = event_base(event)
             if self._event is None:
@@ -327,6 +355,8 @@ class Collapser:
         if self._ids and not self._id_ok(pid, tid):
             self.skipped += 1
             return
+        if self._inferno and " " in comm.strip():
+            comm, pid, tid = _inferno_comm(header, comm, pid, tid)
         pkey = (comm, pid, tid)
         pname = self._pname_cache.get(pkey)
         if pname is None:
@@ -414,11 +444,48 @@ def collapse_text(text: str | Iterable[str], opts: FoldOptions | None = None) ->
     return c.close()
 
 
-def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22) -> Iterator[str]:
-    """Decode a binary stream in large chunks (invalid UTF-8 becomes U+FFFD, as in the reference)."""
+class _Prefixed(io.RawIOBase):
+    """A read-only stream that gives back `head` before the rest of `stream`."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]) -> None:
+        self.head = head
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        data = self.stream.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def open_binary(stream: IO[bytes]) -> IO[bytes]:
+    """The same stream, decompressed when it starts with the gzip magic."""
+    head = stream.read(2)
+    rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), 1 << 20)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[return-value]
+    return rest
+
+
+def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22, warnings: list[str] | None = None) -> Iterator[str]:
+    """Decode a binary stream (gzip or plain) in large chunks; invalid UTF-8 becomes U+FFFD as
+    in the reference. A truncated gzip member is read up to the cut and noted in `warnings`."""
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    src = open_binary(stream)
     while True:
-        data = stream.read(chunk_size)
+        try:
+            data = src.read(chunk_size)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            if warnings is not None:
+                warnings.append(f"compressed input is truncated or corrupt ({exc}); read up to the cut")
+            data = b""
         if not data:
             tail = dec.decode(b"", final=True)
             if tail:
@@ -428,9 +495,10 @@ def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22) -> Iterator[str]:
 
 
 def collapse_stream(stream: IO[bytes], opts: FoldOptions | None = None) -> Collapser:
-    """Fold a binary stream of perf script text; returns the closed Collapser (counts + stats)."""
+    """Fold a binary stream of perf script text (gzip or plain); returns the closed Collapser
+    (counts, sample statistics, warnings)."""
     c = Collapser(opts)
-    for chunk in iter_decoded(stream):
+    for chunk in iter_decoded(stream, warnings=c.warnings):
         c.feed(chunk)
     c.close()
     return c

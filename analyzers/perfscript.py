@@ -92,8 +92,8 @@ _HEADER = re.compile(
     (?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+
     (?:\[(?P<cpu>\d+)\]\s+)?
     (?:(?P<time>\d+\.\d+):\s+)?
-    (?:(?P<period>\d+)\s+)?
-    (?P<event>[^\s:][^\s]*?):(?=\s|$)
+    (?:(?P<period>\d+)(?P<gap>\s+))?
+    (?P<event>[A-Za-z_][^\s]*?):(?=\s|$)
     \s*(?P<rest>.*?)\s*$""",
     re.VERBOSE,
 )
@@ -189,6 +189,11 @@ def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
             current = parse_header(line, n)
             if current is None:
                 skipping = True
+            elif current.frames:
+                # variant 4: a sample without call chain is one line, and perf prints no
+                # blank line after it
+                yield current
+                current = None
             continue
         if line[0] in " \t":
             frame = parse_frame(line)
