@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
 from profiler.collectors.base import CaptureContext, Probe
+
+from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
 
 FILE = "proc.jsonl.gz"
 SLOW_HZ = 4.0  # process / system / cgroup / per-thread status records per second
