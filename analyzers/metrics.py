@@ -21,10 +21,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers import _io_adapter, perfstat
 from profiler.analyzers import procfs as procmod
-from profiler.analyzers.knowledge import TIKV_POOLS, pool_info, runtime_from_threads, runtime_of, target_kind
+from profiler.analyzers.knowledge import (
+    TIKV_POOLS,
+    pool_info,
+    runtime_from_threads,
+    runtime_of,
+    target_kind,
+)
 
 STATE_KEYS = ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")
 _CLASS_TO_KEY = {procmod.DISK: "io", procmod.FUTEX: "futex", procmod.IDLE: "idle", procmod.SLEEP: "sleep",
@@ -374,7 +379,9 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
     if pd.host.get("task_delayacct") == 1 and active:
         bk = sum(max(0.0, s.delta(s.blkio)) for s in series if any(a.tid == s.tid for a in active))
         tot = sum(a.span for a in active)
-        tm.blkio_delay_share = bk / tot if tot > 0 else None
+        # Threads created before task_delayacct was turned on are not accounted (seen on 6.18):
+        # a zero here is "unknown", not "no IO wait".
+        tm.blkio_delay_share = bk / tot if tot > 0 and bk > 0 else None
     # pools
     pools: dict[str, list[ThreadTime]] = {}
     for t in tts:

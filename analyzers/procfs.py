@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers.knowledge import pool_of
 
 # Wait classes, in the order they are stored (uint8 codes in ThreadSeries.wait).

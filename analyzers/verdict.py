@@ -152,9 +152,10 @@ class Verdict:
         }
 
 
-def _ev(metric: str, value: float | None, key: str | None, note: str = "") -> Evidence:
+def _ev(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
     th = THRESHOLDS[key] if key else None
-    return Evidence(metric=metric, value=value, threshold=th.value if th else None, unit=th.unit if th else "", note=note)
+    return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
+                    unit=th.unit if th else unit, note=note)
 
 
 def _pct(x: float | None) -> str:
@@ -325,12 +326,12 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if tm.active_threads < 2:
         score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
     if tm.vcsw_rate is not None and tm.active_threads:
-        ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)"))
-    bits = []
+        ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
+    bits = [f"{tm.active_threads} busy threads spend {_pct(fut)} of their time waiting in futex"]
     if tm.offcpu_futex_stacks:
         frames, n = tm.offcpu_futex_stacks[0]
         bits.append(f"top futex wait stack: {frames} ({n} switches)")
-    if tm.futex_threads:
+    if len(tm.futex_threads) > 1 or (tm.futex_threads and tm.futex_threads[0][0] != tm.comm):
         bits.append("futex time by pool: " + ", ".join(f"{p} {_pct(s)}" for p, s in tm.futex_threads))
     kernel_locks = [w for w, _ in tm.wchans if "rwsem" in w or "mutex" in w]
     if kernel_locks:
@@ -355,7 +356,7 @@ def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> 
         ev.append(_ev("cpu_util", tm.cpu_util, "idle.cpu", f"{tm.cpu_cores or 0:.2f} of {tm.cpu_available or 0:g} cores"))
     idle = tm.states.get("idle", 0.0) + tm.states.get("sleep", 0.0) if tm.states else None
     if idle is not None:
-        ev.append(Evidence("idle_wait_share", idle, None, "of thread time", "waiting for work (epoll, recv, sleep)"))
+        ev.append(Evidence("idle_wait_share", float(idle), None, "of thread time", "waiting for work (epoll, recv, sleep)"))
     score = max(0.0, 1.0 - worst) if worst < PRIMARY else max(0.0, 0.5 - worst / 2)
     sub = (f"CPU at {_pct(tm.cpu_util)} of {tm.cpu_available or 0:g} cores and little waiting on IO, locks or memory: "
            "the bottleneck is elsewhere (the client's concurrency, another tier, the network)")

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
-from profiler.bundle import OK, BundleWriter, ClockInfo, Manifest
 from profiler.collectors.base import CaptureContext, CaptureOptions
 from profiler.collectors.host import host_info, target_info
 from profiler.collectors.procfs import ProcfsCollector
+
+from profiler.bundle import OK, BundleWriter, ClockInfo, Manifest
 from profiler.targets import Target, target_from_pid
 
 CG_ROOT = Path("/sys/fs/cgroup")
