@@ -94,8 +94,8 @@ class BccBlockIO(BccCollector):
 
     def drain(self, ctx: CaptureContext, final: bool) -> None:
         cutoff = None if final else self.slot_of(ctx, time.monotonic_ns() - SETTLE_NS)
-        hist = self.bpf["hist"]
-        totals = self.bpf["totals"]
+        hist = self.bpf[b"hist"]
+        totals = self.bpf[b"totals"]
         groups: dict[tuple[int, int, int], dict[str, Any]] = {}
         hkeys = []
         for k, v in hist.items():
@@ -130,7 +130,7 @@ class BccBlockIO(BccCollector):
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         targets = set(self.pids)
         tasks = []
-        for k, v in self.bpf["tasks"].items():
+        for k, v in self.bpf[b"tasks"].items():
             tasks.append({
                 "dev": dev_text(k.dev), "op": OPS.get(k.op, "O"), "tid": int(k.tid), "pid": int(k.tgid),
                 "comm": comm_text(bytes(k.comm)), "count": int(v.count), "bytes": int(v.bytes),
@@ -140,7 +140,7 @@ class BccBlockIO(BccCollector):
         for t in tasks:
             self._line({"kind": "task", **t})
         counters = read_counters(self.bpf, COUNTERS)
-        in_flight = len(self.bpf["inflight"])
+        in_flight = len(self.bpf[b"inflight"])
         self._line({"kind": "end", "ended": self.end_ns / 1e9, "counters": counters,
                     "in_flight_at_stop": in_flight,
                     "devices": {k: v for k, v in sorted(self.devices.items())}})

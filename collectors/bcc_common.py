@@ -43,7 +43,7 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
     u64 *v = hits.lookup(&zero);
     if (v)
         __sync_fetch_and_add(v, 1);
-    return 0;
+    return 1;  /* 0 would hide the event from perf users of the tracepoint */
 }
 """
 
@@ -121,10 +121,10 @@ def _check() -> tuple[bool, str, str | None]:
     err = ""
     try:
         with _COMPILE_LOCK, captured_stderr() as text:
-            b = BPF(text=TRIVIAL_PROGRAM)
+            b = BPF(text=TRIVIAL_PROGRAM.encode())
             try:
-                b.attach_tracepoint(tp="raw_syscalls:sys_enter", fn_name="pf_probe")
-                b.detach_tracepoint(tp="raw_syscalls:sys_enter")
+                b.attach_tracepoint(tp=b"raw_syscalls:sys_enter", fn_name=b"pf_probe")
+                b.detach_tracepoint(tp=b"raw_syscalls:sys_enter")
             finally:
                 b.cleanup()
     except Exception as exc:
@@ -174,20 +174,20 @@ def compile_program(name: str, defines: dict[str, int | str]) -> Any:
     text: list[str] = []
     try:
         with _COMPILE_LOCK, captured_stderr() as text:
-            return BPF(text=program_source(name), cflags=cflags)
+            return BPF(text=program_source(name).encode(), cflags=cflags)
     except Exception as exc:
         err = _first_error("".join(text)) or str(exc)
         raise CapabilityError(f"bcc could not compile {name}: {err}") from None
 
 
 def set_targets(bpf: Any, pids: list[int]) -> None:
-    table = bpf["targets"]
+    table = bpf[b"targets"]
     for pid in pids:
         table[table.Key(pid)] = table.Leaf(1)
 
 
 def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
-    table = bpf["counters"]
+    table = bpf[b"counters"]
     out = {}
     for i, name in enumerate(names):
         if name:
@@ -370,10 +370,10 @@ class BccCollector:
                 set_targets(self.bpf, self.pids)
             self.t0_ns = time.monotonic_ns()
             if self.has_cfg:
-                cfg = self.bpf["cfg"]
+                cfg = self.bpf[b"cfg"]
                 cfg[cfg.Key(0)] = cfg.Leaf(self.t0_ns)
             for tp, fn in self.tracepoints:
-                self.bpf.attach_tracepoint(tp=tp, fn_name=fn)
+                self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn.encode())
             self.open_outputs(ctx)
         except Exception as exc:
             self._cleanup()
@@ -401,7 +401,7 @@ class BccCollector:
         try:
             for tp, _fn in self.tracepoints:
                 with contextlib.suppress(Exception):
-                    self.bpf.detach_tracepoint(tp=tp)
+                    self.bpf.detach_tracepoint(tp=tp.encode())
             self.end_ns = time.monotonic_ns()
             rec.ended = self.end_ns / 1e9
             with self._lock:

@@ -60,12 +60,12 @@ class BccFutex(BccCollector):
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         sym = Symbolizer()
-        ustacks = self.bpf["ustacks"]
+        ustacks = self.bpf[b"ustacks"]
         folded: dict[str, int] = defaultdict(int)
         threads: dict[int, dict[str, Any]] = {}
         cache: dict[tuple[int, int, str], str] = {}
         total_ns = lost_ns = waits = timeouts = eagain = 0
-        for k, v in self.bpf["waits"].items():
+        for k, v in self.bpf[b"waits"].items():
             pid, tid, us = int(k.tgid), int(k.tid), int(k.ustack)
             comm = comm_text(bytes(k.comm))
             ns = int(v.total_ns)
@@ -91,7 +91,7 @@ class BccFutex(BccCollector):
                 line = cache[key] = ";".join([comm, *reversed(frames)])
             folded[line] += ns
         locks = [{"pid": int(k.tgid), "uaddr": f"0x{int(k.uaddr):x}", "wait_ns": int(v.total_ns),
-                  "waits": int(v.count), "max_ns": int(v.max_ns)} for k, v in self.bpf["locks"].items()]
+                  "waits": int(v.count), "max_ns": int(v.max_ns)} for k, v in self.bpf[b"locks"].items()]
         locks.sort(key=lambda x: (-x["wait_ns"], x["pid"], x["uaddr"]))
         with ctx.writer.open_member(MEMBER) as fh:
             fh.write("".join(f"{s} {n}\n" for s, n in sorted(folded.items())).encode())

@@ -95,7 +95,7 @@ class BccOffCpu(BccCollector):
     def _still_off(self) -> list[tuple[int, int, int, int, str, int, int, int]]:
         """Threads switched out in the window and not back when it ended: their time up to the end."""
         out = []
-        for k, o in self.bpf["offstart"].items():
+        for k, o in self.bpf[b"offstart"].items():
             tid, ts = int(k.value), int(o.ts)
             if not self.t0_ns <= ts <= self.end_ns:
                 continue
@@ -108,14 +108,14 @@ class BccOffCpu(BccCollector):
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         sym = Symbolizer()
-        ustacks, kstacks = self.bpf["ustacks"], self.bpf["kstacks"]
+        ustacks, kstacks = self.bpf[b"ustacks"], self.bpf[b"kstacks"]
         folded: dict[str, int] = defaultdict(int)
         threads: dict[int, dict[str, Any]] = {}
         by_state: dict[str, int] = defaultdict(int)
         cache: dict[tuple[int, int, int, str], str] = {}
         lost_ns = total_ns = 0
         entries = [(int(k.tgid), int(k.tid), int(k.ustack), int(k.kstack), comm_text(bytes(k.comm)),
-                    int(k.state), int(v.total_ns), int(v.count)) for k, v in self.bpf["blocked"].items()]
+                    int(k.state), int(v.total_ns), int(v.count)) for k, v in self.bpf[b"blocked"].items()]
         still_off = self._still_off()
         entries += still_off
         for pid, tid, us, ks, comm, st, ns, count in entries:

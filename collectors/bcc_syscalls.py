@@ -63,7 +63,7 @@ class BccSyscalls(BccCollector):
 
     def drain(self, ctx: CaptureContext, final: bool) -> None:
         cutoff = None if final else self.slot_of(ctx, time.monotonic_ns() - SETTLE_NS)
-        counts = self.bpf["counts"]
+        counts = self.bpf[b"counts"]
         rows: dict[tuple[int, int, int], list[Any]] = {}
         keys = []
         for k, v in counts.items():
@@ -90,7 +90,7 @@ class BccSyscalls(BccCollector):
         """Calls entered but not returned when the capture stopped: count them, time up to the stop."""
         last = self.slot_of(ctx, self.end_ns)
         comms = {tid: row[0] for (_s, tid, _nr), row in rows.items()}
-        for k, v in self.bpf["start"].items():
+        for k, v in self.bpf[b"start"].items():
             tid, nr, ts = int(k.value), int(v.nr), int(v.ts)
             if ts < self.t0_ns or ts > self.end_ns:
                 continue

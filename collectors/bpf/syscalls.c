@@ -9,6 +9,11 @@
 // call that began before the capture is added (from the capture start) with a count of 0.
 // Defines from the collector: SLOT_NS, MAX_THREADS, COUNT_ENTRIES.
 
+// Every program returns PASS (1): a tracepoint BPF program that returns 0 makes the kernel drop
+// the event for every perf user of that tracepoint (perf stat/record, other tools) while it is
+// attached. Measured here: perf stat counted 0 raw_syscalls:sys_enter beside a returning-0 program.
+#define PASS 1
+
 struct start_t {
     u64 ts;
     u64 nr;
@@ -48,13 +53,13 @@ int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     if (!targets.lookup(&tgid))
-        return 0;
+        return PASS;
     u32 tid = (u32)id;
     struct start_t st = {.ts = bpf_ktime_get_ns(), .nr = (u64)args->id};
     bump(0);
     if (start.update(&tid, &st) != 0)
         bump(2);
-    return 0;
+    return PASS;
 }
 
 int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
@@ -62,14 +67,14 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     if (!targets.lookup(&tgid))
-        return 0;
+        return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
     u32 zero = 0;
     u64 *t0 = cfg.lookup(&zero);
     u64 begin = t0 ? *t0 : 0;
     if (begin == 0 || now < begin)
-        return 0;  // not armed yet
+        return PASS;  // not armed yet
     u64 delta;
     u64 n;
     struct start_t *st = start.lookup(&tid);
@@ -94,11 +99,11 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     struct count_val *v = counts.lookup_or_try_init(&key, &zv);
     if (!v) {
         bump(3);
-        return 0;
+        return PASS;
     }
     if (v->count == 0 && v->total_ns == 0)
         bpf_get_current_comm(&v->comm, sizeof(v->comm));
     __sync_fetch_and_add(&v->count, n);
     __sync_fetch_and_add(&v->total_ns, delta);
-    return 0;
+    return PASS;
 }
