@@ -55,6 +55,7 @@ class FoldOptions:
     time_from: float | None = None
     time_to: float | None = None
     pools: bool = False
+    time_relative: bool = False  # time_from/time_to count from the first sample's time
     count_samples: bool = False  # count 1 per sample instead of the event period
     pid_filter: frozenset[int] | None = None
     tid_filter: frozenset[int] | None = None
@@ -269,6 +270,7 @@ class Collapser:
         self._t0 = self.opts.time_from
         self._t1 = self.opts.time_to
         self._timed = self._t0 is not None or self._t1 is not None
+        self._rel_pending = self.opts.time_relative and self._timed
         self._ids = self.opts.pid_filter is not None or self.opts.tid_filter is not None
         self._count_samples = self.opts.count_samples
         self._perl = self.opts.compat == "perl"
@@ -346,6 +348,10 @@ class Collapser:
             tf = float(t)
             if self.first_time is None:
                 self.first_time = tf
+                if self._rel_pending:
+                    self._rel_pending = False
+                    self._t0 = tf + self._t0 if self._t0 is not None else None
+                    self._t1 = tf + self._t1 if self._t1 is not None else None
             self.last_time = tf
             if self._timed and (
                 (self._t0 is not None and tf < self._t0) or (self._t1 is not None and tf >= self._t1)
