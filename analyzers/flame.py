@@ -242,7 +242,7 @@ def frame_color(name: str, kind: str) -> str:
     """A deterministic colour: the kind picks the hue band, the name's hash the shade."""
     hue, spread, sat, light = _PALETTE.get(kind, _PALETTE["user"])
     h = _hash01(name)
-    return f"hsl({hue + round((h - 0.5) * 2 * spread)},{sat}%,{light + round((h - 0.5) * 10)}%)"
+    return f"hsl({(hue + round((h - 0.5) * 2 * spread)) % 360},{sat}%,{light + round((h - 0.5) * 10)}%)"
 
 
 def diff_color(delta: float, scale: float) -> str:

@@ -107,7 +107,7 @@ function zoom(g) {
     var inside = x >= x0 - 1e-6 && x + w <= x0 + w0 + 1e-6;
     if (below && x <= x0 + 1e-6 && x + w >= x0 + w0 - 1e-6) {
       e.classList.remove("hide");
-      e.classList.add("parent");
+      if (e === g) e.classList.remove("parent"); else e.classList.add("parent");
       r.setAttribute("x", PAD);
       r.setAttribute("width", W - 2 * PAD);
     } else if (inside && !below) {

@@ -77,6 +77,8 @@ def _amount(value: float, unit: str) -> str:
             if value >= div:
                 return f"{value / div:,.2f} {name}"
         return f"{value:,.0f} µs"
+    if unit == "samples" and value == 1:
+        return "1 sample"
     return f"{value:,.0f} {unit}"
 
 
@@ -163,7 +165,7 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         for kind in KINDS:
             if kind in kinds_seen:
                 legend.append({"x": lx, "color": kinds_seen[kind], "label": kind})
-                lx += 14 + len(kind) * opts.font_size * 0.6 + 12
+                lx += round(14 + len(kind) * opts.font_size * 0.6 + 12)
     else:
         legend = [
             {"x": pad, "color": diff_color(1, 1), "label": "grew"},
