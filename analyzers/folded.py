@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 COMPAT_MODES = ("ours", "inferno", "perl")
+CACHE_CHARS = 64 << 20  # sample text held in the cache before it is started afresh
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,7 @@ class Collapser:
         self._event: str | None = event_base(self.opts.event_filter) if self.opts.event_filter else None
         self._namer = _Namer(self.opts)
         self._body: dict[str, str] = {}
+        self._cached = 0
         self._body_java: dict[str, str] = {}
         self._last_event: str | None = None
         self._t0 = self.opts.time_from
@@ -380,6 +382,12 @@ class Collapser:
             frames = self._body.get(body)
             if frames is None:
                 frames = self._body[body] = self._fold_body(body, False)
+                self._cached += len(body)
+                if self._cached > CACHE_CHARS:
+                    # bounded memory on multi-GB inputs: start the sample cache afresh
+                    self._body.clear()
+                    self._body_java.clear()
+                    self._cached = 0
         if frames is _RESPLIT:
             self._resplit(header, body)
             return

