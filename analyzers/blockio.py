@@ -121,6 +121,7 @@ class PairCounts:
     superseded: int = 0  # issued again at the same sector without a completion or requeue between
     unpaired_completions: int = 0  # completed without an issue in the trace (cut-off start, lost events)
     requeues: int = 0  # block_rq_requeue events (the request is issued again later)
+    requeued_issues: int = 0  # issues cancelled by a requeue (the reissue is what pairs)
     merges: int = 0  # block_rq_merge events (requests merged before issue)
     dataless_completions: int = 0  # 0-sector non-flush completions (the request around a pre-flush)
     partial_completions: int = 0  # completions of fewer sectors than issued (pair with the issue)
@@ -472,7 +473,10 @@ def _parse_chunk(buf: bytes, comms: _CommTable) -> tuple[np.ndarray, int, int]:
         with np.errstate(over="ignore"):
             h = w0 ^ (w1 * _U64(0x9E3779B97F4A7C15))
         _, first_i, inv = np.unique(h, return_index=True, return_inverse=True)
-        ids = np.array([comms.intern(buf[start[i] - _PAD : start[i] - _PAD + clen[i]]) for i in first_i], dtype=np.uint16)
+        ids = np.zeros(len(first_i), np.uint16)
+        for u_i in np.argsort(first_i):  # intern in order of first appearance: ids do not depend on chunking
+            i = first_i[u_i]
+            ids[u_i] = comms.intern(buf[start[i] - _PAD : start[i] - _PAD + clen[i]])
         comm[hb] = ids[inv.ravel()]
 
     ev = np.zeros(L, EVENT_DTYPE)
@@ -638,6 +642,7 @@ class BlockPairer:
         paired_issue = np.append(pair, False)
         superseded = is_i & ~last_of_key & ~paired_issue & ~nxt_requeue
         c.superseded += int(np.count_nonzero(superseded))
+        c.requeued_issues += int(np.count_nonzero(is_i & ~last_of_key & nxt_requeue))
         paired_c = np.concatenate([[False], pair])
         c.unpaired_completions += int(np.count_nonzero(is_c & ~paired_c))
         c.paired += len(ii)
