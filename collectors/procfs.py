@@ -447,11 +447,8 @@ class Sampler:
             if not self.alive[pid]:
                 continue
             self._refresh_threads(pid)
-            if not self.threads[pid] and self._pid_gone(pid):
-                self.alive[pid] = False
-                self.emit({"kind": "event", "t": t, "what": "target-exited", "pid": pid})
-                continue
             sum_v = sum_iv = 0
+            seen = 0
             for tid, th in list(self.threads[pid].items()):
                 rec = self._thread_record(pid, th, t, slow)
                 if rec is None:
@@ -461,7 +458,12 @@ class Sampler:
                     sum_v += rec["vcsw"]
                     sum_iv += rec["ivcsw"]
                 self.emit(rec)
-                self.thread_records += 1
+                seen += 1
+            self.thread_records += seen
+            if not seen and self._pid_gone(pid):  # gone, or a zombie not yet reaped
+                self.alive[pid] = False
+                self.emit({"kind": "event", "t": t, "what": "target-exited", "pid": pid})
+                continue
             total_threads += len(self.threads[pid])
             if slow:
                 prec = self._process_record(pid, t)
