@@ -121,7 +121,8 @@ def _artifacts(bundle: Any, a: Analysis) -> None:
 def analyze(bundle: Any) -> Analysis:
     """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
     pd = procmod.load(bundle)
-    met = metmod.compute(bundle, pd)
+    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
+    met = metmod.compute(bundle, pd, io)
     cv = vmod.judge(met)
     m = bundle.manifest
     t0 = met.t0
@@ -129,7 +130,6 @@ def analyze(bundle: Any) -> Analysis:
     if t0 is None:
         t0 = m.clock.monotonic_start or None
         t1 = m.ended
-    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
     stat = perfstat.parse(bundle.iter_lines("stat.csv")) if bundle.has("stat.csv") else None
     rec = m.collector("perf-stat")
     srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None
