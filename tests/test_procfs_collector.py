@@ -85,9 +85,12 @@ def test_threads_come_and_go_and_exit_is_recorded() -> None:
 
 
 def test_states_and_syscalls_of_a_sleeping_thread() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.3)
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        time.sleep(0.1)
         _, recs = _run_sampler([proc.pid], seconds=0.6)
     finally:
         proc.kill()
