@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from profiler.collectors import host
 
 from profiler import doctor
 from profiler.cli import main
-from profiler.collectors import host
 
 
 def test_checks_have_status_and_fix() -> None:
