@@ -51,11 +51,12 @@ def spawn(
     stderr: IO[bytes] | int | None = subprocess.DEVNULL,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    stdin_pipe: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a helper that cannot outlive the profiler (own session, parent-death signal)."""
     proc = subprocess.Popen(
         argv,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,

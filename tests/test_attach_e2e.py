@@ -99,7 +99,11 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     data = clean_state / "data"
     data.mkdir()
     with workload(fio(data, 12)) as proc:
-        rc = main(["attach", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report"])
+        time.sleep(0.5)
+        # fio forks its job process: attach to the whole family, as `--pid fio` would
+        pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        args = [a for pid in pids for a in ("--pid", str(pid))]
+        rc = main(["attach", *args, "--duration", "3s", "-o", str(out), "--no-report"])
     assert rc == 0
     b = Bundle.open(out)
     m = b.manifest
