@@ -241,7 +241,7 @@ class PerfCollector:
     def check_started(self, ctx: CaptureContext) -> None:
         """Called a moment after every collector started: perf fails fast on bad events,
         missing pids or permissions; raise with perf's own words if it did."""
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() not in (None, 0):
             msg = (tail(self.errpath) if self.errpath else "") or f"exit code {self.proc.returncode}"
             forget(self.proc)
             self.cleanup(ctx)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,7 +176,10 @@ class Session:
                 # Finalization must finish even if Ctrl-C is pressed again.
                 self._sigint = False
                 try:
+                    if _isatty(self.progress) and self.started:
+                        self._write_status(f"stopping ({result.stop_reason}): symbolizing stacks, finishing files...")
                     self._stop_all(ctx)
+                    self._clear_progress()
                     if load_proc is not None and load_info is not None:
                         result.load_exit_code = self._stop_load(load_proc, load_info, writer)
                     elif load_info is not None:
@@ -310,17 +314,22 @@ class Session:
         for c in self.started:
             state = states.get(c.name)
             size = _size(c)
-            word = "ok" if state is None else ("DIED" if state not in ("ended",) else "ended")
-            parts.append(f"{c.name} {word}" + (f" {_human_bytes(size)}" if size else ""))
-        line = f"\rcapturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
+            word = "" if state is None else (" ended" if state == "ended" else " DIED")
+            parts.append(f"{c.name}{word}" + (f" {_human_bytes(size)}" if size else ""))
+        line = f"capturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
+        self._write_status(line)
+
+    def _write_status(self, line: str) -> None:
+        width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
         with contextlib.suppress(OSError, ValueError):
-            self.progress.write(line[:200].ljust(80))
+            self.progress.write("\r" + line[:width].ljust(width))
             self.progress.flush()
 
     def _clear_progress(self) -> None:
         if _isatty(self.progress):
+            self._write_status("")
             with contextlib.suppress(OSError, ValueError):
-                self.progress.write("\r" + " " * 120 + "\r")
+                self.progress.write("\r")
                 self.progress.flush()
 
     # ------------------------------------------------------------------ stop

@@ -272,3 +272,50 @@ def test_run_wraps_a_load_and_passes_its_exit_code(clean_state: Path) -> None:
     assert b.manifest.options["stop_reason"] == "the load command exited"
     with gzip.open(out / "cpu.perf.txt.gz", "rt") as fh:
         fh.read()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare is not installed")
+def test_container_target_gets_symbols_through_its_own_root(clean_state: Path) -> None:
+    """A target whose binary exists only in its own mount namespace (as in a container)."""
+    mnt = clean_state / "ns-only"
+    mnt.mkdir()
+    py = os.path.realpath(sys.executable)  # the interpreter binary itself, not the venv's symlink
+    loop = "import time\nt=time.time()\nwhile time.time()-t<12: sum(range(1000))\n"
+    script = (f"mount -t tmpfs none {mnt} && cp {py} {mnt}/py && exec {mnt}/py -c '{loop}'")
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{proc.pid}/exe").endswith("/py"):
+                    break
+            time.sleep(0.1)
+        assert not (mnt / "py").exists()  # invisible from here: only the target's root has it
+        out = clean_state / "cap"
+        rc = main(["attach", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report",
+                   "--collector", "cpu-stacks"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rc == 0
+    b = Bundle.open(out)
+    assert b.manifest.targets[0].container is True
+    frames = [ln for ln in b.iter_lines("cpu.perf.txt.gz") if ln.startswith("\t") and f"({mnt}/py)" in ln]
+    assert frames, "no frame in the namespaced binary"
+    assert any("[unknown]" not in ln for ln in frames), "no symbol resolved through /proc/PID/root"
+
+
+def test_block_io_removes_instances_left_by_a_killed_profiler(clean_state: Path) -> None:
+    dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))
+    stale = Path(TRACEFS) / "instances" / f"profiler-{dead}-1"
+    stale.mkdir()
+    try:
+        out = clean_state / "cap"
+        with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]) as proc:
+            rc = main(["attach", "--pid", str(proc.pid), "--duration", "1s", "-o", str(out), "--no-report",
+                       "--collector", "block-io"])
+        assert rc == 0
+        assert not stale.exists()
+    finally:
+        with contextlib.suppress(OSError):
+            stale.rmdir()
