@@ -338,6 +338,7 @@ class BccCollector:
         self._lock = threading.Lock()  # drain() runs from the poll thread and from stop()
         self._drain_error: str | None = None
         self.pids: list[int] = []
+        self.backend_reason: str | None = None  # set by bcc_backend.with_backend for the manifest
 
     # -- protocol
 
@@ -407,6 +408,8 @@ class BccCollector:
             with self._lock:
                 self.drain(ctx, final=True)
             self.finish(ctx, rec)
+            if self.backend_reason:
+                rec.stats["backend_reason"] = self.backend_reason
             if rec.status == RUNNING:
                 rec.status = OK
             if self._drain_error and rec.status == OK:
