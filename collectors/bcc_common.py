@@ -187,11 +187,13 @@ def set_targets(bpf: Any, pids: list[int]) -> None:
 
 
 def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
+    """The program's `counters` (a per-CPU array), summed over CPUs, by name."""
     table = bpf[b"counters"]
     out = {}
     for i, name in enumerate(names):
         if name:
-            out[name] = int(table[table.Key(i)].value)
+            key = table.Key(i)
+            out[name] = int(table.sum(key).value) if hasattr(table, "sum") else int(table[key].value)
     return out
 
 
