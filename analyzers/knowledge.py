@@ -105,3 +105,56 @@ def runtime_of(frames: list[str]) -> str | None:
     if rust:
         return "rust"
     return None
+
+
+def pool_info(kind: str | None, pool: str) -> PoolInfo | None:
+    """What we know about a pool of a target of this kind (TiKV pools only, for now)."""
+    if kind in ("tikv", None):
+        info = TIKV_POOLS.get(pool)
+        if info is not None and (kind == "tikv" or pool not in _GENERIC_POOL_NAMES):
+            return info
+    return None
+
+
+# Pool names that other programs use too: only trust them as TiKV pools when the target is TiKV.
+_GENERIC_POOL_NAMES = frozenset({"apply", "split-check"})
+
+# TiDB/PD are Go programs: the knobs that matter when they are the bottleneck.
+TIDB_ADVICE = {
+    "cpu": ("tidb-server uses all the CPU it has: add tidb-server instances (or cores), check GOMAXPROCS "
+            "matches the cores it may use, and look at the on-CPU flame graph for SQL parsing/planning cost"),
+    "lock_contention": ("tidb-server goroutines wait on each other: with pessimistic transactions "
+                        "(tidb_txn_mode) hot rows serialise updates; try optimistic mode where conflicts "
+                        "are rare, or spread the hot keys"),
+    "not_saturated": "tidb-server is not saturated: raise the client concurrency or look at TiKV/PD",
+}
+
+TIKV_ADVICE = {
+    "io_wait": ("TiKV waits on the disk: raftstore/apply fsyncs and RocksDB writes dominate; use faster "
+                "storage (SSD/NVMe), check rocksdb.max-background-jobs and raftstore.sync-log, and the "
+                "block-cache capacity (storage.block-cache.capacity) for reads"),
+    "memory": ("TiKV is short of memory: lower storage.block-cache.capacity to fit the memory limit, or "
+               "give the instance more memory; major faults mean the working set no longer fits"),
+    "lock_contention": ("TiKV threads wait on locks: look at the scheduler (storage.scheduler-worker-pool-size) "
+                        "and pessimistic lock waits (hot rows); in TiDB consider tidb_txn_mode=optimistic "
+                        "where conflicts are rare"),
+    "not_saturated": ("TiKV is not saturated (CPU well under its cores, little waiting): the bottleneck is "
+                      "elsewhere: TiDB, the client's concurrency, or the network"),
+}
+
+
+def runtime_from_threads(comms: list[str], process_comm: str) -> str | None:
+    """Guess a runtime from thread names alone (no stacks needed).
+
+    Go names no threads (every thread shows the process name); Rust/Java/C++ servers name
+    their pools (tokio-runtime-w, grpc-server-0, GC Thread#0).
+    """
+    if not comms:
+        return None
+    if any(c.startswith(("tokio-runtime", "grpc-server", "raftstore", "rocksdb:")) for c in comms):
+        return "rust"
+    if any(c.startswith(("GC Thread", "C2 CompilerThre", "VM Thread")) for c in comms):
+        return "jvm"
+    # Go names no threads, but neither do many C programs (fio, redis): thread names alone
+    # cannot tell Go apart; runtime_of(frames) does, from the stacks.
+    return None

@@ -2,54 +2,59 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
+from profiler.analyzers.analysis import Analysis, analyze
 from profiler.bundle import Bundle
 from profiler.cli._common import check_output
 from profiler.errors import UsageError
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
+The format comes from --format, else from -o's extension (.html, .md, .json, .txt), else text.
+
 **Examples**
 
     profiler report cap/                      # terminal summary
 
-    profiler report cap/ --format md -o cap.md
+    profiler report cap/ -o cap.html          # the self-contained HTML report
 
-    profiler report cap/ --format json | jq .verdict.category
+    profiler report cap/ --format md -o cap.md   # paste into an issue
+
+    profiler report cap/ --format json | jq .verdict.category   # fail a CI run on a verdict
 """
 
 FORMATS = ("text", "json", "md", "html")
+ALIASES = {"markdown": "md", "htm": "html", "txt": "text", "terminal": "text"}
 
 
-def summary(bundle: Bundle) -> dict[str, object]:
-    m = bundle.manifest
-    return {
-        "bundle": str(bundle.root),
-        "status": m.status,
-        "reason": m.reason,
-        "created": m.created,
-        "host": {"hostname": m.host.hostname, "kernel": m.host.kernel, "cpus": m.host.cpus},
-        "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind} for t in m.targets],
-        "collectors": [
-            {"name": c.name, "backend": c.backend, "status": c.status, "reason": c.reason, "files": c.files}
-            for c in m.collectors
-        ],
-        "warnings": bundle.warnings,
-    }
+def render(analysis: Analysis, fmt: str, report_path: str | None = None) -> str:
+    """The report in one format (renderers are imported here so the CLI pays only for what it uses)."""
+    if fmt == "html":
+        from profiler.renderers import html
+
+        return html.render(analysis)
+    if fmt == "md":
+        from profiler.renderers import markdown
+
+        return markdown.render(analysis)
+    if fmt == "json":
+        from profiler.renderers import json
+
+        return json.render(analysis)
+    from profiler.renderers import text
+
+    return text.render(analysis, report_path)
 
 
-def render_text(data: dict[str, object]) -> str:
-    lines = [f"bundle {data['bundle']}: {data['status']}" + (f" ({data['reason']})" if data["reason"] else "")]
-    for t in data["targets"]:  # type: ignore[attr-defined]
-        lines.append(f"  target {t['comm']} pid {t['pid']}" + (f" [{t['kind']}]" if t["kind"] else ""))
-    for c in data["collectors"]:  # type: ignore[attr-defined]
-        why = f": {c['reason']}" if c["reason"] else ""
-        lines.append(f"  collector {c['name']:<14} {c['status']:<8}{why}")
-    return "\n".join(lines) + "\n"
+def pick_format(fmt: str | None, output: Path | None) -> str:
+    chosen = fmt or (output.suffix.lstrip(".").lower() if output and output.suffix else "text")
+    chosen = ALIASES.get(chosen, chosen)
+    if chosen not in FORMATS:
+        raise UsageError(f"unknown format {chosen!r}: choose one of {', '.join(FORMATS)}")
+    return chosen
 
 
 def command(
@@ -58,18 +63,14 @@ def command(
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
-    fmt = format or (output.suffix.lstrip(".") if output else "text")
-    fmt = {"markdown": "md", "htm": "html", "txt": "text"}.get(fmt, fmt)
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    b = Bundle.open(bundle)
-    data = summary(b)
-    if fmt == "json":
-        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    else:
-        text = render_text(data)
+    fmt = pick_format(format, output)
     if output:
-        check_output(output, force).write_text(text)
+        check_output(output, force)
+    analysis = analyze(Bundle.open(bundle))
+    text = render(analysis, fmt)
+    if output:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}", err=True)
     else:
         typer.echo(text, nl=False)
 

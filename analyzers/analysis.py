@@ -1,0 +1,146 @@
+"""``analyze(bundle) -> Analysis``: the one object every renderer takes (analyzers layer).
+
+It holds the verdict, the metrics, per-target verdicts, the timeline, the capture's health
+and warnings, plus optional artifacts other analyzers provide (flame graph models, IO events)
+when their modules are present. ``to_dict()`` is the JSON report (docs/report-json.md):
+schema ``profiler.report``, a version, sorted keys, floats rounded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from profiler.analyzers import _io_adapter, perfstat
+from profiler.analyzers import metrics as metmod
+from profiler.analyzers import procfs as procmod
+from profiler.analyzers import timeline as tlmod
+from profiler.analyzers import verdict as vmod
+
+from profiler import __version__
+
+SCHEMA = "profiler.report"
+VERSION = 1
+
+
+@dataclass
+class Health:
+    collector: str
+    backend: str
+    status: str
+    reason: str | None
+    files: list[str]
+    stats: dict[str, Any]
+
+
+@dataclass
+class Analysis:
+    bundle: str
+    manifest: dict[str, Any]  # the parts of the manifest a report shows
+    verdict: vmod.CaptureVerdict
+    metrics: metmod.Metrics
+    timeline: tlmod.Timeline
+    health: list[Health]
+    warnings: list[str]
+    artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
+    missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
+
+    def target_verdict(self, label: str) -> vmod.Verdict | None:
+        for v in self.verdict.per_target:
+            if v.target == label:
+                return v
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        md = self.metrics.to_dict()
+        targets = []
+        for tm, v in zip(md["targets"], self.verdict.per_target, strict=True):
+            targets.append({"pid": tm["pid"], "comm": tm["comm"], "kind": tm["kind"], "runtime": tm["runtime"],
+                            "label": tm["label"], "verdict": v.to_dict(), "metrics": tm})
+        return metmod._jsonable({
+            "schema": SCHEMA, "version": VERSION, "tool_version": __version__, "bundle": self.bundle,
+            "capture": self.manifest,
+            "verdict": self.verdict.to_dict(),
+            "targets": targets,
+            "imbalances": [vars(i) for i in self.verdict.imbalances],
+            "system": md["system"], "io": md["io"],
+            "sources": md["sources"], "unsupported_counters": md["unsupported_counters"],
+            "timeline": self.timeline.to_dict(),
+            "health": [vars(h) for h in self.health],
+            "warnings": self.warnings,
+            "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
+                           for k, t in sorted(vmod.THRESHOLDS.items())},
+        })
+
+
+def _manifest_summary(bundle: Any) -> dict[str, Any]:
+    m = bundle.manifest
+    return {
+        "status": m.status, "reason": m.reason, "created": m.created, "duration": m.duration,
+        "host": {"hostname": m.host.hostname, "kernel": m.host.kernel, "cpus": m.host.cpus,
+                 "memory_bytes": m.host.memory_bytes, "perf_version": m.host.perf_version},
+        "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind, "exe": t.exe, "threads": len(t.threads),
+                     "container": t.container} for t in m.targets],
+        "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None),
+        "options": m.options,
+    }
+
+
+def _optional(module: str, attr: str) -> Any:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return getattr(mod, attr, None)
+
+
+def _artifacts(bundle: Any, a: Analysis) -> None:
+    """Flame graph and IO models from the other analyzers, when they are installed and the data exists."""
+    for name, member, module, attrs in (
+        ("cpu_flame", "cpu.perf.txt.gz", "profiler.analyzers.flame", ("model_from_bundle", "cpu_model")),
+        ("offcpu_flame", "offcpu.perf.txt.gz", "profiler.analyzers.flame", ("offcpu_model", "offcpu_from_bundle")),
+        ("io_heatmap", "block.trace.gz", "profiler.analyzers.blockio", ("io_from_bundle",)),
+        ("cpu_heatmap", "cpu.perf.txt.gz", "profiler.analyzers.subsecond", ("from_bundle",)),
+    ):
+        if not bundle.has(member):
+            status = metmod._source_status(bundle, {"cpu.perf.txt.gz": "cpu-stacks", "offcpu.perf.txt.gz": "offcpu-stacks",
+                                                    "block.trace.gz": "block-io"}[member], (member,))
+            a.missing_artifacts[name] = f"not captured ({status})"
+            continue
+        fn = next((f for f in (_optional(module, at) for at in attrs) if f is not None), None)
+        if fn is None:
+            a.missing_artifacts[name] = f"{member} is in the bundle, but this build has no renderer for it yet"
+            continue
+        try:
+            a.artifacts[name] = fn(bundle)
+        except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
+            a.missing_artifacts[name] = f"could not be built: {type(exc).__name__}: {exc}"
+
+
+def analyze(bundle: Any) -> Analysis:
+    """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
+    pd = procmod.load(bundle)
+    met = metmod.compute(bundle, pd)
+    cv = vmod.judge(met)
+    m = bundle.manifest
+    t0 = met.t0
+    t1 = pd.t1 if pd is not None else None
+    if t0 is None:
+        t0 = m.clock.monotonic_start or None
+        t1 = m.ended
+    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
+    stat = perfstat.parse(bundle.iter_lines("stat.csv")) if bundle.has("stat.csv") else None
+    rec = m.collector("perf-stat")
+    srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None
+    srec = m.collector("syscalls")
+    tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=io, stat=stat, stat_start=rec.started if rec else None,
+                     syscall_rate=srate, syscall_start=srec.started if srec else None)
+    health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
+    warnings = list(met.warnings)
+    if m.status != "ok":
+        warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
+    a = Analysis(bundle=str(bundle.root), manifest=_manifest_summary(bundle), verdict=cv, metrics=met, timeline=tl,
+                 health=health, warnings=list(dict.fromkeys(warnings)))
+    _artifacts(bundle, a)
+    return a

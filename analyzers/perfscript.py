@@ -1,0 +1,213 @@
+"""A streaming parser of `perf script` text into samples and frames (analyzers layer).
+
+`iter_samples(lines)` reads any iterable of text lines (a file, a gzip stream, a list) and
+yields one `Sample` per event, frames leaf first as perf prints them. Memory stays bounded:
+only the sample being read is held.
+
+The line variants it meets, each parsed by the code named next to it:
+
+1. Header comments (``perf script --header``): ``# ========`` / ``# cmdline : ...``.
+   Skipped wherever a line starts with ``#`` (`_is_comment`).
+2. Blank lines end a sample. Several in a row are one separator; a whitespace-only line
+   is a blank line (`iter_samples`).
+3. Event header lines (`_HEADER`), with optional fields depending on what was recorded
+   and on ``perf script -F``::
+
+       mariadbd 10451/10460 [001] 12345.678901:    1001001 cpu-clock:ppp:
+       mariadbd 10460 12345.678901:    1001001 cpu-clock:
+       V8 WorkerThread 24636/25607 [000] 94564.109216: 100 cycles:       (comm with spaces)
+                python3 10889   469.286639:     250000 cpu-clock:pppH:     (padded comm, no -g)
+       swapper     0 [000]   100.000000: sched:sched_switch: prev_comm=swapper/0 ... (tracepoint)
+
+   The comm is everything before the first ``[pid/]tid`` word that is followed by the rest of
+   a header, so comms with spaces or digits survive. Event modifiers (``:pppH``) stay in
+   ``event``; `event_base` strips them.
+4. A header that also carries the only frame, when the sample has no call chain
+   (``perf record`` without ``-g``)::
+
+       python3 10889 469.286639: 250000 cpu-clock:pppH:  7f65d0ebaf02 intel_check_word+0x122 (/usr/lib/ld.so)
+
+   The text after the event is tried as a frame (`_FRAME`); otherwise it is tracepoint payload
+   (``prev_comm=... prev_state=S ==> next_comm=...``), kept verbatim in `Sample.payload`.
+5. Frame lines, one per call-chain entry, tab-indented (`_FRAME`)::
+
+       \tffffffff8152d261 __bpf_prog_enter_recur+0x51 ([kernel.kallsyms])
+       \t           14f02 intel_check_word.constprop.0+0x122 (/usr/lib/x86_64-linux-gnu/ld.so)
+       \t  7ffe24f6e82000 [unknown] ([unknown])                    (unresolved)
+       \t    7f1e2215d058  (/lib/x86_64-linux-gnu/libc-2.15.so)     (no symbol: empty name)
+       \t    7f722d142778 Ljava/io/PrintStream;::print (/tmp/perf-19982.map)   (JIT map)
+       \t          4a1b2c foo (/usr/bin/x (deleted))                 (dso replaced on disk)
+       \t          4a1b2c _RNvCs1234_5crate4main (/usr/bin/rustprog)  (Rust v0 left mangled)
+
+   The ``+0x..`` offset is split off the symbol into `Frame.offset`.
+   Inlined frames (``perf script --inline``) are printed by perf as extra frame lines with the
+   same address; they parse as ordinary frames. JIT-inlined frames joined by ``->``
+   (perf-map-agent) stay one frame; folding splits them.
+6. Anything else inside a sample (``-F +srcline`` source lines, ``brstack`` text) is kept out
+   of the frames: lines that do not match `_FRAME` are ignored.
+7. A last sample without its closing blank line, or cut mid-line (a truncated capture), is
+   still yielded, with ``truncated=True``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["Frame", "Sample", "iter_samples", "parse_header", "parse_frame", "event_base"]
+
+
+@dataclass(slots=True)
+class Frame:
+    """One call-chain entry: address, symbol (offset split off), shared object."""
+
+    addr: int | None
+    symbol: str
+    dso: str | None
+    offset: int | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    """One `perf script` event. Fields perf did not print are None."""
+
+    comm: str
+    pid: int | None
+    tid: int | None
+    cpu: int | None
+    time: float | None
+    period: int | None
+    event: str | None
+    frames: list[Frame] = field(default_factory=list)
+    payload: str | None = None  # tracepoint text after the event name (e.g. sched_switch fields)
+    truncated: bool = False  # the input ended inside this sample
+    line: int = 0  # 1-based line number of the header
+
+
+# Variant 3/4: the event header. Lazy comm: the first "[pid/]tid" word that is followed by the
+# rest of a header wins, so "V8 WorkerThread 24636/25607 [000] ..." keeps its spaces.
+_HEADER = re.compile(
+    r"""^\s*(?P<comm>.*?)\s+
+    (?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+
+    (?:\[(?P<cpu>\d+)\]\s+)?
+    (?:(?P<time>\d+\.\d+):\s+)?
+    (?:(?P<period>\d+)(?P<gap>\s+))?
+    (?P<event>[A-Za-z_][^\s]*?):(?=\s|$)
+    \s*(?P<rest>.*?)\s*$""",
+    re.VERBOSE,
+)
+
+# Variant 5: a frame line (also the tail of a variant-4 header). The dso may itself hold one
+# parenthesised suffix such as "(deleted)".
+_FRAME = re.compile(
+    r"""^\s*(?P<addr>[0-9a-fA-F]+)\s(?P<sym>.*?)\s*
+    \((?P<dso>[^()]*(?:\([^()]*\)[^()]*)?)\)$""",
+    re.VERBOSE,
+)
+
+_OFFSET = re.compile(r"\+0x([0-9a-fA-F]*)$")
+
+# perf event modifiers: cpu-clock:pppH, cycles:u, instructions:uk
+_MODIFIERS = re.compile(r":[ukhIGHpPSDWe]+$")
+
+
+def event_base(event: str) -> str:
+    """'cpu-clock:pppH' -> 'cpu-clock'; 'sched:sched_switch' stays as it is."""
+    return _MODIFIERS.sub("", event)
+
+
+def _is_comment(line: str) -> bool:
+    return line.startswith("#")
+
+
+def parse_frame(text: str) -> Frame | None:
+    """Parse one frame line (variant 5); None when the line is not a frame."""
+    m = _FRAME.match(text)
+    if m is None:
+        return None
+    sym = m.group("sym")
+    offset = None
+    om = _OFFSET.search(sym)
+    if om is not None:
+        sym = sym[: om.start()]
+        offset = int(om.group(1), 16) if om.group(1) else 0
+    return Frame(addr=int(m.group("addr"), 16), symbol=sym, dso=m.group("dso"), offset=offset)
+
+
+def parse_header(text: str, line: int = 0) -> Sample | None:
+    """Parse one event header line (variants 3 and 4); None when it is not one."""
+    m = _HEADER.match(text)
+    if m is None:
+        return None
+    g = m.group
+    pid = g("pid")
+    cpu = g("cpu")
+    t = g("time")
+    period = g("period")
+    s = Sample(
+        comm=g("comm").strip(),
+        pid=int(pid) if pid is not None else None,
+        tid=int(g("tid")),
+        cpu=int(cpu) if cpu is not None else None,
+        time=float(t) if t is not None else None,
+        period=int(period) if period is not None else None,
+        event=g("event"),
+        line=line,
+    )
+    rest = g("rest")
+    if rest:
+        frame = parse_frame(rest)
+        if frame is not None:
+            s.frames.append(frame)
+        else:
+            s.payload = rest
+    return s
+
+
+def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
+    """Yield one Sample per event in `perf script` text, streaming.
+
+    Lines may keep their newline. Headers that do not parse start no sample: their frame
+    lines are skipped up to the next blank line.
+    """
+    current: Sample | None = None
+    skipping = False
+    for n, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r\n")
+        if _is_comment(line):
+            continue
+        if not line.strip():
+            if current is not None:
+                yield current
+            current = None
+            skipping = False
+            continue
+        if current is None:
+            if skipping:
+                continue
+            current = parse_header(line, n)
+            if current is None:
+                skipping = True
+            elif current.frames:
+                # variant 4: a sample without call chain is one line, and perf prints no
+                # blank line after it
+                yield current
+                current = None
+            continue
+        if line[0] in " \t":
+            frame = parse_frame(line)
+            if frame is not None:
+                current.frames.append(frame)
+        else:
+            # A header with no blank line before it: perf never does this, but cut-and-pasted
+            # files do. Close the sample and start the next.
+            nxt = parse_header(line, n)
+            if nxt is not None:
+                yield current
+                current = nxt
+    if current is not None:
+        # The input ended inside a sample: no closing blank line, or cut in mid-line.
+        # A frame line cut in mid-line fails _FRAME (no closing parenthesis) and is dropped.
+        current.truncated = True
+        yield current

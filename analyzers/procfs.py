@@ -1,0 +1,317 @@
+"""proc.jsonl.gz -> numpy time series per thread, process, system and cgroup (analyzers layer).
+
+Also the wait-reason model: each sample of a thread that is not running is put in one class
+(disk IO, futex, idle wait, sleep, other) from its state, the syscall it sits in and its
+wchan. The classes are what the verdict rules weigh: D state and fsync-like syscalls are IO
+waits, futex is a lock (or an idle worker parked on a condition variable: the metrics tell
+them apart by whether the thread also works), epoll/poll/accept/recv is waiting for requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from profiler.analyzers.knowledge import pool_of
+
+# Wait classes, in the order they are stored (uint8 codes in ThreadSeries.wait).
+RUNNING, DISK, FUTEX, IDLE, SLEEP, OTHER = range(6)
+WAIT_NAMES = ("running", "io", "futex", "idle", "sleep", "other")
+
+# Syscalls by what waiting in them means (names from the kernel's table).
+IO_SYSCALLS = frozenset({
+    "fsync", "fdatasync", "sync_file_range", "sync", "syncfs", "io_getevents", "io_pgetevents",
+    "io_uring_enter", "io_submit", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2",
+    "fallocate", "msync", "openat", "unlink", "rename", "renameat", "renameat2", "ftruncate",
+})
+FUTEX_SYSCALLS = frozenset({"futex", "futex_waitv", "futex_wait", "semop", "semtimedop", "flock"})
+IDLE_SYSCALLS = frozenset({
+    "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "accept",
+    "accept4", "recvfrom", "recvmsg", "recvmmsg", "read", "readv", "wait4", "waitid", "pause",
+    "rt_sigtimedwait", "rt_sigsuspend", "sigsuspend", "msgrcv", "mq_timedreceive", "connect",
+    "sendto", "sendmsg", "write", "writev",
+})
+SLEEP_SYSCALLS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
+
+# wchan fragments (kernel function a thread sleeps in) when the syscall does not say.
+_WCHAN_RULES: tuple[tuple[str, int], ...] = (
+    ("futex", FUTEX), ("rwsem", FUTEX), ("mutex_lock", FUTEX),
+    ("io_schedule", DISK), ("folio_wait", DISK), ("wait_on_page", DISK), ("blk_", DISK),
+    ("jbd2", DISK), ("wait_for_completion_io", DISK), ("ext4", DISK), ("xfs", DISK), ("writeback", DISK),
+    ("epoll", IDLE), ("ep_poll", IDLE), ("poll_schedule", IDLE), ("do_select", IDLE), ("sk_wait", IDLE),
+    ("pipe_", IDLE), ("unix_stream", IDLE), ("inet_csk_accept", IDLE), ("do_wait", IDLE),
+    ("sigsuspend", IDLE), ("sigtimedwait", IDLE),
+    ("nanosleep", SLEEP), ("hrtimer", SLEEP),
+)
+
+
+def classify(state: str, syscall_name: str | None, wchan: str | None) -> int:
+    """The wait class of one sample."""
+    if state == "R":
+        return RUNNING
+    if state == "D":
+        # D is uninterruptible: disk IO or page-in almost always; kernel locks show in wchan.
+        if wchan and ("rwsem" in wchan or "mutex_lock" in wchan):
+            return FUTEX
+        return DISK
+    if state in ("I",):
+        return IDLE
+    if syscall_name:
+        if syscall_name in FUTEX_SYSCALLS:
+            return FUTEX
+        if syscall_name in IO_SYSCALLS:
+            return DISK
+        if syscall_name in SLEEP_SYSCALLS:
+            return SLEEP
+        if syscall_name in IDLE_SYSCALLS:
+            return IDLE
+    if wchan:
+        for frag, cls in _WCHAN_RULES:
+            if frag in wchan:
+                return cls
+    return OTHER
+
+
+@dataclass
+class ThreadSeries:
+    pid: int
+    tid: int
+    comm: str
+    pool: str
+    t: np.ndarray  # monotonic seconds
+    cpu: np.ndarray  # cumulative utime+stime, seconds
+    state: np.ndarray  # uint8 ord() of the state letter
+    wait: np.ndarray  # uint8 wait class (RUNNING..OTHER)
+    syscall: np.ndarray  # int32: -2 running/unknown, -1 not in a syscall, else the number
+    run_delay: np.ndarray  # cumulative seconds waiting on a run queue (NaN if unknown)
+    blkio: np.ndarray  # cumulative seconds of delay-accounted block IO wait (NaN if unknown)
+    vcsw: np.ndarray  # cumulative voluntary context switches (NaN where not sampled)
+    ivcsw: np.ndarray
+    wchans: list[str | None] = field(default_factory=list)
+
+    def delta(self, arr: np.ndarray) -> float:
+        v = arr[~np.isnan(arr)] if arr.dtype.kind == "f" else arr
+        return float(v[-1] - v[0]) if len(v) >= 2 else 0.0
+
+    @property
+    def span(self) -> float:
+        return float(self.t[-1] - self.t[0]) if len(self.t) >= 2 else 0.0
+
+
+@dataclass
+class Series:
+    """A set of named numeric arrays sharing one time axis."""
+
+    t: np.ndarray
+    values: dict[str, np.ndarray]
+
+    def get(self, name: str) -> np.ndarray | None:
+        return self.values.get(name)
+
+    def rate(self, name: str) -> float | None:
+        """Average per-second increase of a cumulative counter over the window."""
+        v = self.values.get(name)
+        if v is None or len(self.t) < 2:
+            return None
+        ok = ~np.isnan(v)
+        if ok.sum() < 2:
+            return None
+        tt, vv = self.t[ok], v[ok]
+        span = tt[-1] - tt[0]
+        return float((vv[-1] - vv[0]) / span) if span > 0 else None
+
+    def delta(self, name: str) -> float | None:
+        v = self.values.get(name)
+        if v is None:
+            return None
+        v = v[~np.isnan(v)]
+        return float(v[-1] - v[0]) if len(v) >= 2 else None
+
+    def last(self, name: str) -> float | None:
+        v = self.values.get(name)
+        if v is None:
+            return None
+        v = v[~np.isnan(v)]
+        return float(v[-1]) if len(v) else None
+
+    def mean(self, name: str) -> float | None:
+        v = self.values.get(name)
+        if v is None:
+            return None
+        v = v[~np.isnan(v)]
+        return float(v.mean()) if len(v) else None
+
+    def max(self, name: str) -> float | None:
+        v = self.values.get(name)
+        if v is None:
+            return None
+        v = v[~np.isnan(v)]
+        return float(v.max()) if len(v) else None
+
+
+@dataclass
+class ProcData:
+    host: dict[str, Any]
+    threads: dict[tuple[int, int], ThreadSeries]
+    processes: dict[int, Series]
+    system: Series | None
+    cgroups: dict[int, Series]
+    events: list[dict[str, Any]]
+    syscall_names: dict[int, str]
+    clk_tck: int = 100
+    bad_lines: int = 0
+
+    @property
+    def t0(self) -> float | None:
+        ts = [s.t[0] for s in self.threads.values() if len(s.t)]
+        if self.system is not None and len(self.system.t):
+            ts.append(self.system.t[0])
+        return float(min(ts)) if ts else None
+
+    @property
+    def t1(self) -> float | None:
+        ts = [s.t[-1] for s in self.threads.values() if len(s.t)]
+        if self.system is not None and len(self.system.t):
+            ts.append(self.system.t[-1])
+        return float(max(ts)) if ts else None
+
+    def syscall_name(self, nr: int) -> str:
+        return self.syscall_names.get(nr, f"syscall_{nr}")
+
+    def threads_of(self, pid: int) -> list[ThreadSeries]:
+        return [s for (p, _), s in sorted(self.threads.items()) if p == pid]
+
+
+def _flatten(prefix: str, obj: Any, out: dict[str, float]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, bool):
+        return
+    elif isinstance(obj, int | float):
+        out[prefix] = float(obj)
+
+
+def _series(rows: list[dict[str, float]], ts: list[float]) -> Series:
+    keys = sorted({k for r in rows for k in r})
+    t = np.asarray(ts, dtype=np.float64)
+    values = {k: np.asarray([r.get(k, np.nan) for r in rows], dtype=np.float64) for k in keys}
+    return Series(t=t, values=values)
+
+
+def parse_lines(lines: Iterable[str]) -> ProcData:
+    """Parse proc.jsonl lines; malformed lines are counted and skipped (a cut-off last line is normal)."""
+    host: dict[str, Any] = {}
+    per_thread: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    proc_rows: dict[int, tuple[list[dict[str, float]], list[float]]] = {}
+    sys_rows: tuple[list[dict[str, float]], list[float]] = ([], [])
+    cg_rows: dict[int, tuple[list[dict[str, float]], list[float]]] = {}
+    events: list[dict[str, Any]] = []
+    bad = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            kind = rec["kind"]
+            t = float(rec["t"])
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        if kind == "thread":
+            try:
+                per_thread.setdefault((int(rec["pid"]), int(rec["tid"])), []).append(rec)
+            except (KeyError, TypeError, ValueError):
+                bad += 1
+        elif kind == "process":
+            flat: dict[str, float] = {}
+            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+            rows, ts = proc_rows.setdefault(int(rec.get("pid", 0)), ([], []))
+            rows.append(flat)
+            ts.append(t)
+        elif kind == "system":
+            flat = {}
+            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t")}, flat)
+            sys_rows[0].append(flat)
+            sys_rows[1].append(t)
+        elif kind == "cgroup":
+            flat = {}
+            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+            rows, ts = cg_rows.setdefault(int(rec.get("pid", 0)), ([], []))
+            rows.append(flat)
+            ts.append(t)
+        elif kind == "host":
+            if not host:
+                host = rec
+        elif kind == "event":
+            events.append(rec)
+        else:
+            bad += 0  # an unknown kind from a newer writer: ignored on purpose
+    clk = int(host.get("clk_tck") or 100)
+    names = {}
+    for k, v in (host.get("syscall_names") or {}).items():
+        try:
+            names[int(k)] = str(v)
+        except (TypeError, ValueError):
+            continue
+    threads: dict[tuple[int, int], ThreadSeries] = {}
+    for key, recs in per_thread.items():
+        recs.sort(key=lambda r: r["t"])
+        threads[key] = _thread_series(key, recs, clk, names)
+    return ProcData(
+        host=host,
+        threads=threads,
+        processes={p: _series(r, ts) for p, (r, ts) in proc_rows.items()},
+        system=_series(*sys_rows) if sys_rows[1] else None,
+        cgroups={p: _series(r, ts) for p, (r, ts) in cg_rows.items()},
+        events=events,
+        syscall_names=names,
+        clk_tck=clk,
+        bad_lines=bad,
+    )
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+
+
+def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, names: dict[int, str]) -> ThreadSeries:
+    n = len(recs)
+    t = np.empty(n)
+    cpu = np.empty(n)
+    state = np.empty(n, dtype=np.uint8)
+    wait = np.empty(n, dtype=np.uint8)
+    sc = np.empty(n, dtype=np.int32)
+    rd = np.empty(n)
+    bk = np.empty(n)
+    vc = np.empty(n)
+    iv = np.empty(n)
+    wchans: list[str | None] = []
+    for i, r in enumerate(recs):
+        t[i] = r["t"]
+        cpu[i] = (_num(r.get("utime")) + _num(r.get("stime"))) / clk
+        st = str(r.get("state") or "?")[:1]
+        state[i] = ord(st)
+        s = r.get("syscall")
+        nr = int(s) if isinstance(s, int) else -2
+        sc[i] = nr
+        w = r.get("wchan")
+        wchans.append(w if isinstance(w, str) else None)
+        wait[i] = classify(st, names.get(nr) if nr >= 0 else None, w if isinstance(w, str) else None)
+        rd[i] = _num(r.get("run_delay_ns")) / 1e9
+        bk[i] = _num(r.get("blkio_ticks")) / clk
+        vc[i] = _num(r.get("vcsw"))
+        iv[i] = _num(r.get("ivcsw"))
+    comm = str(recs[-1].get("comm") or "")
+    return ThreadSeries(pid=key[0], tid=key[1], comm=comm, pool=pool_of(comm), t=t, cpu=cpu, state=state,
+                        wait=wait, syscall=sc, run_delay=rd, blkio=bk, vcsw=vc, ivcsw=iv, wchans=wchans)
+
+
+def load(bundle: Any, name: str = "proc.jsonl.gz") -> ProcData | None:
+    """Parse a bundle's procfs samples, or None when the bundle has none."""
+    if not bundle.has(name):
+        return None
+    return parse_lines(bundle.iter_lines(name))

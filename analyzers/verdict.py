@@ -1,0 +1,528 @@
+"""The verdict (analyzers layer): small named rules over the metrics, a ranked result, a confidence.
+
+Each rule is a function ``TargetMetrics (+ capture Metrics) -> Finding | None``. Thresholds live
+in one table, ``THRESHOLDS``, each with its source (USE method; PingCAP's TiKV inspection
+ratios; our own measurements on the samples/ workloads); docs/verdict.md explains them.
+
+Scoring: each piece of evidence is turned into 0..1 by ``ramp``: 0 below half the threshold,
+0.5 at the threshold, 1 at the "full" value. A rule's score is its strongest evidence, scaled
+by a weight when the evidence is indirect (a system-wide figure on a shared host). A finding
+with score >= ``PRIMARY`` can be the primary bottleneck; >= ``CONTRIBUTING`` is listed as
+contributing. When nothing reaches ``PRIMARY`` the target is not saturated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from profiler.analyzers.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
+from profiler.analyzers.metrics import Metrics, TargetMetrics
+
+CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
+PRIMARY = 0.5
+CONTRIBUTING = 0.35
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    full: float  # the value at which the evidence scores 1.0
+    unit: str
+    source: str
+    meaning: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    # CPU (USE method: utilization and saturation of the CPU resource)
+    "cpu.util": Threshold(0.80, 1.0, "of available cores", "USE method (utilization); PingCAP inspection CPU usage > 80%",
+                          "cores the target used / cores it may use (host, cpuset, cgroup quota)"),
+    "cpu.runq": Threshold(0.25, 0.6, "of CPU demand", "USE method (saturation); our measurements: 0.8 on a 2-CPU host with 14 runnable tasks",
+                          "time runnable but not running (schedstat run delay) / time wanting a CPU"),
+    "cpu.throttled": Threshold(0.20, 0.6, "of CFS periods", "cgroup v1 cpu.stat; USE method (saturation of a software limit)",
+                               "periods in which the cgroup ran out of quota / all periods"),
+    "cpu.hot_thread": Threshold(0.90, 0.98, "of one core", "our rule: a single thread at a core's limit caps throughput whatever the core count",
+                                "the busiest thread's CPU share"),
+    "cpu.pool": Threshold(0.80, 0.95, "of pool size", "PingCAP TiKV inspection: thread pool CPU > 80-90% of its thread count",
+                          "a pool's cores used / its thread count"),
+    # IO
+    "io.blocked": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (fio fsync: 0.8; CPU hogs: 0)",
+                            "time the target's busy threads sleep in D state or in IO syscalls (fsync, pread...)"),
+    "io.delayacct": Threshold(0.25, 0.6, "of busy-thread time", "kernel delay accounting (stat field 42, task_delayacct)",
+                              "block-IO delay of the busy threads / their time"),
+    "io.disk_util": Threshold(0.80, 1.0, "busy", "USE method (device utilization, /proc/diskstats io_ticks)",
+                              "share of the window the device had IO in flight"),
+    "io.p99": Threshold(20.0, 100.0, "ms", "our rule; seed 001 read 'most under 5 ms with jitter' off a heatmap",
+                        "99th percentile block IO latency (issue to completion)"),
+    "io.psi": Threshold(20.0, 60.0, "% of time", "PSI (Documentation/accounting/psi.rst): some tasks stalled on IO",
+                        "share of time some task was stalled on IO (system-wide)"),
+    "io.blkio_limit": Threshold(0.80, 0.98, "of the cgroup bps limit", "cgroup v1 blkio.throttle.*_bps_device",
+                                "bytes/s done / the tightest blkio bps limit"),
+    # memory
+    "mem.usage": Threshold(0.90, 0.99, "of the cgroup limit", "cgroup v1 memory.usage_in_bytes vs limit_in_bytes",
+                           "peak memory use / limit"),
+    "mem.majflt": Threshold(50.0, 500.0, "faults/s", "USE method (memory saturation: paging); our measurements (thrash: >1000/s)",
+                            "major page faults per second of the target (or its cgroup)"),
+    "mem.psi": Threshold(10.0, 40.0, "% of time", "PSI memory some", "share of time some task stalled on memory"),
+    "mem.swap": Threshold(100.0, 2000.0, "pages/s", "USE method (swapping)", "pages swapped in+out per second"),
+    "mem.failcnt": Threshold(1.0, 100.0, "per s", "cgroup v1 memory.failcnt", "times per second the cgroup hit its limit"),
+    # locks
+    "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
+                            "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),
+    # not saturated
+    "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
+                          "below this, with little waiting, the target is not the bottleneck"),
+}
+
+
+def ramp(value: float | None, key: str) -> float:
+    """Evidence strength 0..1: 0 below half the threshold, 0.5 at it, 1 at ``full``."""
+    if value is None:
+        return 0.0
+    value = float(value)
+    th = THRESHOLDS[key]
+    lo, mid, hi = th.value * 0.5, th.value, th.full
+    if value <= lo:
+        return 0.0
+    if value < mid:
+        return 0.5 * (value - lo) / (mid - lo)
+    if value >= hi:
+        return 1.0
+    return 0.5 + 0.5 * (value - mid) / (hi - mid)
+
+
+@dataclass
+class Evidence:
+    metric: str
+    value: float | None
+    threshold: float | None
+    unit: str
+    note: str = ""
+
+
+@dataclass
+class Finding:
+    category: str
+    rule: str
+    score: float
+    title: str
+    sub_cause: str
+    evidence: list[Evidence] = field(default_factory=list)
+    recommendation: str = ""
+    target: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["score"] = round(self.score, 3)
+        for e in d["evidence"]:
+            if isinstance(e["value"], float):
+                e["value"] = round(e["value"], 4)
+        return d
+
+
+@dataclass
+class Verdict:
+    category: str
+    score: float
+    headline: str
+    primary: Finding
+    contributing: list[Finding]
+    findings: list[Finding]  # every rule's result, best first
+    confidence: float
+    confidence_label: str
+    confidence_reasons: list[str]
+    target: str | None = None
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return self.primary.evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category, "score": round(self.score, 3), "headline": self.headline,
+            "sub_cause": self.primary.sub_cause, "target": self.target,
+            "evidence": [asdict(e) for e in self.primary.evidence],
+            "recommendation": self.primary.recommendation,
+            "primary": self.primary.to_dict(), "contributing": [f.to_dict() for f in self.contributing],
+            "findings": [f.to_dict() for f in self.findings],
+            "confidence": round(self.confidence, 3), "confidence_label": self.confidence_label,
+            "confidence_reasons": list(self.confidence_reasons),
+        }
+
+
+def _ev(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
+    th = THRESHOLDS[key] if key else None
+    return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
+                    unit=th.unit if th else unit, note=note)
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def _mib(x: float | None) -> str:
+    return "?" if x is None else f"{x / 1048576:.0f} MiB"
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
+    parts: list[tuple[float, str, str]] = []  # (score, sub_cause, recommendation)
+    ev: list[Evidence] = []
+    if tm.cpu_util is not None:
+        s = ramp(tm.cpu_util, "cpu.util")
+        ev.append(_ev("cpu_util", tm.cpu_util, "cpu.util", f"{tm.cpu_cores:.2f} of {tm.cpu_available:.2f} cores ({tm.cpu_available_why})"))
+        parts.append((s, f"all {tm.cpu_available:g} available cores busy ({_pct(tm.cpu_util)}; {tm.cpu_available_why})",
+                      "give the process more CPU (cores, cpuset, quota) or reduce the work per request (see the on-CPU flame graph)"))
+    demand = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
+    if tm.runq_share is not None:
+        # Run-queue delay matters when the threads want the CPU most of the time; a mostly idle
+        # target that waits for a CPU on a busy host is a victim of its neighbours, not CPU-bound.
+        s = ramp(tm.runq_share, "cpu.runq") * min(1.0, max(0.0, (demand - 0.3) / 0.4))
+        ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay)"))
+        sysu = m.system.cpu_util if m.system else None
+        others = ""
+        if sysu is not None and tm.cpu_cores is not None and m.system and m.system.ncpu:
+            if tm.cpu_cores < 0.5 * sysu * m.system.ncpu:
+                others = f"; the host's CPUs are {_pct(sysu)} busy, mostly with other processes"
+        parts.append((s, f"threads wait for a CPU: {_pct(tm.runq_share)} of their CPU demand is run-queue delay{others}",
+                      "the CPUs are oversubscribed: move other work off the host, pin the target to dedicated cores, or add cores"))
+    if tm.cpu_throttled_share is not None:
+        s = ramp(tm.cpu_throttled_share, "cpu.throttled")
+        ev.append(_ev("cgroup_throttled_periods", tm.cpu_throttled_share, "cpu.throttled",
+                      f"throttled {tm.cpu_throttled_time_share or 0:.2f} s per s"))
+        s = s + 0.01 if s >= PRIMARY else s  # the quota is the root cause of the run-queue delay it creates
+        parts.append((s, f"cgroup CPU quota: throttled in {_pct(tm.cpu_throttled_share)} of periods ({tm.cpu_available_why})",
+                      "raise the cgroup CPU quota (cpu.cfs_quota_us / the container's CPU limit)"))
+    if tm.max_thread_util is not None and tm.threads > 1:
+        s = ramp(tm.max_thread_util, "cpu.hot_thread") * 0.8
+        ev.append(_ev("hottest_thread_util", tm.max_thread_util, "cpu.hot_thread", tm.hottest_thread or ""))
+        parts.append((s, f"one thread is at a core's limit: {tm.hottest_thread} at {_pct(tm.max_thread_util)}",
+                      "a single thread caps throughput: spread its work (more pool threads, partitions) or make it cheaper"))
+    for p in tm.pools:
+        if p.cpu_cores < 0.2 or p.threads < 1:
+            continue
+        s = ramp(p.util, "cpu.pool")
+        if s <= 0:
+            continue
+        ev.append(_ev(f"pool_util[{p.pool}]", p.util, "cpu.pool", f"{p.cpu_cores:.2f} cores over {p.threads} threads"))
+        rec = (TIKV_POOLS[p.pool].advice if p.knob and p.pool in TIKV_POOLS
+               else f"the {p.pool} pool is saturated: give it more threads if its work is parallel")
+        knob = f" (knob: {p.knob})" if p.knob else ""
+        parts.append((s, f"pool {p.pool} saturated: {_pct(p.util)} of its {p.threads} threads busy{knob}", rec))
+    if not parts:
+        return None
+    best = max(parts, key=lambda x: x[0])
+    best = (min(1.0, best[0]), best[1], best[2])
+    rec = best[2]
+    if tm.kind == "tidb":
+        rec = TIDB_ADVICE["cpu"]
+    return Finding("cpu", "cpu_saturation", best[0], "CPU-bound", best[1], ev, rec, tm.label)
+
+
+def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
+    ev: list[Evidence] = []
+    scores: list[float] = []
+    blocked = tm.active_states.get("io") if tm.active_states else None
+    if blocked is not None:
+        scores.append(ramp(blocked, "io.blocked"))
+        ev.append(_ev("io_blocked_share", blocked, "io.blocked", "D state or IO syscalls, busy threads"))
+    if tm.blkio_delay_share is not None:
+        scores.append(ramp(tm.blkio_delay_share, "io.delayacct"))
+        ev.append(_ev("blkio_delay_share", tm.blkio_delay_share, "io.delayacct", "delay accounting"))
+    own = blocked is not None and blocked >= THRESHOLDS["io.blocked"].value * 0.5
+    disk = m.system.disks[0] if m.system and m.system.disks else None
+    if disk is not None and (own or (tm.disk_share or 0) > 0.3):
+        scores.append(ramp(disk.util, "io.disk_util") * 0.6)
+        ev.append(_ev(f"disk_util[{disk.name}]", disk.util, "io.disk_util",
+                      f"{disk.iops:.0f} IOPS, await {disk.await_ms or 0:.1f} ms, queue {disk.queue_depth:.1f}"))
+    if m.io is not None and m.io.p99_ms is not None and (own or (m.io.target_share or 0) > 0.3):
+        scores.append(ramp(m.io.p99_ms, "io.p99") * 0.7)
+        ev.append(_ev("io_p99_ms", m.io.p99_ms, "io.p99", f"{m.io.total} IOs, p50 {m.io.p50_ms:.2f} ms"))
+    if m.system is not None and "io_some" in m.system.psi and own:
+        scores.append(ramp(m.system.psi["io_some"], "io.psi") * 0.5)
+        ev.append(_ev("psi_io_some", m.system.psi["io_some"], "io.psi", "system-wide"))
+    if tm.blkio_limit_use is not None:
+        scores.append(ramp(tm.blkio_limit_use, "io.blkio_limit"))
+        ev.append(_ev("blkio_limit_use", tm.blkio_limit_use, "io.blkio_limit"))
+    if not scores:
+        return None
+    score = max(scores)
+    # sub-cause: which syscall dominates IO-blocked time, which device/op is slow, which limit
+    bits = []
+    if tm.io_syscalls:
+        name, share = tm.io_syscalls[0]
+        bits.append(f"{name} {_pct(share)} of IO-blocked time")
+    if m.io is not None and m.io.groups:
+        g = max(m.io.groups, key=lambda g: (g.p99_ms * g.count, g.count))
+        bits.append(f"{g.dev} {g.op} p99 {g.p99_ms:.1f} ms over {g.count} IOs")
+    elif disk is not None and disk.await_ms is not None:
+        bits.append(f"{disk.name} await {disk.await_ms:.1f} ms, {disk.util * 100:.0f}% busy")
+    if tm.blkio_limits:
+        lim = "; ".join(f"{k} {', '.join(f'{d}={v}' for d, v in devs.items())}" for k, devs in sorted(tm.blkio_limits.items()))
+        bits.append(f"cgroup blkio throttle ({lim})")
+    if tm.majflt_rate and tm.majflt_rate > THRESHOLDS["mem.majflt"].value:
+        bits.append(f"{tm.majflt_rate:.0f} major faults/s: part of this IO is paging")
+    sub = "; ".join(bits) or "threads blocked on IO"
+    rec = "faster storage or fewer synchronous writes (group commits, larger writes); check the IO heatmap for latency outliers"
+    if tm.blkio_limits:
+        rec = "the cgroup's blkio throttle caps the IO: raise blkio.throttle.* (or the container's IO limit)"
+    if tm.kind == "tikv":
+        rec = TIKV_ADVICE["io_wait"]
+    return Finding("io_wait", "io_wait", score, "IO wait dominates", sub, ev, rec, tm.label)
+
+
+def rule_memory(tm: TargetMetrics, m: Metrics) -> Finding | None:
+    ev: list[Evidence] = []
+    pressure: list[float] = []
+    majflt = max(tm.majflt_rate or 0.0, tm.cg_majflt_rate or 0.0) if (tm.majflt_rate is not None or tm.cg_majflt_rate is not None) else None
+    if majflt is not None:
+        pressure.append(ramp(majflt, "mem.majflt"))
+        ev.append(_ev("major_faults_per_s", majflt, "mem.majflt", "target process or its cgroup"))
+    if tm.mem_failcnt_rate is not None and tm.mem_limit:
+        pressure.append(ramp(tm.mem_failcnt_rate, "mem.failcnt") * 0.8)
+        ev.append(_ev("cgroup_failcnt_per_s", tm.mem_failcnt_rate, "mem.failcnt"))
+    if m.system is not None:
+        if "memory_some" in m.system.psi:
+            pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * 0.7)
+            ev.append(_ev("psi_memory_some", m.system.psi["memory_some"], "mem.psi", "system-wide"))
+        if m.system.swap_io_rate is not None:
+            pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * 0.7)
+            ev.append(_ev("swap_pages_per_s", m.system.swap_io_rate, "mem.swap", "system-wide"))
+    usage = 0.0
+    if tm.mem_usage_share is not None:
+        usage = ramp(tm.mem_usage_share, "mem.usage")
+        ev.append(_ev("cgroup_memory_usage", tm.mem_usage_share, "mem.usage", f"limit {_mib(tm.mem_limit)}"))
+    if not ev:
+        return None
+    # Being at the limit alone is not a bottleneck (page cache fills any limit); it is when paging follows.
+    p = max(pressure, default=0.0)
+    score = max(p, min(usage, p + 0.2)) if usage else p
+    bits = []
+    if tm.mem_limit and tm.mem_usage_share is not None:
+        bits.append(f"cgroup memory limit {_mib(tm.mem_limit)}: usage {_pct(tm.mem_usage_share)}")
+    if majflt:
+        bits.append(f"{majflt:.0f} major faults/s (working set does not fit: page cache thrash)")
+    if m.system is not None and m.system.swap_io_rate and m.system.swap_io_rate > THRESHOLDS["mem.swap"].value:
+        bits.append(f"swapping {m.system.swap_io_rate:.0f} pages/s")
+    if m.system is not None and m.system.mem_available_share is not None and m.system.mem_available_share < 0.05:
+        bits.append(f"host memory available {_pct(m.system.mem_available_share)}")
+    sub = "; ".join(bits) or "memory pressure"
+    rec = "raise the memory limit or shrink the working set (caches sized to the limit)"
+    if tm.kind == "tikv":
+        rec = TIKV_ADVICE["memory"]
+    return Finding("memory", "memory_pressure", score, "memory pressure", sub, ev, rec, tm.label)
+
+
+def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
+    if not tm.active_states:
+        return None
+    fut = tm.active_states.get("futex", 0.0)
+    ev = [_ev("futex_wait_share", fut, "lock.futex", f"{tm.active_threads} busy threads")]
+    score = ramp(fut, "lock.futex")
+    if tm.active_threads < 2:
+        score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
+    if tm.vcsw_rate is not None and tm.active_threads:
+        ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
+    bits = [f"{tm.active_threads} busy threads spend {_pct(fut)} of their time waiting in futex"]
+    if tm.offcpu_futex_stacks:
+        frames, n = tm.offcpu_futex_stacks[0]
+        bits.append(f"top futex wait stack: {frames} ({n} switches)")
+    if len(tm.futex_threads) > 1 or (tm.futex_threads and tm.futex_threads[0][0] != tm.comm):
+        bits.append("futex time by pool: " + ", ".join(f"{p} {_pct(s)}" for p, s in tm.futex_threads))
+    kernel_locks = [w for w, _ in tm.wchans if "rwsem" in w or "mutex" in w]
+    if kernel_locks:
+        bits.append(f"kernel lock waits in {kernel_locks[0]}")
+    sub = "; ".join(bits) or "threads wait on futexes"
+    rec = ("find the contended lock in the off-CPU flame graph (futex stacks) and shorten its critical section "
+           "or shard it")
+    if tm.kind == "tikv":
+        rec = TIKV_ADVICE["lock_contention"]
+    elif tm.kind == "tidb":
+        rec = TIDB_ADVICE["lock_contention"]
+    return Finding("lock_contention", "lock_contention", score, "lock contention", sub, ev, rec, tm.label)
+
+
+RULES: list[Callable[[TargetMetrics, Metrics], Finding | None]] = [rule_cpu, rule_io_wait, rule_memory, rule_lock]
+
+
+def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> Finding:
+    worst = max((f.score for f in others), default=0.0)
+    ev = []
+    if tm.cpu_util is not None:
+        ev.append(_ev("cpu_util", tm.cpu_util, "idle.cpu", f"{tm.cpu_cores or 0:.2f} of {tm.cpu_available or 0:g} cores"))
+    idle = tm.states.get("idle", 0.0) + tm.states.get("sleep", 0.0) if tm.states else None
+    if idle is not None:
+        ev.append(Evidence("idle_wait_share", float(idle), None, "of thread time", "waiting for work (epoll, recv, sleep)"))
+    score = max(0.0, 1.0 - worst) if worst < PRIMARY else max(0.0, 0.5 - worst / 2)
+    sub = (f"CPU at {_pct(tm.cpu_util)} of {tm.cpu_available or 0:g} cores and little waiting on IO, locks or memory: "
+           "the bottleneck is elsewhere (the client's concurrency, another tier, the network)")
+    rec = "raise the load generator's concurrency, or profile the other tiers (TiDB, TiKV, PD, the client)"
+    if tm.kind == "tikv":
+        rec = TIKV_ADVICE["not_saturated"]
+    elif tm.kind == "tidb":
+        rec = TIDB_ADVICE["not_saturated"]
+    return Finding("not_saturated", "not_saturated", score, "not saturated", sub, ev, rec, tm.label)
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding, runner_up: float) -> tuple[float, list[str]]:
+    c = 1.0
+    why: list[str] = []
+    if m.sources.get("procfs") != "ok":
+        c *= 0.4
+        why.append(f"procfs sampler {m.sources.get('procfs')}: thread states unknown")
+    if tm is not None:
+        if tm.samples < 20:
+            c *= 0.6
+            why.append(f"only {tm.samples} samples per thread")
+        elif tm.samples < 50:
+            c *= 0.85
+            why.append(f"{tm.samples} samples per thread (short capture)")
+        if tm.exited:
+            c *= 0.85
+            why.append("the target exited during the capture")
+    if primary.category == "lock_contention" and m.sources.get("offcpu") != "ok":
+        c *= 0.85
+        why.append("no off-CPU stacks: the contended lock is not named")
+    if primary.category == "io_wait":
+        if m.sources.get("block-io") != "ok":
+            c *= 0.9
+            why.append("no block IO trace: device latency from /proc/diskstats only")
+        if m.delayacct is False:
+            c *= 0.95
+            why.append("task_delayacct was off: no block-IO delay accounting")
+    if primary.category == "cpu" and m.sources.get("cpu-stacks") != "ok":
+        c *= 0.95
+        why.append("no on-CPU stacks: where the CPU goes is not shown")
+    if m.sources.get("perf-stat") != "ok":
+        c *= 0.95
+        why.append(f"perf stat {m.sources.get('perf-stat')}")
+    if m.unsupported_counters:
+        why.append("hardware counters not supported here: " + ", ".join(m.unsupported_counters[:4]))
+    if primary.score - runner_up < 0.1 and primary.category != "not_saturated":
+        c *= 0.8
+        why.append(f"close call: the next finding scores {runner_up:.2f}")
+    return c, why
+
+
+def _label(c: float) -> str:
+    return "high" if c >= 0.75 else "medium" if c >= 0.5 else "low"
+
+
+def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
+    found = [f for f in (r(tm, m) for r in RULES) if f is not None]
+    found.append(rule_not_saturated(tm, m, found))
+    found.sort(key=lambda f: (-f.score, CATEGORIES.index(f.category)))
+    best = found[0]
+    if best.category != "not_saturated" and best.score < PRIMARY:
+        best = next(f for f in found if f.category == "not_saturated")
+    contributing = [f for f in found if f is not best and f.score >= CONTRIBUTING and f.category != "not_saturated"]
+    runner = max((f.score for f in found if f is not best), default=0.0)
+    conf, why = _confidence(tm, m, best, runner)
+    return Verdict(category=best.category, score=best.score, headline=_headline(tm, best), primary=best,
+                   contributing=contributing, findings=found, confidence=conf, confidence_label=_label(conf),
+                   confidence_reasons=why, target=tm.label)
+
+
+def _headline(tm: TargetMetrics, f: Finding) -> str:
+    who = tm.label
+    if f.category == "not_saturated":
+        return f"{who} is not the bottleneck: {f.sub_cause}"
+    lead = {"cpu": "is CPU-bound", "io_wait": "is not CPU-bound: IO wait dominates" if (tm.cpu_util or 0) < 0.8 else "waits on IO",
+            "memory": "is short of memory", "lock_contention": "is slowed by lock contention"}[f.category]
+    return f"{who} {lead}: {f.sub_cause}"
+
+
+@dataclass
+class Imbalance:
+    group: str  # e.g. "tikv-server"
+    metric: str
+    values: dict[str, float]  # target label -> value
+    outlier: str
+    ratio: float  # outlier / median of its peers
+    note: str
+
+
+def compare_targets(m: Metrics) -> list[Imbalance]:
+    """Targets of one kind (or one program) that do much less or much more than their peers."""
+    groups: dict[str, list[TargetMetrics]] = {}
+    for t in m.targets:
+        groups.setdefault(t.kind or t.comm, []).append(t)
+    out: list[Imbalance] = []
+    for name, ts in sorted(groups.items()):
+        if len(ts) < 2:
+            continue
+        for metric, get, floor in (("cpu_cores", lambda t: t.cpu_cores, 0.05),
+                                   ("write_bps", lambda t: t.write_bps, 1 << 20),
+                                   ("read_bps", lambda t: t.read_bps, 1 << 20)):
+            vals = {t.label: get(t) for t in ts if get(t) is not None}
+            if len(vals) < 2:
+                continue
+            for label, v in vals.items():
+                peers = sorted(x for k, x in vals.items() if k != label)
+                med = peers[len(peers) // 2] if len(peers) % 2 else (peers[len(peers) // 2 - 1] + peers[len(peers) // 2]) / 2
+                if max(v, med) < floor:
+                    continue
+                ratio = v / med if med > 0 else float("inf")
+                if ratio <= 0.7 or ratio >= 1.4:
+                    word = "less" if ratio < 1 else "more"
+                    unit = "cores" if metric == "cpu_cores" else "MiB/s"
+                    scale = 1.0 if metric == "cpu_cores" else 1 / 1048576
+                    out.append(Imbalance(group=name, metric=metric, values=vals, outlier=label,
+                                         ratio=ratio if ratio != float("inf") else 99.0,
+                                         note=f"{label} does much {word} than its peers: {metric} {v * scale:.2f} {unit} "
+                                              f"vs a median of {med * scale:.2f}"))
+    return out
+
+
+@dataclass
+class CaptureVerdict:
+    overall: Verdict
+    per_target: list[Verdict]
+    imbalances: list[Imbalance]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.overall.to_dict()
+        d["imbalances"] = [asdict(i) for i in self.imbalances]
+        return d
+
+
+def judge(m: Metrics) -> CaptureVerdict:
+    """Per-target verdicts, the capture's verdict (the most severe target), and the imbalances."""
+    per = [target_verdict(t, m) for t in m.targets]
+    imb = compare_targets(m)
+    if not per:
+        nf = Finding("not_saturated", "no_targets", 0.0, "no evidence", "the bundle names no target", [], "", None)
+        conf, why = 0.1, ["no target in the bundle"]
+        return CaptureVerdict(Verdict("not_saturated", 0.0, "no target was captured", nf, [], [nf], conf, _label(conf), why), [], imb)
+    bottlenecked = [v for v in per if v.category != "not_saturated"]
+    if bottlenecked:
+        top = max(bottlenecked, key=lambda v: (v.score, v.confidence))
+        overall = Verdict(**{**top.__dict__})
+        others = [v for v in per if v is not top]
+        if others and len(m.targets) > 1:
+            same = [v for v in others if v.category == top.category]
+            calm = [v for v in others if v.category == "not_saturated"]
+            extra = []
+            if same:
+                extra.append(f"{len(same)} more target(s) show the same")
+            if calm:
+                extra.append(", ".join(v.target or "?" for v in calm[:3]) + " not saturated")
+            if extra:
+                overall.headline = f"{top.headline} ({'; '.join(extra)})"
+        overall.contributing = list(top.contributing) + [v.primary for v in others
+                                                         if v.category != "not_saturated" and v.category != top.category]
+    else:
+        # Everyone is calm: the capture's verdict is not_saturated, scored by the least calm target.
+        least = min(per, key=lambda v: v.score)
+        overall = Verdict(**{**least.__dict__})
+        if len(per) > 1:
+            overall.headline = (f"none of the {len(per)} targets is saturated: the bottleneck is elsewhere "
+                                f"(the client's concurrency, another tier, the network)")
+    return CaptureVerdict(overall=overall, per_target=per, imbalances=imb)

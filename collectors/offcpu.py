@@ -1,0 +1,137 @@
+"""Off-CPU evidence from sched_switch with stacks (capture layer) -> offcpu.perf.txt.gz, offcpu.csv.gz.
+
+``perf record -e sched:sched_switch --call-graph fp --switch-events -k CLOCK_MONOTONIC -p PIDS``:
+each time a target thread leaves the CPU, its stack and ``prev_state`` (S: sleeping, e.g. a
+futex or epoll wait; D: uninterruptible, usually IO) are recorded; the switch-in records
+tell how long it stayed off. At stop, ``perf script`` writes the sched_switch samples with
+their stacks (offcpu.perf.txt.gz), and a second, stack-less ``perf script --show-switch-events``
+pass pairs each switch-out with the thread's next switch-in: one CSV row per off-CPU interval
+(offcpu.csv.gz: ``tid,comm,off,on,state``, CLOCK_MONOTONIC seconds).
+
+Frame pointers are used whatever ``--call-graph`` says: a DWARF stack copy on every context
+switch would cost far more than the evidence is worth; the kernel half of the stack (futex,
+io_schedule, epoll) is what tells waits apart.
+
+The collector also turns ``kernel.task_delayacct`` on for the capture (the procfs sampler
+reads per-thread IO-wait ticks from it) and puts back the value it found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import subprocess
+from typing import IO
+
+from profiler.collectors import _proc
+from profiler.collectors._proc import pid_list, read_file, write_file
+from profiler.collectors.base import CaptureContext
+from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
+
+from profiler.bundle import CollectorRecord
+
+OUTPUT = "offcpu.perf.txt.gz"
+INTERVALS = "offcpu.csv.gz"
+DELAYACCT = "/proc/sys/kernel/task_delayacct"
+
+# Lines of the second, stack-less pass (``-F comm,tid,time,event,trace --show-switch-events``):
+#   "fio 22123  1049.003563: PERF_RECORD_SWITCH IN"
+#   "fio 22123  1049.003584: sched:sched_switch: prev_comm=fio prev_pid=22123 prev_prio=120 prev_state=D ==> ..."
+#   "fio 22123  1049.003611: PERF_RECORD_SWITCH OUT" (or "OUT preempt")
+_LINE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):\s+(?P<rest>.*)$")
+_STATE = re.compile(r"\bprev_state=(\S+)")
+PAIR_FIELDS = "comm,tid,time,event,trace"
+
+
+class IntervalWriter:
+    """Pairs each thread's switch-out (with its prev_state) with its next switch-in."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.pending: dict[int, tuple[float, str, str]] = {}  # tid -> (off time, state, comm)
+        self.intervals = 0
+        self.off_seconds = 0.0
+        out.write("tid,comm,off,on,state\n")
+
+    def feed(self, line: str) -> None:
+        m = _LINE.match(line)
+        if m is None:
+            return
+        rest = m.group("rest")
+        tid = int(m.group("tid"))
+        if rest.startswith("sched:sched_switch:"):
+            sm = _STATE.search(rest)
+            self.pending[tid] = (float(m.group("time")), sm.group(1) if sm else "?", m.group("comm"))
+        elif rest.startswith("PERF_RECORD_SWITCH IN") or rest.startswith("PERF_RECORD_SWITCH_CPU_WIDE IN"):
+            got = self.pending.pop(tid, None)
+            if got is not None:
+                t_off, state, comm = got
+                t_on = float(m.group("time"))
+                self.out.write(f"{tid},{_csv(comm)},{t_off:.6f},{t_on:.6f},{state}\n")
+                self.intervals += 1
+                self.off_seconds += max(0.0, t_on - t_off)
+
+
+def _csv(text: str) -> str:
+    if any(c in text for c in ',"\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class OffCpu(RecordCollector):
+    name = "offcpu-stacks"
+    events = ["sched:sched_switch"]
+    output = OUTPUT
+    fields = SCRIPT_FIELDS + ",trace"
+
+    def __init__(self, keep_perf_data: bool = False, delayacct_path: str = DELAYACCT) -> None:
+        super().__init__(keep_perf_data)
+        self.delayacct_path = delayacct_path
+        self.delayacct_was: str | None = None
+
+    def argv(self, ctx: CaptureContext) -> list[str]:
+        return [ctx.perf, "record", "-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events",
+                "-k", "CLOCK_MONOTONIC", "--sample-cpu", "-N", "-B", "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+
+    def prepare(self, ctx: CaptureContext) -> None:
+        super().prepare(ctx)
+        was = read_file(self.delayacct_path)
+        if was is not None and was.strip() == "0":
+            try:
+                write_file(self.delayacct_path, "1")
+                self.delayacct_was = "0"
+                self.rec.stats["task_delayacct"] = "turned on for the capture"
+            except OSError as exc:
+                self.rec.stats["task_delayacct"] = f"off (could not turn it on: {exc.strerror})"
+        elif was is not None:
+            self.rec.stats["task_delayacct"] = "already on"
+
+    def cleanup(self, ctx: CaptureContext) -> None:
+        super().cleanup(ctx)
+        if self.delayacct_was is not None:
+            with contextlib.suppress(OSError):
+                write_file(self.delayacct_path, self.delayacct_was)
+            self.delayacct_was = None
+
+    def after_script(self, ctx: CaptureContext, rec: CollectorRecord, counter: SampleCounter) -> None:
+        super().after_script(ctx, rec, counter)
+        data = self.data_path(ctx)
+        argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS, "--show-switch-events"]
+        rec.stats["pair_argv"] = argv
+        with ctx.writer.open_member(INTERVALS) as raw:
+            rec.files.append(INTERVALS)
+            text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            pairs = IntervalWriter(text)
+            proc = _proc.spawn(argv, stdout=subprocess.PIPE)
+            try:
+                assert proc.stdout is not None
+                for line in io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace"):
+                    pairs.feed(line)
+            finally:
+                _proc.stop_process(proc, 5.0)
+            text.flush()
+            text.detach()
+        rec.stats["intervals"] = pairs.intervals
+        rec.stats["off_cpu_seconds"] = round(pairs.off_seconds, 6)
+        rec.stats["open_at_end"] = len(pairs.pending)

@@ -1,0 +1,664 @@
+"""The procfs sampler (capture layer): per-thread states and times, process, system and cgroup stats.
+
+Runs in-process on its own thread, needs no perf and no privileges beyond reading /proc
+(root for other users' /proc/PID/io, syscall and wchan). Every tick (``proc_hz``, default
+20 Hz) it reads, for each thread of each target, ``/proc/PID/task/TID/{stat,schedstat}``,
+and for threads that are not running also ``syscall`` and ``wchan``; every ``slow`` tick
+(about 4 Hz) it reads each thread's ``status`` (context switches), the process totals, the
+system (CPU, memory, PSI, disks) and the targets' cgroups. Records stream into
+``proc.jsonl.gz`` (format: docs/bundle.md), so memory stays flat however long the capture.
+
+Cost is kept low by holding the per-thread files open and re-reading them with ``pread``
+at offset 0 (procfs regenerates the text on each read), so a tick is a few syscalls per
+thread rather than open/read/close of five files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from profiler.collectors.base import CaptureContext, Probe
+
+from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
+
+FILE = "proc.jsonl.gz"
+SLOW_HZ = 4.0  # process / system / cgroup / per-thread status records per second
+_READ = 4096
+
+# --------------------------------------------------------------------------- syscall names
+
+
+def _parse_unistd(text: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for m in re.finditer(r"^#define\s+__NR_(\w+)\s+(\d+)\s*$", text, re.M):
+        out[int(m.group(2))] = m.group(1)
+    return out
+
+
+def syscall_table() -> tuple[dict[int, str], str]:
+    """The running kernel's syscall number -> name table, and where it came from.
+
+    Tracefs names the syscall tracepoints but not their numbers, so the ladder is: the
+    audit userspace's table (``ausyscall --dump``, generated from the kernel), else the
+    kernel's UAPI header ``unistd_64.h`` (linux-libc-dev or the installed kernel headers).
+    Returns ({}, "none") when neither exists: the analyzers then show numbers.
+    """
+    exe = shutil.which("ausyscall")
+    if exe:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([exe, "--dump"], capture_output=True, text=True, timeout=5).stdout
+            table = {}
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0].isdigit():
+                    table[int(parts[0])] = parts[1]
+            if table:
+                return table, "ausyscall"
+    machine = os.uname().machine
+    arch = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(machine, machine)
+    candidates = [f"/usr/include/{arch}-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"]
+    candidates += sorted(glob.glob("/usr/src/linux-headers-*/arch/x86/include/generated/uapi/asm/unistd_64.h"))
+    candidates += ["/usr/include/asm-generic/unistd.h"]
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            table = _parse_unistd(Path(path).read_text(errors="replace"))
+            if len(table) > 50:
+                return table, path
+    return {}, "none"
+
+
+# --------------------------------------------------------------------------- parsing helpers
+
+
+def parse_stat(text: str) -> list[str] | None:
+    """Fields of /proc/.../stat after the ``(comm)``; index 0 is field 3 (state).
+
+    comm may hold spaces and parentheses, so split at the last ')'.
+    """
+    end = text.rfind(")")
+    if end < 0:
+        return None
+    return text[end + 2:].split()
+
+
+def parse_status_ctxt(text: str) -> tuple[int, int] | None:
+    v = iv = None
+    for line in text.splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            v = int(line.split()[1])
+        elif line.startswith("nonvoluntary_ctxt_switches:"):
+            iv = int(line.split()[1])
+    if v is None or iv is None:
+        return None
+    return v, iv
+
+
+def parse_syscall(text: str) -> int | None:
+    """``/proc/TID/syscall``: 'running' -> None, '-1 ...' (not in a syscall) -> -1, 'N args' -> N."""
+    word = text.split(" ", 1)[0].strip()
+    if not word or word == "running":
+        return None
+    try:
+        return int(word)
+    except ValueError:
+        return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _kv_file(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    text = _read(path) or ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            with contextlib.suppress(ValueError):
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+_MEM_KEYS = {
+    "MemTotal": "total", "MemFree": "free", "MemAvailable": "available", "Cached": "cached",
+    "Buffers": "buffers", "Dirty": "dirty", "Writeback": "writeback", "SwapTotal": "swap_total",
+    "SwapFree": "swap_free",
+}
+_VM_KEYS = ("pgmajfault", "pswpin", "pswpout", "pgscan_direct", "pgsteal_direct", "pgscan_kswapd", "allocstall_normal")
+
+
+def read_system(disks: list[str]) -> dict[str, Any]:
+    rec: dict[str, Any] = {"kind": "system"}
+    text = _read("/proc/stat") or ""
+    ncpu = 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            vals = [int(v) for v in line.split()[1:]]
+            rec["cpu"] = dict(zip(_CPU_FIELDS, vals, strict=False))
+        elif line.startswith("cpu"):
+            ncpu += 1
+        elif line.startswith("procs_running"):
+            rec["procs_running"] = int(line.split()[1])
+        elif line.startswith("procs_blocked"):
+            rec["procs_blocked"] = int(line.split()[1])
+        elif line.startswith("ctxt "):
+            rec["ctxt"] = int(line.split()[1])
+    rec["ncpu"] = ncpu
+    mem: dict[str, int] = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in _MEM_KEYS:
+            with contextlib.suppress(ValueError, IndexError):
+                mem[_MEM_KEYS[key]] = int(rest.split()[0]) * 1024
+    if "swap_total" in mem and "swap_free" in mem:
+        mem["swap_used"] = mem["swap_total"] - mem["swap_free"]
+    rec["mem"] = mem
+    vm = _kv_file("/proc/vmstat")
+    rec["vm"] = {k: vm[k] for k in _VM_KEYS if k in vm}
+    psi: dict[str, dict[str, float]] = {}
+    for res in ("cpu", "io", "memory"):
+        body = _read(f"/proc/pressure/{res}")
+        if body is None:
+            continue
+        d: dict[str, float] = {}
+        for line in body.splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            for kv in parts[1:]:
+                k, _, v = kv.partition("=")
+                if k in ("avg10", "total"):
+                    d[f"{parts[0]}_{k}"] = float(v) if k == "avg10" else int(v)
+        psi[res] = d
+    if psi:
+        rec["psi"] = psi
+    dd: dict[str, dict[str, int]] = {}
+    for line in (_read("/proc/diskstats") or "").splitlines():
+        f = line.split()
+        if len(f) < 14 or f[2] not in disks:
+            continue
+        v = [int(x) for x in f[3:14]]
+        dd[f[2]] = {
+            "reads": v[0], "read_sectors": v[2], "read_ms": v[3], "writes": v[4],
+            "write_sectors": v[6], "write_ms": v[7], "in_flight": v[8], "io_ticks_ms": v[9],
+            "time_in_queue_ms": v[10],
+        }
+    rec["disks"] = dd
+    return rec
+
+
+def whole_disks() -> list[str]:
+    """Block devices worth sampling: whole disks that are not loop/ram devices."""
+    out = []
+    for d in sorted(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else []:
+        if d.startswith(("loop", "ram")):
+            continue
+        out.append(d)
+    return out
+
+
+def _cgroup_dirs(pid: int) -> dict[str, str]:
+    """controller -> directory holding the target's cgroup files (v1), or {'': dir} (v2)."""
+    out: dict[str, str] = {}
+    text = _read(f"/proc/{pid}/cgroup") or ""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        if not ctrls:
+            d = "/sys/fs/cgroup" + path
+            if os.path.isfile(os.path.join(d, "cgroup.controllers")) or os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+                out[""] = d
+            continue
+        for c in ctrls.split(","):
+            for mount in (f"/sys/fs/cgroup/{c}", f"/sys/fs/cgroup/{ctrls}"):
+                d = mount + path
+                if os.path.isdir(d):
+                    out[c] = d
+                    break
+    return out
+
+
+def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
+    rec: dict[str, Any] = {}
+    if "cpu" in dirs:
+        st = _kv_file(os.path.join(dirs["cpu"], "cpu.stat"))
+        if st:
+            rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
+                          "throttled_time_ns": st.get("throttled_time", 0)}
+    if "cpuacct" in dirs:
+        usage = _read(os.path.join(dirs["cpuacct"], "cpuacct.usage"))
+        if usage and usage.strip().isdigit():
+            rec.setdefault("cpu", {})["usage_ns"] = int(usage)
+    if "memory" in dirs:
+        d = dirs["memory"]
+        m: dict[str, Any] = {}
+        for key, fname in (("usage", "memory.usage_in_bytes"), ("limit", "memory.limit_in_bytes"),
+                           ("failcnt", "memory.failcnt"), ("max_usage", "memory.max_usage_in_bytes")):
+            v = _read(os.path.join(d, fname))
+            if v and v.strip().isdigit():
+                m[key] = int(v)
+        st = _kv_file(os.path.join(d, "memory.stat"))
+        for key in ("pgmajfault", "total_pgmajfault", "cache", "rss", "total_cache", "total_rss", "pgpgin"):
+            if key in st:
+                m[key] = st[key]
+        if m:
+            rec["memory"] = m
+    if "blkio" in dirs:
+        d = dirs["blkio"]
+        b: dict[str, Any] = {}
+        for key, fname in (("service_bytes", "blkio.throttle.io_service_bytes"), ("serviced", "blkio.throttle.io_serviced")):
+            text = _read(os.path.join(d, fname)) or ""
+            totals: dict[str, int] = {}
+            for line in text.splitlines():
+                f = line.split()
+                if len(f) == 3 and f[1] in ("Read", "Write") and f[2].isdigit():
+                    totals[f[1].lower()] = totals.get(f[1].lower(), 0) + int(f[2])
+            if totals:
+                b[key] = totals
+        if b:
+            rec["blkio"] = b
+    if "" in dirs:  # cgroup v2
+        d = dirs[""]
+        st = _kv_file(os.path.join(d, "cpu.stat"))
+        if st:
+            rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
+                          "throttled_time_ns": st.get("throttled_usec", 0) * 1000, "usage_ns": st.get("usage_usec", 0) * 1000}
+        m = {}
+        cur = _read(os.path.join(d, "memory.current"))
+        if cur and cur.strip().isdigit():
+            m["usage"] = int(cur)
+        mx = _read(os.path.join(d, "memory.max"))
+        if mx and mx.strip().isdigit():
+            m["limit"] = int(mx)
+        ev = _kv_file(os.path.join(d, "memory.events"))
+        if "max" in ev:
+            m["failcnt"] = ev["max"]
+        ms = _kv_file(os.path.join(d, "memory.stat"))
+        if "pgmajfault" in ms:
+            m["pgmajfault"] = ms["pgmajfault"]
+        if m:
+            rec["memory"] = m
+    return rec
+
+
+# --------------------------------------------------------------------------- the sampler
+
+
+class _Thread:
+    """Open file handles on one thread's procfs files, re-read with pread at offset 0."""
+
+    __slots__ = ("tid", "base", "fds")
+
+    NAMES = ("stat", "schedstat", "syscall", "wchan", "status")
+
+    def __init__(self, base: str, tid: int) -> None:
+        self.tid = tid
+        self.base = base
+        self.fds: dict[str, int] = {"stat": os.open(f"{base}/stat", os.O_RDONLY)}
+
+    def read(self, name: str, size: int = _READ) -> str | None:
+        """The file's current text; None if it cannot be read (thread gone, no permission)."""
+        fd = self.fds.get(name)
+        if fd is None:
+            try:
+                fd = os.open(f"{self.base}/{name}", os.O_RDONLY)
+            except OSError as exc:
+                if exc.errno == errno.EMFILE:  # out of descriptors: read without keeping one
+                    return _raw_read(f"{self.base}/{name}", size)
+                self.fds[name] = -1
+                return None
+            self.fds[name] = fd
+        if fd < 0:
+            return None
+        try:
+            return os.pread(fd, size, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fds.clear()
+
+
+def _raw_read(path: str, size: int = _READ) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def raise_fd_limit() -> None:
+    """Let the sampler hold a few files per thread open (TiKV runs a few hundred threads)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536) if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+class Sampler:
+    """The sampling loop, separate from the collector so it can be driven by tests and scripts."""
+
+    def __init__(self, pids: list[int], out: IO[bytes], hz: float = 20.0, slow_hz: float = SLOW_HZ) -> None:
+        self.pids = list(pids)
+        self.out = out
+        self.hz = max(0.5, float(hz))
+        self.slow_every = max(1, round(self.hz / max(0.1, slow_hz)))
+        self.threads: dict[int, dict[int, _Thread]] = {p: {} for p in self.pids}
+        self.alive = {p: True for p in self.pids}
+        self.cg_dirs = {p: _cgroup_dirs(p) for p in self.pids}
+        self.disks = whole_disks()
+        self.stop_event = threading.Event()
+        raise_fd_limit()
+        self.ticks = 0
+        self.records = 0
+        self.thread_records = 0
+        self.late_ticks = 0
+        self.errors: list[str] = []
+        self.cpu_seconds = 0.0
+        self.wall_seconds = 0.0
+        self.max_threads = 0
+        self._buf: list[str] = []
+
+    # -- output
+    def emit(self, rec: dict[str, Any]) -> None:
+        self._buf.append(_dumps(rec))
+        self.records += 1
+
+    def flush(self) -> None:
+        if self._buf:
+            self._buf.append("")
+            self.out.write("\n".join(self._buf).encode())
+            self._buf.clear()
+
+    def write_host(self) -> None:
+        table, source = syscall_table()
+        self.emit({
+            "kind": "host", "t": round(time.monotonic(), 6), "clk_tck": os.sysconf("SC_CLK_TCK"),
+            "page_size": os.sysconf("SC_PAGE_SIZE"), "hz": self.hz, "slow_hz": self.hz / self.slow_every,
+            "ncpu": os.cpu_count() or 0, "task_delayacct": _int_or_none(_read("/proc/sys/kernel/task_delayacct")),
+            "syscall_table": source, "syscall_names": {str(k): v for k, v in sorted(table.items())},
+            "pids": self.pids,
+        })
+        self.flush()
+
+    # -- one tick
+    def _refresh_threads(self, pid: int) -> None:
+        try:
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except OSError:
+            tids = set()
+        have = self.threads[pid]
+        for tid in list(have):
+            if tid not in tids:
+                have.pop(tid).close()
+        for tid in tids - set(have):
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                th = _Thread(base, tid)
+            except OSError:
+                continue  # it died between listdir and open
+            have[tid] = th
+
+    def _pid_gone(self, pid: int) -> bool:
+        try:
+            text = _read(f"/proc/{pid}/stat")
+        except OSError:
+            return True
+        if text is None:
+            return True
+        fields = parse_stat(text)
+        return fields is None or fields[0] in ("Z", "X")
+
+    def tick(self) -> None:
+        t = round(time.monotonic(), 6)
+        slow = self.ticks % self.slow_every == 0
+        self.ticks += 1
+        total_threads = 0
+        for pid in self.pids:
+            if not self.alive[pid]:
+                continue
+            self._refresh_threads(pid)
+            if not self.threads[pid] and self._pid_gone(pid):
+                self.alive[pid] = False
+                self.emit({"kind": "event", "t": t, "what": "target-exited", "pid": pid})
+                continue
+            sum_v = sum_iv = 0
+            for tid, th in list(self.threads[pid].items()):
+                rec = self._thread_record(pid, th, t, slow)
+                if rec is None:
+                    self.threads[pid].pop(tid).close()
+                    continue
+                if "vcsw" in rec:
+                    sum_v += rec["vcsw"]
+                    sum_iv += rec["ivcsw"]
+                self.emit(rec)
+                self.thread_records += 1
+            total_threads += len(self.threads[pid])
+            if slow:
+                prec = self._process_record(pid, t)
+                if prec is not None:
+                    prec["vcsw"], prec["ivcsw"] = sum_v, sum_iv
+                    self.emit(prec)
+                cg = read_cgroup(self.cg_dirs[pid])
+                if cg:
+                    cg.update({"kind": "cgroup", "t": t, "pid": pid})
+                    self.emit(cg)
+        self.max_threads = max(self.max_threads, total_threads)
+        if slow:
+            srec = read_system(self.disks)
+            srec["t"] = t
+            self.emit(srec)
+        self.flush()
+
+    def _thread_record(self, pid: int, th: _Thread, t: float, slow: bool) -> dict[str, Any] | None:
+        text = th.read("stat")
+        if text is None:
+            return None  # ESRCH: the thread exited
+        f = parse_stat(text)
+        if not f or len(f) < 13:
+            return None
+        state = f[0]
+        if state in ("Z", "X"):
+            return None
+        # comm may change (threads rename themselves after start); take it from stat.
+        comm = text[text.find("(") + 1:text.rfind(")")]
+        rec: dict[str, Any] = {
+            "kind": "thread", "t": t, "pid": pid, "tid": th.tid, "comm": comm, "state": state,
+            "utime": int(f[11]), "stime": int(f[12]),
+        }
+        if len(f) > 39:
+            rec["blkio_ticks"] = int(f[39])
+        sched = th.read("schedstat", 256)
+        if sched:
+            with contextlib.suppress(ValueError, IndexError):
+                rec["run_delay_ns"] = int(sched.split()[1])
+        if state == "R":
+            rec["syscall"] = None
+        else:
+            sc = th.read("syscall", 256)
+            rec["syscall"] = parse_syscall(sc) if sc is not None else None
+            wchan = th.read("wchan", 256)
+            if wchan and wchan != "0":
+                rec["wchan"] = wchan.strip()
+        if slow:
+            body = th.read("status")
+            if body:
+                cs = parse_status_ctxt(body)
+                if cs:
+                    rec["vcsw"], rec["ivcsw"] = cs
+        return rec
+
+    def _process_record(self, pid: int, t: float) -> dict[str, Any] | None:
+        text = _read(f"/proc/{pid}/stat")
+        if text is None:
+            return None
+        f = parse_stat(text)
+        if not f or len(f) < 22:
+            return None
+        page = os.sysconf("SC_PAGE_SIZE")
+        rec: dict[str, Any] = {
+            "kind": "process", "t": t, "pid": pid, "minflt": int(f[7]), "majflt": int(f[9]),
+            "utime": int(f[11]), "stime": int(f[12]), "num_threads": int(f[17]),
+            "vms": int(f[20]), "rss": int(f[21]) * page,
+        }
+        if len(f) > 39:
+            rec["blkio_ticks"] = int(f[39])
+        io = _kv_file_colon(f"/proc/{pid}/io")
+        for key in ("read_bytes", "write_bytes", "rchar", "wchar", "syscr", "syscw", "cancelled_write_bytes"):
+            if key in io:
+                rec[key] = io[key]
+        st = _read(f"/proc/{pid}/status") or ""
+        for line in st.splitlines():
+            if line.startswith("VmSwap:"):
+                with contextlib.suppress(ValueError, IndexError):
+                    rec["swap"] = int(line.split()[1]) * 1024
+        return rec
+
+    # -- the loop
+    def run(self) -> None:
+        period = 1.0 / self.hz
+        c0, w0 = time.thread_time(), time.monotonic()
+        nxt = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.tick()
+                except OSError as exc:  # e.g. ENOSPC on the bundle
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+                        break
+                if not any(self.alive.values()):
+                    break
+                nxt += period
+                delay = nxt - time.monotonic()
+                if delay < 0:
+                    self.late_ticks += 1
+                    nxt = time.monotonic()
+                    delay = 0
+                self.stop_event.wait(delay)
+        finally:
+            self.cpu_seconds = time.thread_time() - c0
+            self.wall_seconds = time.monotonic() - w0
+            for ths in self.threads.values():
+                for th in ths.values():
+                    th.close()
+                ths.clear()
+
+    def stats(self) -> dict[str, Any]:
+        wall = max(self.wall_seconds, 1e-9)
+        return {
+            "ticks": self.ticks, "records": self.records, "thread_records": self.thread_records,
+            "late_ticks": self.late_ticks, "max_threads": self.max_threads, "hz": self.hz,
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "overhead_pct_core": round(100.0 * self.cpu_seconds / wall, 2),
+            "targets_exited": [p for p, a in self.alive.items() if not a],
+        }
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _kv_file_colon(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (_read(path) or "").splitlines():
+        k, _, v = line.partition(":")
+        with contextlib.suppress(ValueError):
+            out[k.strip()] = int(v)
+    return out
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int((text or "").strip())
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- the collector
+
+
+class ProcfsCollector:
+    """Collector protocol wrapper: starts the Sampler on a thread, writes ``proc.jsonl.gz``."""
+
+    name = "procfs"
+    backend = "procfs"
+
+    def __init__(self) -> None:
+        self._sampler: Sampler | None = None
+        self._thread: threading.Thread | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._started: float | None = None
+
+    def probe(self, ctx: CaptureContext) -> Probe:
+        if not os.path.isdir("/proc/self/task"):
+            return Probe(False, "/proc is not mounted", "mount -t proc proc /proc")
+        for pid in ctx.pids:
+            if not os.access(f"/proc/{pid}/task", os.R_OK):
+                return Probe(False, f"cannot read /proc/{pid}/task", "run as root or as the target's user")
+        return Probe(True)
+
+    def argv(self, ctx: CaptureContext) -> list[str]:
+        return []
+
+    def start(self, ctx: CaptureContext) -> None:
+        self._stack = contextlib.ExitStack()
+        out = self._stack.enter_context(ctx.writer.open_member(FILE))
+        self._sampler = Sampler(ctx.pids, out, hz=ctx.options.proc_hz)
+        self._sampler.write_host()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._sampler.run, name="profiler-procfs", daemon=True)
+        self._thread.start()
+
+    def stop(self, ctx: CaptureContext) -> CollectorRecord:
+        rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], started=self._started)
+        s = self._sampler
+        if s is None or self._thread is None or self._stack is None:
+            rec.status, rec.reason = SKIPPED, "never started"
+            return rec
+        s.stop_event.set()
+        self._thread.join(timeout=10)
+        try:
+            self._stack.close()
+        except OSError as exc:
+            s.errors.append(f"closing {FILE}: {exc}")
+        rec.ended = time.monotonic()
+        rec.files = [FILE]
+        rec.stats = s.stats()
+        if s.thread_records == 0:
+            rec.status, rec.reason = FAILED, (s.errors[0] if s.errors else "no thread could be read")
+        elif s.errors:
+            rec.status, rec.reason = PARTIAL, s.errors[0]
+        elif not any(s.alive.values()):
+            rec.status, rec.reason = PARTIAL, "every target exited during the capture"
+        else:
+            rec.status = OK
+        return rec

@@ -1,0 +1,311 @@
+"""Syscalls of the targets (capture layer) -> syscalls-rate.csv and syscalls.csv.
+
+Two perf processes on the targets:
+
+- ``perf stat -I <ms> -x, -e raw_syscalls:sys_enter -p PIDS`` -> syscalls-rate.csv: the rate per
+  interval, exact and cheap (counted in the kernel).
+- ``perf record -e raw_syscalls:sys_enter,raw_syscalls:sys_exit -p PIDS`` (no stacks); at stop a
+  stack-less ``perf script`` pass pairs every enter with its thread's exit -> syscalls.csv
+  (``time,tid,comm,syscall,count,total_ns`` per interval, per thread, per syscall). A syscall
+  is counted in the interval where it returned; one still blocked when the capture ended
+  (an idle ``epoll_wait``) is counted up to the last event, in the last interval.
+
+Syscall names come from the kernel's own table for this machine (the uapi ``unistd_64.h``
+that linux-libc-dev installs, or ``ausyscall --dump``); numbers without a name are written
+as ``syscall_<nr>``.
+
+(``perf trace -s`` would give per-thread totals, but Debian's perf 6.1 summary dropped most
+events on a syscall-heavy target here, and it prints totals for the whole capture only.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from profiler.collectors import _proc
+from profiler.collectors._proc import PerfCollector, file_size, pid_list, tail
+from profiler.collectors.base import CaptureContext
+from profiler.collectors.perf_stat import interval_ms, summarize
+
+from profiler.bundle import FAILED, PARTIAL, CollectorRecord
+
+RATE_OUTPUT = "syscalls-rate.csv"
+OUTPUT = "syscalls.csv"
+EVENTS = ["raw_syscalls:sys_enter", "raw_syscalls:sys_exit"]
+PAIR_FIELDS = "comm,tid,time,event,trace"
+HEADER = "time,tid,comm,syscall,count,total_ns\n"
+
+_UNISTD = {
+    "x86_64": ["/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"],
+    "aarch64": ["/usr/include/asm-generic/unistd.h"],
+}
+_DEFINE = re.compile(r"^#define\s+__NR_(\w+)\s+(\d+)\s*$", re.M)
+
+
+def parse_unistd(text: str) -> dict[int, str]:
+    """``#define __NR_read 0`` lines -> {0: 'read'}."""
+    out: dict[int, str] = {}
+    for name, nr in _DEFINE.findall(text):
+        if name.startswith("syscalls") or name == "arch_specific_syscall":
+            continue
+        out.setdefault(int(nr), name)
+    return out
+
+
+def parse_ausyscall(text: str) -> dict[int, str]:
+    """``ausyscall --dump`` output ("Using x86_64 syscall table:" then "0\tread") -> {0: 'read'}."""
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            out[int(parts[0])] = parts[1]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def syscall_names() -> dict[int, str]:
+    """This machine's syscall numbers -> names, from the kernel's table (never a hard-coded list)."""
+    for path in _UNISTD.get(platform.machine(), []):
+        text = _proc.read_file(path)
+        if text:
+            table = parse_unistd(text)
+            if table:
+                return table
+    exe = shutil.which("ausyscall")
+    if exe:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([exe, "--dump"], capture_output=True, text=True, timeout=10).stdout
+            table = parse_ausyscall(out)
+            if table:
+                return table
+    return {}
+
+
+def syscall_name(nr: int, table: dict[int, str]) -> str:
+    return table.get(nr) or f"syscall_{nr}"
+
+
+def parse_line(line: str) -> tuple[str, int, float, bool, int] | None:
+    """One line of ``perf script -F comm,tid,time,event,trace`` for raw_syscalls.
+
+    ``"   python3 15047   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0, ...)"`` ->
+    (comm, tid, time, is_enter, nr). The comm may hold spaces, so the line is read from the event
+    name outwards.
+    """
+    i = line.find(" raw_syscalls:sys_")
+    if i < 0:
+        return None
+    head = line[:i].rstrip().rstrip(":").split()
+    if len(head) < 3:
+        return None
+    try:
+        t = float(head[-1])
+        tid = int(head[-2])
+    except ValueError:
+        return None
+    comm = " ".join(head[:-2])
+    rest = line[i + 18:]
+    enter = rest.startswith("enter")
+    if not enter and not rest.startswith("exit"):
+        return None
+    words = rest.split(None, 3)
+    try:
+        nr = int(words[2])
+    except (IndexError, ValueError):
+        return None
+    return comm, tid, t, enter, nr
+
+
+class Pairing:
+    """Pairs enters and exits per thread and writes interval rows as soon as an interval is over.
+
+    The input is time-ordered (perf script sorts it), so each interval is written once the
+    first event of a later interval arrives: memory stays bounded by one interval's keys.
+    """
+
+    def __init__(self, out: IO[str], t0: float, interval: float, names: dict[int, str]) -> None:
+        self.out = out
+        self.t0 = t0
+        self.interval = interval
+        self.names = names
+        self.open: dict[int, tuple[int, float]] = {}  # tid -> (nr, enter time)
+        self.comm: dict[int, str] = {}
+        self.bucket: int | None = None
+        self.acc: dict[tuple[int, int], list[int]] = {}  # (tid, nr) -> [count, ns]
+        self.calls = 0
+        self.rows = 0
+        self.unpaired_exits = 0
+        self.last_time = t0
+        out.write(HEADER)
+
+    def _bucket(self, t: float) -> int:
+        return max(0, int((t - self.t0) // self.interval))
+
+    def _flush(self) -> None:
+        if self.bucket is None or not self.acc:
+            self.acc = {}
+            return
+        start = self.t0 + self.bucket * self.interval
+        for (tid, nr), (count, ns) in sorted(self.acc.items()):
+            comm = self.comm.get(tid, "")
+            if any(c in comm for c in ',"\n'):
+                comm = '"' + comm.replace('"', '""') + '"'
+            self.out.write(f"{start:.6f},{tid},{comm},{syscall_name(nr, self.names)},{count},{ns}\n")
+            self.rows += 1
+        self.acc = {}
+
+    def _add(self, t: float, tid: int, nr: int, ns: int) -> None:
+        b = self._bucket(t)
+        if self.bucket is None:
+            self.bucket = b
+        elif b > self.bucket:
+            self._flush()
+            self.bucket = b
+        slot = self.acc.setdefault((tid, nr), [0, 0])
+        slot[0] += 1
+        slot[1] += ns
+        self.calls += 1
+
+    def feed(self, line: str) -> None:
+        got = parse_line(line)
+        if got is None:
+            return
+        comm, tid, t, enter, nr = got
+        self.comm[tid] = comm
+        self.last_time = max(self.last_time, t)
+        if enter:
+            self.open[tid] = (nr, t)
+            return
+        started = self.open.pop(tid, None)
+        if started is None or started[0] != nr:
+            self.unpaired_exits += 1
+            return
+        self._add(t, tid, nr, max(0, int(round((t - started[1]) * 1e9))))
+
+    def close(self) -> int:
+        """Count the syscalls still blocked at the end up to the last event; write the last interval."""
+        still = len(self.open)
+        for tid, (nr, t) in sorted(self.open.items()):
+            self._add(max(t, self.last_time), tid, nr, max(0, int(round((self.last_time - t) * 1e9))))
+        self.open = {}
+        self._flush()
+        return still
+
+
+class Syscalls(PerfCollector):
+    name = "syscalls"
+    events = EVENTS
+    mmap_pages = "1024"  # 4 MiB per CPU: syscall-heavy servers make tens of thousands of events a second
+
+    def __init__(self, keep_perf_data: bool = False) -> None:
+        super().__init__()
+        self.keep_perf_data = keep_perf_data
+        self.rate_proc: subprocess.Popen[bytes] | None = None
+        self.rate_err: Path | None = None
+
+    def data_path(self, ctx: CaptureContext) -> Path:
+        return ctx.writer.path(".syscalls.perf.data")
+
+    def rate_argv(self, ctx: CaptureContext) -> list[str]:
+        return [ctx.perf, "stat", "-I", str(interval_ms(ctx.options.interval)), "-x", ",",
+                "-e", "raw_syscalls:sys_enter", "-p", pid_list(ctx.pids),
+                "-o", str(ctx.writer.path(f".{RATE_OUTPUT}.tmp"))]
+
+    def argv(self, ctx: CaptureContext) -> list[str]:
+        return [ctx.perf, "record", "-e", ",".join(EVENTS), "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
+                "-N", "-B", "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+
+    def prepare(self, ctx: CaptureContext) -> None:
+        argv = self.rate_argv(ctx)
+        self.rec.stats["rate_argv"] = argv
+        self.rate_err = ctx.writer.root / ".syscalls-rate.stderr"
+        with open(self.rate_err, "wb") as err:
+            self.rate_proc = _proc.spawn(argv, stderr=err)
+
+    def size(self) -> int:
+        return file_size(self.errpath.parent / ".syscalls.perf.data") if self.errpath else 0
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        if self.rate_proc is not None and self.rate_proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.rate_proc.send_signal(signal.SIGINT)
+
+    def poll(self) -> str | None:
+        state = super().poll()
+        if state is None and self.rate_proc is not None and self.rate_proc.poll() not in (None, 0) \
+                and not self.stopping and self.died is None:
+            self.died = f"perf stat (syscall rate) exited with code {self.rate_proc.returncode}"
+        return state
+
+    def cleanup(self, ctx: CaptureContext) -> None:
+        if self.rate_proc is not None:
+            _proc.stop_process(self.rate_proc, 5.0)
+            self.rate_proc = None
+        for p in (self.rate_err, ctx.writer.path(f".{RATE_OUTPUT}.tmp")):
+            if p is not None:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        if not self.keep_perf_data:
+            with contextlib.suppress(OSError):
+                self.data_path(ctx).unlink()
+
+    def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
+        # 1. the rate series
+        if self.rate_proc is not None:
+            _proc.stop_process(self.rate_proc, 5.0)
+            self.rate_proc = None
+        tmp = ctx.writer.path(f".{RATE_OUTPUT}.tmp")
+        if tmp.exists():
+            tmp.replace(ctx.writer.path(RATE_OUTPUT))
+            rec.files.append(RATE_OUTPUT)
+            rows, _ = summarize(ctx.writer.path(RATE_OUTPUT).read_text(errors="replace"))
+            rec.stats["rate_rows"] = rows
+        # 2. the per-thread counts
+        data = self.data_path(ctx)
+        if not data.exists() or data.stat().st_size == 0:
+            rec.status = PARTIAL if rec.files else FAILED
+            rec.reason = "perf record wrote no syscall data" + (f": {self.died}" if self.died else "")
+            return
+        names = syscall_names()
+        rec.stats["syscall_table"] = "kernel uapi table" if names else "not found: numbers only"
+        argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS]
+        rec.stats["pair_argv"] = argv
+        errpath = ctx.writer.root / ".syscalls.script.stderr"
+        t0 = self.started or time.monotonic()
+        with ctx.writer.open_member(OUTPUT) as raw:
+            rec.files.append(OUTPUT)
+            text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            pairs = Pairing(text, t0, ctx.options.interval, names)
+            with open(errpath, "wb") as err:
+                proc = _proc.spawn(argv, stdout=subprocess.PIPE, stderr=err)
+            try:
+                assert proc.stdout is not None
+                for line in io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace"):
+                    pairs.feed(line)
+                rc = proc.wait()
+            finally:
+                _proc.stop_process(proc, 5.0)
+            still = pairs.close()
+            text.flush()
+            text.detach()
+        if rc != 0:
+            rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
+        with contextlib.suppress(OSError):
+            os.unlink(errpath)
+        rec.stats.update({"calls": pairs.calls, "rows": pairs.rows, "blocked_at_end": still,
+                          "unpaired_exits": pairs.unpaired_exits})
+        if self.keep_perf_data:
+            data.replace(ctx.writer.path("syscalls.perf.data"))
+            rec.files.append("syscalls.perf.data")

@@ -1,0 +1,127 @@
+"""Self-contained HTML report of an Analysis (output layer): one offline file, verdict first.
+
+One cached Jinja2 environment loads templates/report.html.j2 and its CSS through
+importlib.resources, with autoescape on; the analysis is embedded as JSON with ``tojson``;
+charts are inline SVG drawn by renderers/charts.py; nothing is fetched from the network.
+Flame graphs and heatmaps come from the flame/heatmap renderers when this build has them,
+otherwise the report says they were not captured (or not renderable) instead of faking them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib.resources import files
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from profiler.analyzers.analysis import Analysis
+from profiler.renderers import charts
+from profiler.renderers import format as fmt
+
+TEMPLATE = "report.html.j2"
+
+CATEGORY_COLOURS = {
+    "cpu": "#b8434e", "io_wait": "#d9822b", "memory": "#7b5ea7", "lock_contention": "#c75fa0", "not_saturated": "#3a9a5b",
+}
+
+
+def _load(name: str) -> str:
+    return (files("profiler.templates") / name).read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["value"] = fmt.value
+    env.filters["pct"] = fmt.pct
+    env.filters["mib"] = fmt.mib
+    return env
+
+
+def _artifact_svg(a: Analysis, name: str, module: str, attrs: tuple[str, ...]) -> tuple[Markup | None, str | None]:
+    if name not in a.artifacts:
+        return None, a.missing_artifacts.get(name, "not captured")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None, "this build has no renderer for it yet"
+    fn = next((getattr(mod, x) for x in attrs if hasattr(mod, x)), None)
+    if fn is None:
+        return None, "this build has no renderer for it yet"
+    try:
+        return Markup(fn(a.artifacts[name])), None  # the SVG renderers escape their own text
+    except Exception as exc:  # noqa: BLE001 - one broken picture must not sink the report
+        return None, f"could not be drawn: {type(exc).__name__}: {exc}"
+
+
+def context(a: Analysis) -> dict[str, Any]:
+    v = a.verdict.overall
+    m = a.metrics
+    tl = a.timeline
+    t_max = (tl.t[-1] + tl.step) if tl.t else None
+    panels = []
+    order = ("cpu", "states", "host_cpu", "io_iops", "io_latency", "disk_iops", "disk_await", "syscalls", "ctxsw",
+             "rss", "majflt", "psi")
+    for key in order:
+        p = tl.panels.get(key)
+        if p is None or not p.series:
+            continue
+        colours = charts.STATE_COLOURS if key == "states" else None
+        panels.append({"key": key, "title": p.title, "unit": p.unit,
+                       "svg": Markup(charts.timeline(tl.t, p.series, p.unit, stacked=p.stacked, t_max=t_max,
+                                                     colours=colours, height=170 if key == "states" else 140))})
+    targets = []
+    for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
+        shares = {k: tm.states.get(k, 0.0) for k in ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")}
+        colour_map = {"cpu": "#3a9a5b", "runnable": "#9fd4a8", "io": "#d9822b", "futex": "#b8434e", "idle": "#c9d3df",
+                      "sleep": "#e3e7ec", "other": "#9aa5b1"}
+        active = {k: tm.active_states.get(k, 0.0) for k in shares} if tm.active_states else {}
+        pools = []
+        for p in tm.pools[:20]:
+            pools.append({"p": p, "bar": Markup(charts.share_bar({k: p.states.get(k, 0.0) for k in shares}, colour_map, 160))})
+        targets.append({
+            "tm": tm, "v": tv, "colour": CATEGORY_COLOURS[tv.category], "title": fmt.CATEGORY_TITLES[tv.category],
+            "bar_all": Markup(charts.share_bar(shares, colour_map, 260)),
+            "bar_active": Markup(charts.share_bar(active, colour_map, 260)) if active else None,
+            "pools": pools,
+            "pool_chart": Markup(charts.bars([(p.pool, p.util, "#b8434e" if p.util >= 0.8 else "#2f6fb0")
+                                              for p in tm.pools[:12] if p.cpu_cores >= 0.01], "of size",
+                                             max_value=1.0, marker=0.8)) if len([p for p in tm.pools if p.cpu_cores >= 0.01]) >= 2 else None,
+        })
+    comparison = None
+    if len(m.targets) > 1:
+        outliers = {i.outlier for i in a.verdict.imbalances}
+        comparison = Markup(charts.bars([(t.label, t.cpu_cores or 0.0, "#b8434e" if t.label in outliers else "#2f6fb0")
+                                         for t in m.targets], "cores"))
+    pictures = []
+    for name, title, module, attrs in (
+        ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph", ("render_svg", "render")),
+        ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph", ("render_offcpu_svg", "render_svg", "render")),
+        ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap", ("render_svg", "render")),
+        ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap", ("render_subsecond_svg",)),
+    ):
+        svg, why = _artifact_svg(a, name, module, attrs)
+        pictures.append({"name": name, "title": title, "svg": svg, "why": why})
+    data = a.to_dict()
+    return {
+        "a": a, "v": v, "m": m, "cap": a.manifest,
+        "title": fmt.CATEGORY_TITLES[v.category], "colour": CATEGORY_COLOURS[v.category],
+        "panels": panels, "targets": targets, "comparison": comparison, "pictures": pictures,
+        "css": Markup(_load("report.css")),
+        "data": data,
+        "fmt": fmt,
+        "thresholds": sorted(data["thresholds"].items()),
+    }
+
+
+def render(a: Analysis) -> str:
+    return environment().get_template(TEMPLATE).render(**context(a))

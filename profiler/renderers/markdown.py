@@ -1,0 +1,86 @@
+"""Markdown report of an Analysis (output layer): for pasting into an issue or a blog post, as the seeds did."""
+
+from __future__ import annotations
+
+from profiler.analyzers.analysis import Analysis
+from profiler.renderers import format as fmt
+
+
+def _cell(text: object) -> str:
+    """Table cells hold untrusted text (thread names, frames): keep it from breaking the table."""
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def render(a: Analysis) -> str:
+    v = a.verdict.overall
+    m = a.metrics
+    cap = a.manifest
+    out: list[str] = []
+    out.append(f"## Bottleneck: {fmt.CATEGORY_TITLES[v.category]}")
+    out.append("")
+    out.append(f"**{_cell(v.headline)}**")
+    out.append("")
+    out.append(f"Score {v.score:.2f}, confidence **{v.confidence_label}** ({v.confidence:.2f})"
+               + (f": {_cell('; '.join(v.confidence_reasons))}" if v.confidence_reasons else "") + ".")
+    out.append("")
+    if v.primary.evidence:
+        out += ["| evidence | value | threshold | note |", "| --- | ---: | ---: | --- |"]
+        for e in v.primary.evidence:
+            out.append(f"| {_cell(e.metric)} | {fmt.value(e.value, e.unit)} | {_cell(fmt.threshold(e.threshold, e.unit))} | {_cell(e.note)} |")
+        out.append("")
+    if v.primary.recommendation:
+        out += [f"**What to do:** {_cell(v.primary.recommendation)}", ""]
+    if v.contributing:
+        out.append("Contributing:")
+        out += [f"- {fmt.CATEGORY_TITLES[f.category]} ({f.score:.2f}, {_cell(f.target)}): {_cell(f.sub_cause)}" for f in v.contributing]
+        out.append("")
+    out += ["### Targets", "", "| target | verdict | score | CPU | busy threads | run queue | IO wait | futex | RSS |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
+        st = tm.active_states or {}
+        out.append(f"| {_cell(tm.label)} | {tv.category} | {tv.score:.2f} | {fmt.cores(tm.cpu_cores, tm.cpu_available)} | "
+                   f"{tm.active_threads}/{tm.threads} | {fmt.pct(tm.runq_share)} | {fmt.pct(st.get('io'))} | "
+                   f"{fmt.pct(st.get('futex'))} | {fmt.mib(tm.rss)} |")
+    out.append("")
+    for i in a.verdict.imbalances:
+        out.append(f"- **Imbalance:** {_cell(i.note)}")
+    if a.verdict.imbalances:
+        out.append("")
+    for tm in m.targets:
+        pools = [p for p in tm.pools if p.cpu_cores >= 0.01 or p.threads > 1][:12]
+        if len(pools) < 2:
+            continue
+        out += [f"### Thread pools of {_cell(tm.label)}", "",
+                "| pool | threads | CPU (cores) | busy / size | IO wait | futex | idle | knob |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for p in pools:
+            out.append(f"| {_cell(p.pool)} | {p.threads} | {p.cpu_cores:.2f} | {fmt.pct(p.util)} | {fmt.pct(p.states.get('io'))} | "
+                       f"{fmt.pct(p.states.get('futex'))} | {fmt.pct(p.states.get('idle', 0) + p.states.get('sleep', 0))} | {_cell(p.knob or '')} |")
+        out.append("")
+    s = m.system
+    if s is not None:
+        out += ["### Host", "", "```"]
+        out.append(f"CPUs {s.ncpu}: busy {fmt.pct(s.cpu_util)}, iowait {fmt.pct(s.iowait)}, steal {fmt.pct(s.steal)}; "
+                   f"runnable tasks {s.procs_running or 0:.1f}, blocked (D) {s.procs_blocked or 0:.1f}")
+        if s.psi:
+            out.append("PSI some (% of time): " + ", ".join(f"{k.split('_')[0]} {v:.1f}" for k, v in sorted(s.psi.items()) if k.endswith("some")))
+        for d in s.disks[:3]:
+            out.append(f"{d.name}: {d.iops:.0f} IOPS (r {d.read_iops:.0f} / w {d.write_iops:.0f}), "
+                       f"{(d.read_bps + d.write_bps) / 1048576:.1f} MiB/s, await {d.await_ms or 0:.2f} ms, "
+                       f"util {fmt.pct(d.util)}, queue {d.queue_depth:.1f}")
+        out += ["```", ""]
+    if m.io is not None:
+        out += ["### Block IO (traced)", "", "| device | op | IOs | IOPS | p50 | p99 | max | by targets |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for g in m.io.groups[:8]:
+            out.append(f"| {g.dev} | {g.op} | {g.count} | {g.iops:.0f} | {g.p50_ms:.2f} ms | {g.p99_ms:.2f} ms | {g.max_ms:.1f} ms | {fmt.pct(g.target_share)} |")
+        out.append("")
+    out += ["### Capture", "", "| collector | status | reason |", "| --- | --- | --- |"]
+    for h in a.health:
+        out.append(f"| {_cell(h.collector)} | {h.status} | {_cell(h.reason or '')} |")
+    for name, why in sorted(a.missing_artifacts.items()):
+        out.append(f"| {name} | not shown | {_cell(why)} |")
+    out.append("")
+    out.append(f"<sub>profiler, {cap['created']}, {cap['host']['hostname']} ({cap['host']['kernel']}), "
+               f"{m.window:.0f} s window.</sub>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,46 @@
+"""Terminal summary of an Analysis (output layer): what attach/run/analyze print at the end."""
+
+from __future__ import annotations
+
+from profiler.analyzers.analysis import Analysis
+from profiler.renderers import format as fmt
+
+
+def render(a: Analysis, report_path: str | None = None) -> str:
+    v = a.verdict.overall
+    m = a.metrics
+    cap = a.manifest
+    lines = [
+        f"profiler: {a.bundle}  ({cap['status']}, {m.window:.0f} s window, "
+        f"{cap['host']['cpus']} CPUs, {len(m.targets)} target{'s' if len(m.targets) != 1 else ''})",
+        "",
+        f"  verdict: {fmt.CATEGORY_TITLES[v.category].upper()}   score {v.score:.2f}   confidence {v.confidence_label} ({v.confidence:.2f})",
+        f"  {v.headline}",
+    ]
+    if v.primary.evidence:
+        lines.append("  evidence:")
+        for e in v.primary.evidence:
+            th = f"  (threshold {fmt.threshold(e.threshold, e.unit)})" if e.threshold is not None else ""
+            note = f"  {e.note}" if e.note else ""
+            lines.append(f"    {e.metric:<28} {fmt.value(e.value, e.unit):>10}{th}{note}")
+    for f in v.contributing:
+        lines.append(f"  contributing: {fmt.CATEGORY_TITLES[f.category]} {f.score:.2f} [{f.target}]: {f.sub_cause}")
+    if v.primary.recommendation:
+        lines.append(f"  what to do: {v.primary.recommendation}")
+    if len(a.verdict.per_target) > 1:
+        lines.append("  targets:")
+        for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
+            lines.append(f"    {tm.label:<34} {tv.category:<16} {tv.score:.2f}  CPU {fmt.cores(tm.cpu_cores, tm.cpu_available)}")
+    for i in a.verdict.imbalances:
+        lines.append(f"  imbalance: {i.note}")
+    if v.confidence_reasons:
+        lines.append("  confidence: " + "; ".join(v.confidence_reasons))
+    skipped = [f"{h.collector} {h.status}" + (f" ({h.reason})" if h.reason else "")
+               for h in a.health if h.status != "ok"]
+    if skipped:
+        lines.append("  capture: " + "; ".join(skipped))
+    for w in a.warnings:
+        lines.append(f"  warning: {w}")
+    if report_path:
+        lines.append(f"  report: {report_path}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,420 @@
+"""The capture session (profiler layer): targets -> bundle, every collector side by side, one clock.
+
+Resolve what the targets are (threads, cgroup, container), open the bundle, probe every
+collector (the ones this host cannot run are recorded as skipped, with the reason), start
+the rest together, show a progress line, and stop them all when the duration ends, on
+Ctrl-C, when every target has exited, or when the wrapped load command exits. Each
+collector is stopped in its own try/finally; no helper process outlives the session.
+The manifest says ``ok`` only when every collector that ran covered the whole window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import psutil
+
+from profiler.bundle import (
+    FAILED,
+    OK,
+    PARTIAL,
+    RUNNING,
+    SKIPPED,
+    BundleWriter,
+    ClockInfo,
+    CollectorRecord,
+    LoadInfo,
+    Manifest,
+)
+from profiler.collectors import _proc, host
+from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
+from profiler.errors import Interrupted
+from profiler.targets import Target
+
+TICK = 0.1  # main loop period (s)
+PROGRESS_EVERY = 0.5  # progress line refresh (s)
+START_GRACE = 0.3  # perf fails fast on bad events or pids: look again after this (s)
+
+
+@dataclass
+class CaptureResult:
+    manifest: Manifest
+    output: Path
+    interrupted: bool = False
+    stop_reason: str = ""
+    load_exit_code: int | None = None
+    records: list[CollectorRecord] = field(default_factory=list)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "K", "M", "G"):
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}G"
+
+
+def _fmt_secs(s: float) -> str:
+    return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
+
+
+def build_manifest(targets: list[Target], options: CaptureOptions, perf: str = "perf",
+                   extra_options: dict[str, Any] | None = None) -> Manifest:
+    """What the manifest knows before any collector starts: host, targets, clock, options."""
+    caps = {
+        "hw_counters": host.hw_counters_supported(perf) if host.perf_path() else False,
+        "tracefs": host.tracefs_path(),
+        "kprobes": host.kprobes_available(),
+        "perf_event_paranoid": host.perf_event_paranoid(),
+        "root": host.is_root(),
+    }
+    infos = []
+    for t in targets:
+        info = host.target_info(t.pid, t.comm, t.exe, list(t.cmdline), t.kind)
+        infos.append(info)
+    opts = dataclasses.asdict(options)
+    opts.update(extra_options or {})
+    return Manifest(
+        duration=options.duration,
+        clock=ClockInfo.now(),
+        host=host.host_info(caps),
+        targets=infos,
+        options=opts,
+    )
+
+
+class Session:
+    """One capture. ``run()`` returns when the bundle is finished (even on Ctrl-C)."""
+
+    def __init__(
+        self,
+        targets: list[Target],
+        output: Path,
+        options: CaptureOptions,
+        collectors: list[Collector],
+        *,
+        force: bool = False,
+        perf: str = "perf",
+        load: list[str] | None = None,
+        progress: TextIO | None = None,
+        extra_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.targets = targets
+        self.output = Path(output)
+        self.options = options
+        self.collectors = collectors
+        self.force = force
+        self.perf = perf
+        self.load_argv = load
+        self.progress = progress if progress is not None else sys.stderr
+        self.extra_options = extra_options or {}
+        self._sigint = False
+        self.started: list[Collector] = []
+        self.records: dict[str, CollectorRecord] = {}
+
+    # ------------------------------------------------------------------ signals
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self._sigint = True
+
+    @contextlib.contextmanager
+    def _own_sigint(self) -> Any:
+        """Ctrl-C sets a flag the loop reads; during the stop phase it cannot cut finalization."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> CaptureResult:
+        manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        writer = BundleWriter(self.output, manifest, force=self.force)
+        ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf)
+        result = CaptureResult(manifest=manifest, output=self.output)
+        load_proc: subprocess.Popen[bytes] | None = None
+        load_info: LoadInfo | None = None
+        with self._own_sigint():
+            try:
+                try:
+                    self._start_all(ctx)
+                    if self.load_argv:
+                        load_proc, load_info = self._start_load(writer)
+                    if self.load_argv and load_proc is None:
+                        result.stop_reason = "the load command could not start"
+                    else:
+                        result.stop_reason = self._wait(ctx, manifest, load_proc)
+                except (Interrupted, KeyboardInterrupt):
+                    self._sigint = True
+                    result.stop_reason = "interrupted (Ctrl-C)"
+                if self._sigint:
+                    result.interrupted = True
+                    result.stop_reason = "interrupted (Ctrl-C)"
+                self._clear_progress()
+            finally:
+                # Finalization must finish even if Ctrl-C is pressed again.
+                self._sigint = False
+                try:
+                    self._stop_all(ctx)
+                    if load_proc is not None and load_info is not None:
+                        result.load_exit_code = self._stop_load(load_proc, load_info, writer)
+                    elif load_info is not None:
+                        result.load_exit_code = load_info.exit_code
+                finally:
+                    killed = _proc.kill_all_children()
+                    if killed:
+                        result.stop_reason += f"; killed leftover helpers {killed}"
+            self._finish(writer, manifest, result)
+        result.records = list(manifest.collectors)
+        return result
+
+    def _start_all(self, ctx: CaptureContext) -> None:
+        writer = ctx.writer
+        for c in self.collectors:
+            try:
+                probe = c.probe(ctx)
+            except Exception as exc:  # noqa: BLE001 - a broken probe skips one collector, not the capture
+                probe = None
+                reason = f"probe failed: {type(exc).__name__}: {exc}"
+            else:
+                reason = probe.reason
+            if probe is None or not probe.ok:
+                rec = _proc.skipped(c.name, c.backend, reason)
+                rec.argv = _safe_argv(c, ctx)
+                self._record(writer, rec)
+                continue
+            rec = CollectorRecord(name=c.name, backend=c.backend, argv=_safe_argv(c, ctx),
+                                  status=RUNNING, started=time.monotonic())
+            try:
+                c.start(ctx)
+            except Exception as exc:  # noqa: BLE001 - one collector failing to start must not stop the rest
+                msg = str(exc) or type(exc).__name__
+                status = SKIPPED if _is_permission(msg) or "not found" in msg else FAILED
+                rec.status, rec.reason, rec.ended = status, msg, time.monotonic()
+                self._record(writer, rec)
+                continue
+            self.started.append(c)
+            self._record(writer, rec)
+        if self.started:
+            time.sleep(START_GRACE)
+        for c in list(self.started):
+            check = getattr(c, "check_started", None)
+            if not callable(check):
+                continue
+            try:
+                check(ctx)
+            except Exception as exc:  # noqa: BLE001
+                msg = str(exc) or type(exc).__name__
+                rec = self.records[c.name]
+                rec.status = SKIPPED if _is_permission(msg) else FAILED
+                rec.reason, rec.ended = msg, time.monotonic()
+                self.started.remove(c)
+                self._record(writer, rec)
+
+    def _record(self, writer: BundleWriter, rec: CollectorRecord) -> None:
+        self.records[rec.name] = rec
+        try:
+            writer.record(rec)
+        except OSError:
+            pass  # disk full: the in-memory manifest still has it; the final save retries
+
+    def _start_load(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
+        assert self.load_argv
+        log_name = "load.log"
+        info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic())
+        writer.manifest.load = info
+        logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            logfh.write(f"profiler: cannot start {self.load_argv[0]}: {exc.strerror or exc}\n".encode())
+            info.exit_code = 127
+            info.ended = time.monotonic()
+            return None, info
+        finally:
+            logfh.close()
+        with contextlib.suppress(OSError):
+            writer.save()
+        return proc, info
+
+    def _stop_load(self, proc: subprocess.Popen[bytes], info: LoadInfo, writer: BundleWriter) -> int:
+        if proc.poll() is None:
+            rc = _proc.stop_process(proc, timeout=5.0)
+        else:
+            rc = proc.returncode
+            _proc.forget(proc)
+        info.exit_code = rc if rc >= 0 else 128 - rc
+        if info.ended is None:
+            info.ended = time.monotonic()
+        return info.exit_code
+
+    def _wait(self, ctx: CaptureContext, manifest: Manifest,
+              load: subprocess.Popen[bytes] | None) -> str:
+        start = time.monotonic()
+        duration = self.options.duration
+        last_progress = 0.0
+        if not self.started:
+            return "no collector could run"
+        while True:
+            now = time.monotonic()
+            if self._sigint:
+                return "interrupted (Ctrl-C)"
+            elapsed = now - start
+            if duration is not None and elapsed >= duration:
+                return "duration reached"
+            for info in manifest.targets:
+                if info.exited is None and not _alive(info.pid):
+                    info.exited = now
+                    with contextlib.suppress(OSError):
+                        ctx.writer.save()
+            if all(t.exited is not None for t in manifest.targets):
+                return "every target exited"
+            if load is not None and load.poll() is not None:
+                if manifest.load is not None:
+                    manifest.load.ended = now
+                return "the load command exited"
+            states = {c.name: _poll(c) for c in self.started}
+            if all(s is not None for s in states.values()):
+                return "every collector ended"
+            if now - last_progress >= PROGRESS_EVERY:
+                self._progress(elapsed, duration, states)
+                last_progress = now
+            time.sleep(TICK)
+
+    # ------------------------------------------------------------------ progress
+    def _progress(self, elapsed: float, duration: float | None, states: dict[str, str | None]) -> None:
+        if not _isatty(self.progress):
+            return
+        total = f" / {_fmt_secs(duration)}" if duration else ""
+        parts = []
+        for c in self.started:
+            state = states.get(c.name)
+            size = _size(c)
+            word = "ok" if state is None else ("DIED" if state not in ("ended",) else "ended")
+            parts.append(f"{c.name} {word}" + (f" {_human_bytes(size)}" if size else ""))
+        line = f"\rcapturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
+        with contextlib.suppress(OSError, ValueError):
+            self.progress.write(line[:200].ljust(80))
+            self.progress.flush()
+
+    def _clear_progress(self) -> None:
+        if _isatty(self.progress):
+            with contextlib.suppress(OSError, ValueError):
+                self.progress.write("\r" + " " * 120 + "\r")
+                self.progress.flush()
+
+    # ------------------------------------------------------------------ stop
+    def _stop_all(self, ctx: CaptureContext) -> None:
+        for c in self.started:  # everyone stops at the same moment...
+            req = getattr(c, "request_stop", None)
+            if callable(req):
+                with contextlib.suppress(Exception):
+                    req()
+        for c in self.started:  # ...then each finishes its files, whatever the others do
+            try:
+                rec = c.stop(ctx)
+            except Exception as exc:  # noqa: BLE001 - one broken stop must not lose the others
+                rec = self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend)
+                rec.status = PARTIAL if rec.files else FAILED
+                rec.reason = _proc.disk_reason(exc) if isinstance(exc, OSError) else f"stop failed: {type(exc).__name__}: {exc}"
+                rec.ended = time.monotonic()
+            old = self.records.get(c.name)
+            if old is not None:
+                rec.argv = rec.argv or old.argv
+                rec.started = rec.started or old.started
+            if rec.status in (RUNNING, "pending"):
+                rec.status = OK
+            self._record(ctx.writer, rec)
+
+    def _finish(self, writer: BundleWriter, manifest: Manifest, result: CaptureResult) -> None:
+        recs = manifest.collectors
+        reasons: list[str] = []
+        status = OK
+        if result.interrupted:
+            status = PARTIAL
+            reasons.append("interrupted (Ctrl-C)")
+        ran = [r for r in recs if r.status in (OK, PARTIAL)]
+        if manifest.load is not None and manifest.load.exit_code == 127 and result.stop_reason.startswith("the load command could"):
+            status = FAILED
+            reasons.append(f"the load command {manifest.load.argv[0]!r} could not start")
+        if not ran:
+            status = FAILED
+            why = "; ".join(f"{r.name}: {r.reason}" for r in recs if r.reason) or "no collector"
+            reasons.append(f"no collector captured anything ({why})")
+        for r in recs:
+            if r.status in (PARTIAL, FAILED):
+                if status == OK:
+                    status = PARTIAL
+                reasons.append(f"{r.name} {r.status}: {r.reason}")
+        early = [t for t in manifest.targets if t.exited is not None]
+        if early and manifest.load is None and (
+            manifest.duration is None or result.stop_reason == "every target exited"
+        ):
+            if status == OK:
+                status = PARTIAL
+            start = manifest.clock.monotonic_start
+            reasons.append("target exited: " + ", ".join(f"{t.comm} (pid {t.pid}) after {t.exited - start:.1f}s"
+                                                        for t in early if t.exited is not None))
+        manifest.options["stop_reason"] = result.stop_reason
+        try:
+            writer.finish(status, "; ".join(reasons) or None)
+        except OSError as exc:
+            manifest.status, manifest.reason = PARTIAL, _proc.disk_reason(exc)
+
+
+def _poll(c: Collector) -> str | None:
+    fn: Callable[[], str | None] | None = getattr(c, "poll", None)
+    if fn is None:
+        return None
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _size(c: Collector) -> int:
+    fn = getattr(c, "size", None)
+    if fn is None:
+        return 0
+    try:
+        return int(fn())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _safe_argv(c: Collector, ctx: CaptureContext) -> list[str]:
+    try:
+        return list(c.argv(ctx))
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _is_permission(msg: str) -> bool:
+    return "ermission" in msg or "not permitted" in msg or "paranoid" in msg
+
+
+def _isatty(fh: TextIO) -> bool:
+    try:
+        return fh.isatty()
+    except (AttributeError, ValueError):
+        return False
