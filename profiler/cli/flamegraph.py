@@ -164,6 +164,17 @@ def run_perf_script(perf_data: str, opts: FoldOptions, progress: bool = False) -
         raise InputError(str(exc)) from None
 
 
+def _widen_pipe(fd: int) -> None:
+    """A 1 MiB pipe (Linux F_SETPIPE_SZ) instead of 64 KiB: perf and the folder wake each other
+    16 times less often, which matters on a busy machine."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
+    except (OSError, ImportError):
+        pass
+
+
 class _PerfRefused(Exception):
     pass
 
@@ -174,6 +185,7 @@ def _run_perf_script(argv: list[str], perf_data: str, opts: FoldOptions, progres
     except OSError as exc:
         raise CapabilityError(f"cannot run perf script: {exc}") from None
     assert proc.stdout is not None and proc.stderr is not None
+    _widen_pipe(proc.stdout.fileno())
     try:
         c = fold_stream(proc.stdout, opts, progress)
     finally:

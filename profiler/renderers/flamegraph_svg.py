@@ -13,8 +13,11 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
+
 from markupsafe import Markup, escape
 
 from profiler.analyzers.flame import KINDS, FlameGraph, Node, diff_color, frame_color, frame_kind
@@ -37,6 +40,8 @@ class SvgOptions:
 
 @functools.cache
 def _env() -> jinja2.Environment:
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load),
         autoescape=True,
