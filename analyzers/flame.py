@@ -342,7 +342,8 @@ def _frame_name(symbol: str) -> str:
 
     if symbol.startswith(("_R", "_ZN")):
         symbol = demangle(symbol)
-    return tidy_args(fix_half_demangled_rust(symbol))
+    name: str = tidy_args(fix_half_demangled_rust(symbol))
+    return name
 
 
 @dataclass

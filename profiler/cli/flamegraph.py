@@ -69,26 +69,29 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
-def _progress(enabled: bool) -> callable:  # type: ignore[valid-type]
-    state = {"bytes": 0, "next": 64 << 20, "t0": time.monotonic()}
+class _Progress:
+    """'folding: 640 MB read (150 MB/s)' on stderr every 64 MB, when stderr is a terminal."""
 
-    def tick(n: int) -> None:
-        if not enabled:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.chars = 0
+        self.next = 64 << 20
+        self.t0 = time.monotonic()
+
+    def tick(self, n: int) -> None:
+        if not self.enabled:
             return
-        state["bytes"] += n
-        if state["bytes"] >= state["next"]:
-            state["next"] += 64 << 20
-            mb = state["bytes"] / 1e6
-            rate = mb / max(time.monotonic() - state["t0"], 1e-6)
+        self.chars += n
+        if self.chars >= self.next:
+            self.next += 64 << 20
+            mb = self.chars / 1e6
+            rate = mb / max(time.monotonic() - self.t0, 1e-6)
             sys.stderr.write(f"\rfolding: {mb:,.0f} MB read ({rate:,.0f} MB/s)")
             sys.stderr.flush()
 
-    def done() -> None:
-        if enabled and state["bytes"] >= 64 << 20:
+    def done(self) -> None:
+        if self.enabled and self.chars >= 64 << 20:
             sys.stderr.write("\n")
-
-    tick.done = done  # type: ignore[attr-defined]
-    return tick
 
 
 def sniff(path: str) -> str:
@@ -119,17 +122,18 @@ def _peek_text(f: IO[bytes]) -> str:
         raise InputError(f"cannot read input: {exc}") from None
     if b"\x00" in data[:4096]:
         raise InputError("input is binary, not perf script text, folded stacks or perf.data")
-    return data.decode("utf-8", "replace")
+    text: str = data.decode("utf-8", "replace")
+    return text
 
 
 def fold_stream(stream: IO[bytes], opts: FoldOptions, progress: bool = False) -> Collapser:
     c = Collapser(opts)
-    tick = _progress(progress)
+    prog = _Progress(progress)
     for chunk in iter_decoded(stream, warnings=c.warnings):
-        tick(len(chunk))
+        prog.tick(len(chunk))
         c.feed(chunk)
     c.close()
-    tick.done()  # type: ignore[attr-defined]
+    prog.done()
     return c
 
 
@@ -284,7 +288,7 @@ def load(
         return _from_collapser(run_perf_script(input, opts, progress), opts, input)
     if kind == "stdin":
         data = sys.stdin.buffer
-        buffered = io.BufferedReader(data, 1 << 20) if not hasattr(data, "peek") else data
+        buffered: IO[bytes] = data if hasattr(data, "peek") else io.BufferedReader(data, 1 << 20)  # type: ignore[type-var]
         head = _peek_stdin(buffered)
         if is_folded(head):
             counts = parse_folded(io.TextIOWrapper(open_binary(buffered), encoding="utf-8", errors="replace"))
@@ -305,7 +309,8 @@ def _peek_stdin(stream: IO[bytes]) -> str:
             data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
         except zlib.error:
             data = b""
-    return data.decode("utf-8", "replace")
+    text: str = data.decode("utf-8", "replace")
+    return text
 
 
 def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions) -> Loaded:
