@@ -170,7 +170,7 @@ def main() -> int:
         for _ in range(args.reps):
             r = subprocess.run([sys.executable, "-c", INPROC, str(many)], capture_output=True, text=True, check=True)
             inproc.append([float(x) for x in r.stdout.split()])
-        med = [statistics.median(col) for col in zip(*inproc)]
+        med = [statistics.median(col) for col in zip(*inproc, strict=True)]
         print(
             f"ours in-process (the < 1 s target): read {med[0]:.2f} s + tree {med[1]:.2f} s + render {med[2]:.2f} s"
             f" = {sum(med):.2f} s; the rest of the CLI's time is Python start-up and imports ({med[3]:.2f} s)"
