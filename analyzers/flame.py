@@ -414,11 +414,11 @@ def offcpu_folded(
         if prev_pid in pending:
             close(prev_pid, s.time, False)
         frames = [_symbol(f.symbol, f.dso) for f in s.frames]
+        # the tracepoint's own machinery sits on top of every stack: it says nothing
+        while frames and (frames[0].startswith("__traceiter_") or frames[0] == "__schedule"):
+            frames.pop(0)
         pending[prev_pid] = (s.time, m.group("comm"), m.group("state"), frames)
     stats.open_at_end = len(pending)
     if stats.upper_bound and not stats.with_switch_in:
-        stats.notes.append(
-            "no switch-in events were recorded: each blocked interval ends at the thread's next "
-            "switch-out, an upper bound that includes the time it then ran"
-        )
+        stats.notes.append("widths are upper bounds (no switch-ins recorded: blocked until the next switch-out)")
     return out, stats

@@ -87,6 +87,11 @@ def _amount(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
+def _fit(text: str, width: float, font_size: int) -> str:
+    room = int(width / (font_size * 0.59))
+    return text if len(text) <= room else text[: room - 1] + "\u2026"
+
+
 def _fmt(x: float) -> str:
     s = f"{x:.2f}".rstrip("0").rstrip(".")
     return s if s else "0"
@@ -190,7 +195,8 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         script=Markup("" if opts.test_mode else _script()),
         background=opts.background,
         title=clean(graph.title),
-        subtitle=clean(graph.subtitle) if graph.subtitle else None,
+        subtitle=_fit(clean(graph.subtitle), opts.width - 2 * pad, opts.font_size) if graph.subtitle else None,
+        subtitle_full=clean(graph.subtitle) if graph.subtitle else None,
         generator=GENERATOR,
         nframes=len(laid),
         min_width=opts.min_width,
