@@ -363,13 +363,16 @@ def offcpu_folded(
     time_from: float | None = None,
     time_to: float | None = None,
     unit: float = 1e-6,
+    intervals: dict[tuple[int, int], float] | None = None,
 ) -> tuple[dict[str, int], OffCpuStats]:
     """Fold sched_switch samples into blocked time per stack, in `unit` seconds (µs default).
 
     A thread's blocked interval runs from its switch-out (the sample: its stack, its prev_state)
-    to its next switch-in (a sched_switch with next_pid = tid). When switch-ins were not recorded
-    (perf record -p only sees events in the target's own context), the interval ends at the
-    thread's next switch-out instead: an upper bound that includes its next run, noted in stats.
+    to its switch-in, taken from, in order: `intervals` ({(tid, off time in µs): on time}, the
+    collectors' offcpu.csv.gz), a ``PERF_RECORD_SWITCH IN`` record of the thread, or a
+    sched_switch with next_pid = tid. When none was recorded (perf record -p only sees events in
+    the target's own context), the interval ends at the thread's next switch-out instead: an
+    upper bound that includes its next run, noted in stats.
     Root frames: wait reason (when by_reason), then the thread name (or its pool).
     """
     from profiler.analyzers.knowledge import pool_of
@@ -378,26 +381,36 @@ def offcpu_folded(
     pending: dict[int, tuple[float, str, str, list[str]]] = {}  # tid -> (t_out, comm, state, frames)
     out: dict[str, int] = {}
 
-    def close(tid: int, t_in: float, exact: bool) -> None:
-        t_out, comm, state, frames = pending.pop(tid)
+    def emit(t_out: float, t_in: float, comm: str, state: str, frames: list[str]) -> bool:
         lo = t_out if time_from is None else max(t_out, time_from)
         hi = t_in if time_to is None else min(t_in, time_to)
         if hi <= lo:
-            return
+            return False
         width = round((hi - lo) / unit)
         if width <= 0:
-            return
-        if exact:
-            stats.with_switch_in += 1
-        else:
-            stats.upper_bound += 1
+            return False
         root = [wait_reason(state, frames)] if by_reason else []
         root.append((pool_of(comm) if pools else comm).replace(" ", "_"))
         key = ";".join(root + [_frame_name(n) for n in reversed(frames)])
         out[key] = out.get(key, 0) + width
+        return True
+
+    def close(tid: int, t_in: float, exact: bool) -> None:
+        t_out, comm, state, frames = pending.pop(tid)
+        if emit(t_out, t_in, comm, state, frames):
+            if exact:
+                stats.with_switch_in += 1
+            else:
+                stats.upper_bound += 1
 
     for s in samples:
-        if s.payload is None or s.time is None or "sched_switch" not in (s.event or ""):
+        if s.time is None or s.tid is None:
+            continue
+        if s.event == "PERF_RECORD_SWITCH":
+            if (s.payload or "").startswith("IN") and s.tid in pending:
+                close(s.tid, s.time, True)
+            continue
+        if s.payload is None or "sched_switch" not in (s.event or ""):
             continue
         m = _PREV.search(s.payload)
         if m is None:
@@ -417,8 +430,46 @@ def offcpu_folded(
         # the tracepoint's own machinery sits on top of every stack: it says nothing
         while frames and (frames[0].startswith("__traceiter_") or frames[0] == "__schedule"):
             frames.pop(0)
+        if intervals is not None:
+            t_in = intervals.get((prev_pid, round(s.time * 1e6)))
+            if t_in is not None:
+                if emit(s.time, t_in, m.group("comm"), m.group("state"), frames):
+                    stats.with_switch_in += 1
+                continue
         pending[prev_pid] = (s.time, m.group("comm"), m.group("state"), frames)
     stats.open_at_end = len(pending)
     if stats.upper_bound and not stats.with_switch_in:
         stats.notes.append("widths are upper bounds (no switch-ins recorded: blocked until the next switch-out)")
     return out, stats
+
+
+def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}."""
+    import csv
+
+    out: dict[tuple[int, int], float] = {}
+    for row in csv.DictReader(lines):
+        try:
+            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+_PREEMPT_HINTS = ("irqentry_exit", "exit_to_user_mode", "preempt_schedule", "__cond_resched", "_cond_resched")
+
+
+def offcpu_by_reason(folded: dict[str, int]) -> dict[str, int]:
+    """Put a wait-reason root over folded off-CPU stacks that carry none (bcc's offcpu.folded.gz:
+    ``comm;user...;kernel_[k]...``; the state is not in the stack, so it is read from the frames)."""
+    out: dict[str, int] = {}
+    for stack, n in folded.items():
+        frames = stack.split(";")
+        leaf_first = [f[:-4] if f.endswith("_[k]") else f for f in reversed(frames[1:])]
+        reason = wait_reason("S", leaf_first)
+        if reason.startswith("other"):
+            joined = " ".join(leaf_first[:12])
+            reason = "preempted (runnable)" if any(h in joined for h in _PREEMPT_HINTS) else "other"
+        key = reason + ";" + stack
+        out[key] = out.get(key, 0) + n
+    return out

@@ -133,3 +133,13 @@ def test_perf_data_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert out == expected
     code, svg, _ = run(["flamegraph", str(data)], capsys)
     assert code == 0 and "python" in svg
+
+
+def test_bcc_offcpu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = Manifest(clock=ClockInfo(monotonic_start=1.0, wall_start=1.7e9, offset=1.7e9), status="ok")
+    w = BundleWriter(tmp_path / "bcc", m)
+    with w.open_member("offcpu.folded.gz") as fh:
+        fh.write(b"grpc-server-1;main;futex_wait_[k] 3000\ngrpc-server-2;main;futex_wait_[k] 2000\n")
+    w.finish("ok")
+    code, out, _ = run(["flamegraph", str(tmp_path / "bcc"), "--offcpu", "--folded", "--pools"], capsys)
+    assert code == 0 and out == "lock (futex);grpc-server;main;futex_wait_[k] 5000\n"

@@ -15,7 +15,13 @@ from typing import IO
 
 import typer
 
-from profiler.analyzers.flame import FlameGraph, build_tree, offcpu_folded
+from profiler.analyzers.flame import (
+    FlameGraph,
+    build_tree,
+    offcpu_by_reason,
+    offcpu_folded,
+    read_intervals,
+)
 from profiler.analyzers.folded import (
     COMPAT_MODES,
     Collapser,
@@ -317,11 +323,16 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
     if kind == "folded":
         raise UsageError("--offcpu needs sched_switch samples (a bundle or perf script text), not folded stacks")
     warnings: list[str] = []
+    intervals = None
     if kind == "bundle":
         assert bundle is not None
         name = "offcpu.perf.txt.gz" if bundle.has("offcpu.perf.txt.gz") else "offcpu.perf.txt"
         if not bundle.has(name):
+            if bundle.has("offcpu.folded.gz"):
+                return _load_bcc_offcpu(input, bundle, opts)
             raise InputError(f"{input} has no off-CPU evidence (offcpu.perf.txt.gz): was the offcpu-stacks collector skipped?")
+        if bundle.has("offcpu.csv.gz"):
+            intervals = read_intervals(bundle.iter_lines("offcpu.csv.gz"))
         lines = bundle.iter_lines(name)
         source = f"{input}/{name}"
     elif kind == "perf.data":
@@ -347,7 +358,7 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
         samples = iter(samples_list)
     else:
         f, t = opts.time_from, opts.time_to
-    counts, stats = offcpu_folded(samples, pools=opts.pools, time_from=f, time_to=t)
+    counts, stats = offcpu_folded(samples, pools=opts.pools, time_from=f, time_to=t, intervals=intervals)
     if bundle is not None:
         warnings.extend(bundle.warnings)
     if not counts:
@@ -360,6 +371,29 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
         source=source,
         warnings=warnings,
         notes=stats.notes,
+    )
+
+
+def _load_bcc_offcpu(input: str, bundle: Bundle, opts: FoldOptions) -> Loaded:
+    """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
+    from profiler.analyzers.knowledge import pool_of
+
+    counts = parse_folded(bundle.iter_lines("offcpu.folded.gz"))
+    if opts.pools:
+        pooled: dict[str, int] = {}
+        for k, v in counts.items():
+            root, sep, rest = k.partition(";")
+            key = pool_of(root) + sep + rest
+            pooled[key] = pooled.get(key, 0) + v
+        counts = pooled
+    if opts.time_from is not None or opts.time_to is not None:
+        raise UsageError("--from/--to: the bcc backend's off-CPU stacks are totals over the capture, without times")
+    return Loaded(
+        counts=offcpu_by_reason(counts),
+        unit="ns",
+        event="offcpu (bcc)",
+        source=f"{input}/offcpu.folded.gz",
+        warnings=list(bundle.warnings),
     )
 
 
