@@ -287,8 +287,7 @@ def load(
         with open(bundle.path(name), "rb") as fh:
             c = fold_stream(fh, opts, progress)
         out = _from_collapser(c, opts, f"{input}/{name}")
-        if bundle.partial:
-            out.notes.append(f"capture is {bundle.manifest.status}: {bundle.manifest.reason or 'see manifest'}")
+        out.notes.extend(_collector_note(bundle, "cpu-stacks"))
         return out
     if kind == "perf.data":
         return _from_collapser(run_perf_script(input, opts, progress), opts, input)
@@ -363,6 +362,9 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
         warnings.extend(bundle.warnings)
     if not counts:
         raise InputError(f"no sched_switch samples with blocked time in {source}")
+    notes = list(stats.notes)
+    if bundle is not None:
+        notes.extend(_collector_note(bundle, "offcpu-stacks"))
     return Loaded(
         counts=counts,
         unit="us",
@@ -370,8 +372,16 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
         samples=stats.switches,
         source=source,
         warnings=warnings,
-        notes=stats.notes,
+        notes=notes,
     )
+
+
+def _collector_note(bundle: Bundle, name: str) -> list[str]:
+    """One line when the collector that wrote the evidence did not run the whole window."""
+    rec = bundle.manifest.collector(name)
+    if rec is not None and rec.status not in ("ok", "pending"):
+        return [f"{name} {rec.status}: {rec.reason or 'see manifest'}"]
+    return []
 
 
 def _load_bcc_offcpu(input: str, bundle: Bundle, opts: FoldOptions) -> Loaded:
