@@ -502,13 +502,22 @@ def command(
         typer.echo(f"profiler: warning: {w}", err=True)
     if not loaded.counts:
         raise InputError(f"no samples with stacks in {loaded.source}" + (" in that time range" if t_from or t_to else ""))
+    what = f"{loaded.samples:,} {'switches' if offcpu else 'samples'}" + (f" of {loaded.event}" if loaded.event else "")
     if folded:
         write_output(list(format_folded(loaded.counts)), output, force)
+        _said(output, f"{len(loaded.counts):,} stacks, {what}")
         return
     so = svg_options(width, min_width, inverted)
     frac = min_width / (width - 20) if min_width > 0 else 0.0
     graph = make_graph(loaded, title=title, subtitle=subtitle, offcpu=offcpu, min_fraction=frac)
-    write_output(render(graph, so), output, force)
+    svg = render(graph, so)
+    write_output(svg, output, force)
+    _said(output, f"{svg.count('<g data-i='):,} frames drawn, {len(loaded.counts):,} unique stacks, {what}")
+
+
+def _said(output: Path | None, what: str) -> None:
+    if output is not None and str(output) != "-" and output.is_file():
+        typer.echo(f"profiler: wrote {output} ({what})", err=True)
 
 
 def register(app: typer.Typer) -> None:

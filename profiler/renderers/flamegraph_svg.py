@@ -71,7 +71,8 @@ def clean(text: str) -> str:
     return _XML_BAD.sub("\ufffd", text)
 
 
-def _amount(value: float, unit: str) -> str:
+def format_amount(value: float, unit: str) -> str:
+    """12,345,678 ns -> "12.35 ms"; samples and events as counts."""
     if unit == "ns":
         for div, name in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
             if value >= div:
@@ -149,12 +150,12 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         if graph.differential:
             fill = diff_color(node.delta, scale)
             change = node.delta / total * 100 if total else 0.0
-            tip = f"{name} ({_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%; {change:+.2f}% of all)"
+            tip = f"{name} ({format_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%; {change:+.2f}% of all)"
         else:
             if kind not in kinds_seen and depth > 0:
                 kinds_seen[kind] = frame_color(kind, kind)
             fill = frame_color(name, kind)
-            tip = f"{name} ({_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%)"
+            tip = f"{name} ({format_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%)"
         fit = int((w - 6) // font_w)
         if fit < 3:
             label = ""
