@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import re
+import shutil
 import io
 import subprocess
 import sys
@@ -143,3 +145,26 @@ def test_bcc_offcpu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     w.finish("ok")
     code, out, _ = run(["flamegraph", str(tmp_path / "bcc"), "--offcpu", "--folded", "--pools"], capsys)
     assert code == 0 and out == "lock (futex);grpc-server;main;futex_wait_[k] 5000\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_svg_zoom_and_search_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The SVG's own script, run by a real browser offline: ?f= zooms, ?s= searches."""
+    svg = tmp_path / "m.svg"
+    code, _, _ = run(["flamegraph", str(DIR / "mariadb-sysbench.txt"), "-o", str(svg)], capsys)
+    assert code == 0
+    text = svg.read_text()
+    m = re.search(r'<g data-i="(\d+)" data-k="[\w-]+"><title>dispatch_command ', text)
+    assert m
+    url = f"file://{svg}?f={m.group(1)}&s=^Prepared"
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=90, check=False,
+    ).stdout
+    if not dom.strip():
+        pytest.skip("chromium produced no DOM here")
+    assert re.search(r'id="matched" class="" [^>]*>Matched: \d+\.\d\d% \(\d+ frames\)', dom)
+    assert re.search(r'id="unzoom" class=""', dom)  # zoomed: the reset button shows
+    assert 'class="hide"' in dom  # frames outside the zoomed one are hidden
