@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import shutil
-import io
 import subprocess
 import sys
 import xml.dom.minidom
