@@ -101,7 +101,10 @@ def build_tree(
     gc.disable()
     try:
         if min_fraction > 0:
-            return _build_pruned(counts, root_name, min_fraction)
+            items = list(counts.items() if isinstance(counts, dict) else counts)
+            if not any("\x00" in k or "\x01" in k for k, _ in items):  # the separator trick needs them free
+                return _build_pruned(items, root_name, min_fraction)
+            counts = items
         return _build(counts, root_name)
     finally:
         if was_enabled:
@@ -109,35 +112,46 @@ def build_tree(
 
 
 def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, min_fraction: float) -> Node:
-    from bisect import bisect_right
+    # With "\x00" as the separator (it sorts before any character of a name) the sorted stack
+    # strings are in the order of their frame lists, stacks through one frame are contiguous,
+    # and every stack of such a run shares the same prefix, so a frame is a slice at a known
+    # offset and the end of its run one bisection away: no stack is ever split into frames.
+    from bisect import bisect_left
     from itertools import accumulate
 
-    items = [(st.split(";"), n) for st, n in (counts.items() if isinstance(counts, dict) else counts) if n > 0]
-    items.sort(key=lambda t: t[0])
-    stacks = [t[0] for t in items]
-    prefix = [0, *accumulate(t[1] for t in items)]
+    pairs = sorted(
+        (st.replace(";", "\x00"), n)
+        for st, n in (counts.items() if isinstance(counts, dict) else counts)
+        if n > 0
+    )
+    keys = [k for k, _ in pairs]
+    prefix = [0, *accumulate(n for _, n in pairs)]
     root = Node(root_name)
     root.total = prefix[-1]
     min_count = min_fraction * root.total
-    # (node, lo, hi, depth): stacks[lo:hi] all pass through node, which sits at `depth`
-    work = [(root, 0, len(stacks), 0)]
+    # (node, lo, hi, start): keys[lo:hi] all pass through node; their frames below it begin at
+    # offset `start` (the shared prefix, separator included)
+    work = [(root, 0, len(keys), 0)]
     while work:
-        node, lo, hi, d = work.pop()
-        # stacks that end here come first (a shorter list sorts before its extensions)
+        node, lo, hi, start = work.pop()
         i = lo
-        while i < hi and len(stacks[i]) == d:
+        # stacks that end at this node: exactly the prefix without its separator
+        while i < hi and len(keys[i]) < start:
             i += 1
         node.self_ = prefix[i] - prefix[lo]
         first = i
         while i < hi:
-            frame = stacks[i][d]
-            j = bisect_right(stacks, frame, i, hi, key=lambda s, d=d: s[d])
+            k = keys[i]
+            sep = k.find("\x00", start)
+            end_of_frame = len(k) if sep < 0 else sep
+            frame = k[start:end_of_frame]
+            j = bisect_left(keys, k[:end_of_frame] + "\x01", i + 1, hi)
             total = prefix[j] - prefix[i]
             if total >= min_count:
                 c = node.children[frame] = Node(frame)
                 c.total = total
                 c.offset = prefix[i] - prefix[first]
-                work.append((c, i, j, d + 1))
+                work.append((c, i, j, end_of_frame + 1))
             i = j
     return root
 

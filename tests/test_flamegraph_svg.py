@@ -159,3 +159,11 @@ def test_offcpu_switch_events_and_interval_csv() -> None:
     assert max(counts.values()) >= 500000  # that interval: 0.5 s in µs
     bcc = offcpu_by_reason({"t;main;futex_wait_[k]": 5, "t;main;irqentry_exit_to_user_mode_[k]": 2, "t;x": 1})
     assert bcc == {"lock (futex);t;main;futex_wait_[k]": 5, "preempted (runnable);t;main;irqentry_exit_to_user_mode_[k]": 2, "other;t;x": 1}
+
+
+def test_pruned_build_with_odd_names_matches_full_build() -> None:
+    counts = {"a;b": 5, "a;b\x00x;c": 3, "a;;c": 2, "a": 1, "a;b;c": 4, "a;bb": 1}
+    opts = SvgOptions(test_mode=True, min_width=1)
+    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)
+    counts.pop("a;b\x00x;c")
+    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)
