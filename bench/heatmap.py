@@ -182,7 +182,6 @@ def inner(args: argparse.Namespace) -> int:
     import resource
 
     import numpy as np
-
     from profiler.analyzers import blockio, heatmap
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
