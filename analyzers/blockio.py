@@ -733,3 +733,10 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16) -> BlockIO:
     for i in range(0, len(events), slice_size):
         p.feed_events(events[i : i + slice_size], owned=False)
     return p.finish()
+
+
+def io_from_bundle(bundle: Any, **kw: Any) -> Any:
+    """The IO analysis of a bundle (see :func:`profiler.analyzers.iostats.io_from_bundle`)."""
+    from profiler.analyzers.iostats import io_from_bundle as _io_from_bundle
+
+    return _io_from_bundle(bundle, **kw)
