@@ -144,7 +144,8 @@ class BlockIO:
     warnings: list[str] = field(default_factory=list)
 
     def comm_of(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(self.comms, dtype=object)[idx]
+        out: np.ndarray = np.asarray(self.comms, dtype=object)[idx]
+        return out
 
     def issuer_classes(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
         """Issuer class ('target'/'kernel'/'other') per IO, as an array of str."""
@@ -257,7 +258,8 @@ def _range(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     a = x & _LO7
     ge = (a + _U64((0x80 - lo) * 0x0101010101010101)) & _HI
     le = (_U64((0x80 + hi) * 0x0101010101010101) - a) & _HI
-    return ge & le & ~x & _HI
+    out: np.ndarray = ge & le & ~x & _HI
+    return out
 
 
 def _top_run(stop: np.ndarray) -> np.ndarray:
@@ -282,7 +284,8 @@ def _run_back(u: np.ndarray, end: np.ndarray, stop_fn: Any, maxw: int) -> np.nda
         more = _top_run(stop_fn(u[end - 8 - k]))
         n = np.where(n == k, k + more, n)
         k += 8
-    return np.minimum(n, maxw)
+    out: np.ndarray = np.minimum(n, maxw)
+    return out
 
 
 def _run_fwd(u: np.ndarray, start: np.ndarray, stop_fn: Any, maxw: int) -> np.ndarray:
@@ -292,7 +295,8 @@ def _run_fwd(u: np.ndarray, start: np.ndarray, stop_fn: Any, maxw: int) -> np.nd
         more = _low_run(stop_fn(u[start + k]))
         n = np.where(n == k, k + more, n)
         k += 8
-    return np.minimum(n, maxw)
+    out: np.ndarray = np.minimum(n, maxw)
+    return out
 
 
 def _nondigit(x: np.ndarray) -> np.ndarray:

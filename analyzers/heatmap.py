@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers.blockio import iter_chunks, open_input
 from profiler.analyzers.iostats import group_percentiles
+
 from profiler.errors import InputError, UsageError
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers import blockio
 from profiler.analyzers.blockio import BlockIO
+
 from profiler.bundle import Bundle
 
 QUANTILES = (50.0, 95.0, 99.0)

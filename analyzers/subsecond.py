@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers.blockio import open_input
 from profiler.analyzers.perfscript import iter_samples
+
 
 @dataclass
 class SampleTimes:

@@ -2,7 +2,7 @@
 
 Two steps, both run by hand as root on a quiet-ish machine:
 
-    python bench/heatmap.py record --seconds 30 --dir /tmp/heatbench   # >= 1M IOs, ftrace + perf.data
+    python bench/heatmap.py record --seconds 60 --dir /tmp/heatbench   # >= 1M IOs, ftrace + perf.data
     python bench/heatmap.py run --dir /tmp/heatbench [--repeat 3]
 
 `record` runs fio (small random direct IOs on a file in the trace directory) plus a background
@@ -106,18 +106,18 @@ def record(args: argparse.Namespace) -> int:
              "--time_based", "--output=/dev/null"],
         )
         procs.append(fg)
-        for p in procs:
-            p.wait()
+        for proc in procs:
+            proc.wait()
         time.sleep(1.0)
         perf.send_signal(2)
         perf.wait(timeout=60)
         stop.set()
         th.join()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         if perf is not None and perf.poll() is None:
             perf.kill()
             perf.wait()
@@ -137,9 +137,9 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed(argv: list[str], stdout: object = subprocess.DEVNULL) -> float:
+def _timed(argv: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, stdout=stdout, stderr=subprocess.DEVNULL, check=True)  # type: ignore[arg-type]
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t
 
 
@@ -160,12 +160,12 @@ def run(args: argparse.Namespace) -> int:
         for fmt, name in (("ftrace", "block.trace"), ("perf", "perf.txt")):
             res = subprocess.run([py, str(inner), "inner", str(d / name)], capture_output=True, text=True, check=True)
             for line in res.stdout.splitlines():
-                k, _, v = line.partition("=")
-                add(f"{fmt}: {k}", float(v))
+                key, _, val = line.partition("=")
+                add(f"{fmt}: {key}", float(val))
         add("awk pairing of perf script text (s)", _timed(["awk", AWK_PAIRING, str(d / "perf.txt")]))
     print(f"{'measure':48s} {'median':>12s}   (runs; machine shared with other engineers)")
-    for k, v in rows.items():
-        print(f"{k:48s} {statistics.median(v):12.3f}   {' '.join(f'{x:.3f}' for x in v)}")
+    for k, vals in rows.items():
+        print(f"{k:48s} {statistics.median(vals):12.3f}   {' '.join(f'{x:.3f}' for x in vals)}")
     med = {k: statistics.median(v) for k, v in rows.items()}
     ios = med.get("perf: paired IOs", 0.0)
     print()
@@ -182,7 +182,6 @@ def inner(args: argparse.Namespace) -> int:
     import resource
 
     import numpy as np
-
     from profiler.analyzers import blockio, heatmap
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -214,7 +213,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record")
-    r.add_argument("--seconds", type=int, default=30)
+    r.add_argument("--seconds", type=int, default=60)
     r.add_argument("--dir", default="/tmp/heatbench")
     b = sub.add_parser("run")
     b.add_argument("--dir", default="/tmp/heatbench")

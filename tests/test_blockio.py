@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from profiler.analyzers import blockio
 from profiler.analyzers.blockio import COMPLETE, ISSUE, MERGE, REQUEUE
 

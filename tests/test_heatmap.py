@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from profiler.analyzers import blockio, heatmap, iostats, subsecond
+
 from profiler.bundle import OK, BundleWriter, CollectorRecord, Manifest, TargetInfo
 from profiler.cli import main
 from profiler.renderers import heatmap_svg
@@ -188,6 +188,7 @@ def test_svg_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert main(["heatmap", str(SAMPLES / "two-devices.txt"), "-o", str(svg), "--by", "device", "--log"]) == 0
     png = tmp_path / "io.png"
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe is not None
     subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     f"--screenshot={png}", "--window-size=1200,900", svg.as_uri()],
                    capture_output=True, timeout=90, check=False)

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from profiler.analyzers import blockio, iostats
-from profiler.bundle import OK, Bundle, BundleWriter, CollectorRecord, Manifest, TargetInfo, ThreadInfo
+
+from profiler.bundle import (
+    OK,
+    Bundle,
+    BundleWriter,
+    CollectorRecord,
+    Manifest,
+    TargetInfo,
+    ThreadInfo,
+)
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "block"
 
@@ -100,7 +108,8 @@ def test_io_from_bundle(tmp_path: Path) -> None:
     doc = a.to_json()
     json.dumps(doc, allow_nan=False)
     assert doc["counts"]["paired"] == a.overall["ios"]
-    assert blockio.io_from_bundle(Bundle.open(root)).overall == a.overall  # type: ignore[union-attr]
+    again = blockio.io_from_bundle(Bundle.open(root))
+    assert again is not None and again.overall == a.overall
 
 
 def test_io_from_bundle_without_block_trace(tmp_path: Path) -> None:

@@ -101,8 +101,8 @@ def _open_text(input: str) -> tuple[IO[bytes], str]:
 def _sniff(fh: IO[bytes]) -> tuple[bytes, IO[bytes]]:
     """Peek at the start of a stream without losing it."""
     head = fh.read(1 << 16)
-    rest = io.BufferedReader(_Concat(head, fh))  # type: ignore[arg-type]
-    return head, rest  # type: ignore[return-value]
+    rest = io.BufferedReader(_Concat(head, fh))
+    return head, rest
 
 
 class _Concat(io.RawIOBase):

@@ -49,7 +49,8 @@ def _ramp(v: float) -> str:
             f = (v - a) / (b - a) if b > a else 0.0
             r, g, bl = (round(x + (y - x) * f) for x, y in zip(ca, cb, strict=True))
             return f"#{r:02x}{g:02x}{bl:02x}"
-    return "#%02x%02x%02x" % _STOPS[-1][1]
+    r, g, bl = _STOPS[-1][1]
+    return f"#{r:02x}{g:02x}{bl:02x}"
 
 
 def colour_levels(counts: np.ndarray, scale: str = "log") -> np.ndarray:
@@ -153,8 +154,8 @@ def _polyline_segments(xs: list[float], ys: list[float | None]) -> list[str]:
     if len(cur) > 1:
         segs.append(" ".join(cur))
     elif len(cur) == 1:  # a single column: a short tick so it is visible
-        x, y = cur[0].split(",")
-        segs.append(f"{float(x) - 3:.1f},{y} {float(x) + 3:.1f},{y}")
+        sx, sy = cur[0].split(",")
+        segs.append(f"{float(sx) - 3:.1f},{sy} {float(sx) + 3:.1f},{sy}")
     return segs
 
 
