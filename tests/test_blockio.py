@@ -229,3 +229,17 @@ def test_empty_and_foreign_input() -> None:
 
 def test_io_record_is_compact() -> None:
     assert blockio.IO_DTYPE.itemsize == 48
+
+
+def test_huge_sectors_take_the_general_sort() -> None:
+    big = (1 << 41) + 12345
+    lines = (
+        f"fio-1 [000] ..... 10.000000: block_rq_issue: 259,0 R 4096 () {big} + 8 [fio]\n"
+        f"fio-1 [000] ..... 10.000010: block_rq_issue: 259,0 R 4096 () {big + 8} + 8 [fio]\n"
+        f"<idle>-0 [000] ..s.. 10.000300: block_rq_complete: 259,0 R () {big + 8} + 8 [0]\n"
+        f"<idle>-0 [000] ..s.. 10.000400: block_rq_complete: 259,0 R () {big} + 8 [0]\n"
+    )
+    b = blockio.parse_block_text(lines)
+    assert b.counts.paired == 2
+    assert sorted(zip(b.ios["sector"].tolist(), np.round(b.ios["latency"], 6).tolist(), strict=True)) == [
+        (big, 0.0004), (big + 8, 0.00029)]
