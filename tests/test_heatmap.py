@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import html
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -94,7 +96,7 @@ def test_svg_is_valid_deterministic_and_escaped() -> None:
     assert "<script>&x" not in a and "&lt;script&gt;&amp;x" in a
     ns = "{http://www.w3.org/2000/svg}"
     assert root.findall(f".//{ns}polyline")  # p50/p99 lines
-    data = a.split("var HEATMAP = ", 1)[1].split(";\n", 1)[0]
+    data = a.split("})(", 1)[1].rsplit(', "latency", ', 1)[0]
     doc = json.loads(data)
     assert sum(sum(c) for c in doc["panels"][0]["counts"]) == len(bio.ios)
 
@@ -194,3 +196,41 @@ def test_svg_renders_in_headless_chromium(tmp_path: Path) -> None:
                    capture_output=True, timeout=90, check=False)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000  # a blank page compresses to ~5 KB
+
+
+_PAGE = """<!doctype html><html><head><title>x</title></head><body>{svg}
+<script>
+window.addEventListener('load', function () {{
+  var hit = document.querySelector('.hit'), r = hit.getBoundingClientRect();
+  function at(fx, fy, type) {{
+    hit.dispatchEvent(new MouseEvent(type, {{clientX: r.left + r.width * fx, clientY: r.top + r.height * fy, bubbles: true}}));
+  }}
+  {actions}
+  document.title = 'DETAILS:' + document.querySelector('.details').textContent;
+}});
+</script></body></html>"""
+
+
+def _chromium_title(tmp_path: Path, svg_text: str, actions: str) -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe is not None
+    page = tmp_path / "page.html"
+    page.write_text(_PAGE.format(svg=svg_text.split("?>", 1)[1], actions=actions))
+    res = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=90, check=False)
+    m = re.search(r"<title>DETAILS:(.*?)</title>", res.stdout, re.S)
+    assert m, res.stderr[-500:]
+    return html.unescape(m.group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no headless chromium")
+def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
+    bio = blockio.read_block_trace(SAMPLES / "merges.txt")
+    ps = heatmap.panels(bio.ios["t_complete"], bio.ios["latency"], {"all": np.ones(len(bio.ios), bool)}, log=True)
+    text = _chromium_title(tmp_path, heatmap_svg.render(ps), "at(0.02, 0.5, 'mousemove');")
+    assert re.match(r"all: time [0-9.]+s-[0-9.]+s, latency .+: \d+ IOs \(", text), text
+    h = subsecond.subsecond_heatmap(np.array([0.5, 1.5, 2.5, 3.5]), t0=0.0)
+    text = _chromium_title(tmp_path, heatmap_svg.render_subsecond(h, source="cap/"),
+                           "at(0.1, 0.0, 'click'); at(0.6, 0.5, 'click');")
+    assert text == "profiler flamegraph cap/ --from 0s --to 2.52s"
