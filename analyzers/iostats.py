@@ -237,6 +237,12 @@ class IoAnalysis:
     size_histogram: list[dict[str, int]]
     duration: float
     warnings: list[str] = field(default_factory=list)
+    target_tids: tuple[int, ...] = ()
+    target_comms: tuple[str, ...] = ()
+
+    def split(self, by: str) -> dict[str, np.ndarray]:
+        """Masks over ``block.ios`` by 'op', 'device' or 'issuer' (with this capture's targets)."""
+        return split(self.block, by, target_tids=self.target_tids, target_comms=self.target_comms)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,7 +285,7 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
     return IoAnalysis(
         block=bio, series=series, overall=overall, by_op=by_op, by_device=by_device, by_issuer=by_issuer,
         top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blockio.OP_FLUSH]),
-        duration=duration, warnings=list(bio.warnings),
+        duration=duration, warnings=list(bio.warnings), target_tids=tuple(target_tids), target_comms=tuple(target_comms),
     )
 
 

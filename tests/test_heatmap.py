@@ -234,3 +234,14 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
     text = _chromium_title(tmp_path, heatmap_svg.render_subsecond(h, source="cap/"),
                            "at(0.1, 0.0, 'click'); at(0.6, 0.5, 'click');")
     assert text == "profiler flamegraph cap/ --from 0s --to 2.52s"
+
+
+def test_render_io_for_the_report(tmp_path: Path) -> None:
+    from profiler.analyzers.iostats import io_from_bundle
+    from profiler.bundle import Bundle
+
+    a = io_from_bundle(Bundle.open(_bundle(tmp_path)))
+    assert a is not None
+    svg = heatmap_svg.render_io(a, by="issuer", standalone=False)
+    assert svg.startswith("<svg") and ">target <" in svg
+    _svg_ok(svg)

@@ -16,7 +16,9 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from profiler.analyzers import heatmap as heatmap_model
 from profiler.analyzers.heatmap import Heatmap
+from profiler.analyzers.iostats import IoAnalysis
 from profiler.analyzers.subsecond import SubsecondHeatmap
 
 # light yellow -> orange -> red -> dark red (perceptually ordered, readable on white)
@@ -275,3 +277,21 @@ def render_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-seco
         legend=legend, maxc=int(h.counts.max()) if h.counts.size else 0, colour=colour, data=data,
         script=_load("heatmap.js"), total=h.total,
     )
+
+
+def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour: str = "log",
+              title: str = "Block IO latency heatmap", standalone: bool = True) -> str:
+    """The heatmap of an :class:`IoAnalysis` (what the HTML report embeds): one panel per
+    ``by`` group. ``standalone=False`` drops the XML declaration for inlining in HTML."""
+    ios = analysis.block.ios
+    groups = analysis.split(by) if by != "none" else {"all IOs": np.ones(len(ios), bool)}
+    panels = heatmap_model.panels(ios["t_complete"], ios["latency"], groups, log=log, t0=analysis.block.t_first)
+    lat = analysis.overall["latency"]
+    sub = (f"{len(ios)} IOs, p50 {fmt_latency(lat['p50'] or 0)}, p99 {fmt_latency(lat['p99'] or 0)}, "
+           f"max {fmt_latency(lat['max'] or 0)}") if len(ios) else "no IOs"
+    c = analysis.block.counts
+    svg = render(panels, title=title, subtitle=sub, colour=colour,
+                 totals={"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions})
+    if not standalone:
+        svg = svg.split("?>", 1)[1].lstrip()
+    return svg
