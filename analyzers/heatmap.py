@@ -158,8 +158,12 @@ def panels(t: np.ndarray, lat: np.ndarray, groups: dict[str, np.ndarray], **kw: 
     """One heatmap per group (masks over t/lat), sharing time columns and latency rows."""
     t = np.asarray(t, dtype=np.float64)
     lat = np.asarray(lat, dtype=np.float64)
-    kw.setdefault("t0", float(t.min()) if len(t) else 0.0)
-    kw.setdefault("t1", float(t.max()) if len(t) else kw["t0"])
+    if kw.get("t0") is None:
+        kw["t0"] = float(t.min()) if len(t) else 0.0
+    if kw.get("t1") is None:
+        kw["t1"] = float(t.max()) if len(t) else kw["t0"]
+    if not groups:
+        groups = {"all IOs": np.ones(len(t), bool)}
     if kw.get("step") is None:
         kw["step"] = nice_step(max(kw["t1"] - kw["t0"], 1e-9))
     if kw.get("edges") is None:
