@@ -238,6 +238,7 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
 
 def test_render_io_for_the_report(tmp_path: Path) -> None:
     from profiler.analyzers.iostats import io_from_bundle
+
     from profiler.bundle import Bundle
 
     a = io_from_bundle(Bundle.open(_bundle(tmp_path)))
@@ -245,3 +246,18 @@ def test_render_io_for_the_report(tmp_path: Path) -> None:
     svg = heatmap_svg.render_io(a, by="issuer", standalone=False)
     assert svg.startswith("<svg") and ">target <" in svg
     _svg_ok(svg)
+
+
+def test_report_entry_points(tmp_path: Path) -> None:
+    """What analyzers/analysis.py and metrics.py call: models from a bundle, and their pictures."""
+    from profiler.bundle import Bundle
+
+    b = Bundle.open(_bundle(tmp_path))
+    io = blockio.io_from_bundle(b)
+    cpu = subsecond.from_bundle(b)
+    assert io is not None and cpu is not None and cpu.total > 0
+    n = len(io.block.ios)
+    assert len(io.issue) == len(io.latency) == len(io.dev) == len(io.op) == len(io.bytes) == len(io.tid) == len(io.comm) == n
+    assert set(io.dev) == {"254:0"} and set(io.op) <= {"read", "write", "flush", "discard", "other"}
+    for model in (io, cpu):
+        _svg_ok(heatmap_svg.render_svg(model))

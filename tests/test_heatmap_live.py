@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from profiler.analyzers import blockio
+
 from profiler.cli import main
 
 TRACEFS = Path("/sys/kernel/tracing")

@@ -253,10 +253,8 @@ def command(
 
     if src.kind == "cpu":
         assert src.samples is not None
-        t0 = src.bundle.manifest.clock.monotonic_start if src.bundle and src.bundle.manifest.clock.monotonic_start else None
-        if t0 is not None and len(src.samples.t) and src.samples.t.min() < t0:
-            t0 = None
-        h = subsecond.subsecond_heatmap(src.samples.t, rows=rows if rows != 50 else 50, t0=t0)
+        t0 = subsecond.capture_origin(src.bundle, src.samples.t) if src.bundle else None
+        h = subsecond.subsecond_heatmap(src.samples.t, rows=rows, t0=t0)
         doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": src.name, **h.to_json()}
         svg_text = heatmap_svg.render_subsecond(
             h, title=title or "CPU samples: sub-second offset heatmap",

@@ -295,3 +295,14 @@ def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour:
     if not standalone:
         svg = svg.split("?>", 1)[1].lstrip()
     return svg
+
+
+def render_svg(model: IoAnalysis | SubsecondHeatmap) -> str:
+    """The picture of an analysis model, as the HTML report asks for it (IO or CPU heatmap)."""
+    if isinstance(model, SubsecondHeatmap):
+        return render_subsecond(model)
+    return render_io(model)
+
+
+def render_subsecond_svg(model: SubsecondHeatmap) -> str:
+    return render_subsecond(model)
