@@ -417,6 +417,13 @@ def _parse_chunk(buf: bytes, comms: _CommTable) -> tuple[np.ndarray, int, int]:
     tend = lb - _run_back(u, lb, _nonspace, 16)
     tidv, ntid = _number_back(u, tend, 8)
     tid = np.where(has & (ntid >= 1) & (tend - ntid > ls), tidv.astype(np.int64), -1)
+    # perf script -F comm,tid,time,...: no [cpu] column, the tid stands right before the time
+    p0 = dot - nint
+    p0 = p0 - _run_back(u, p0, _nonspace, 16)
+    tid_alt, nalt = _number_back(u, p0, 8)
+    before_alt = b[p0 - nalt - 1]
+    alt_ok = ~has & (nalt >= 1) & (p0 - nalt > ls) & ((before_alt == 32) | (before_alt == 45))
+    tid = np.where(alt_ok, tid_alt.astype(np.int64), tid)
 
     # --- payload: "254,0 RM 4096 () 23435232 + 8 be,0,4 [mandb]"
     major, nmaj = _number_fwd(u, ps, 8)

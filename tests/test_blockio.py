@@ -243,3 +243,12 @@ def test_huge_sectors_take_the_general_sort() -> None:
     assert b.counts.paired == 2
     assert sorted(zip(b.ios["sector"].tolist(), np.round(b.ios["latency"], 6).tolist(), strict=True)) == [
         (big, 0.0004), (big + 8, 0.00029)]
+
+
+def test_perf_script_without_cpu_column() -> None:
+    lines = (
+        "        mariadbd 10674   529.856766:    block:block_rq_issue: 254,0 WS 4096 () 27656648 + 8 0x2,0,4 [mariadbd]\n"
+        " kworker/1:1H-kb    44   529.863889: block:block_rq_complete: 254,0 WS () 27656648 + 8 0x2,0,4 [0]\n"
+    )
+    b = blockio.parse_block_text(lines)
+    assert b.counts.paired == 1 and int(b.ios["tid"][0]) == 10674

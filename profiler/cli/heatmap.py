@@ -43,7 +43,7 @@ heatmap of a bundle's CPU samples (or of perf script text / perf.data of cpu-clo
 """
 
 BY = ("none", "op", "device", "issuer", "comm")
-PERF_FIELDS = "comm,tid,cpu,time,event,trace"
+PERF_FIELDS = "comm,tid,time,event,trace"  # no cpu: per-task recordings may lack it
 
 
 def _progress(msg: str) -> None:
