@@ -70,6 +70,8 @@ THRESHOLDS: dict[str, Threshold] = {
     # locks
     "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
                             "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.switches": Threshold(50.0, 500.0, "switches/s per busy thread", "our measurements (sysbench one lock: ~15000/s; idle pool workers: < 5/s)",
+                               "voluntary context switches of the busy threads: contended locks block and wake often"),
     "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),
     # not saturated
     "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
@@ -203,16 +205,23 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         parts.append((s, f"one thread is at a core's limit: {tm.hottest_thread} at {_pct(tm.max_thread_util)}",
                       "a single thread caps throughput: spread its work (more pool threads, partitions) or make it cheaper"))
     for p in tm.pools:
-        if p.cpu_cores < 0.2 or p.threads < 1:
+        if p.threads < 2 and not p.knob:
+            continue  # a lone unnamed thread is the hot-thread rule's business
+        if p.cpu_cores < 0.05 and p.demand * p.threads < 0.5:
             continue
-        s = ramp(p.util, "cpu.pool")
+        load = max(p.util, p.demand)
+        s = ramp(load, "cpu.pool")
         if s <= 0:
             continue
-        ev.append(_ev(f"pool_util[{p.pool}]", p.util, "cpu.pool", f"{p.cpu_cores:.2f} cores over {p.threads} threads"))
+        ev.append(_ev(f"pool_demand[{p.pool}]", load, "cpu.pool",
+                      f"{p.cpu_cores:.2f} cores over {p.threads} threads; running {_pct(p.states.get('cpu'))}, queued {_pct(p.states.get('runnable'))}"))
         rec = (TIKV_POOLS[p.pool].advice if p.knob and p.pool in TIKV_POOLS
                else f"the {p.pool} pool is saturated: give it more threads if its work is parallel")
         knob = f" (knob: {p.knob})" if p.knob else ""
-        parts.append((s, f"pool {p.pool} saturated: {_pct(p.util)} of its {p.threads} threads busy{knob}", rec))
+        queued = f", {_pct(p.states.get('runnable'))} of it queued for a CPU" if p.states.get("runnable", 0) > 0.2 else ""
+        s = s + 0.02 if s >= PRIMARY else s  # a named pool is a more precise cause than the run queue
+        parts.append((s, f"pool {p.pool} saturated: its {p.threads} thread{'s want' if p.threads > 1 else ' wants'} a CPU "
+                         f"{_pct(load)} of the time{queued}{knob}", rec))
     if not parts:
         return None
     best = max(parts, key=lambda x: x[0])
@@ -323,6 +332,11 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     fut = tm.active_states.get("futex", 0.0)
     ev = [_ev("futex_wait_share", fut, "lock.futex", f"{tm.active_threads} busy threads")]
     score = ramp(fut, "lock.futex")
+    if tm.busy_vcsw_rate is not None:
+        # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
+        # makes its waiters block and wake constantly.
+        ev.append(_ev("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
+        score *= 0.4 + 0.6 * ramp(tm.busy_vcsw_rate, "lock.switches")
     if tm.active_threads < 2:
         score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
     if tm.vcsw_rate is not None and tm.active_threads:
