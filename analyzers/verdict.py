@@ -217,6 +217,10 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
                       f"{p.cpu_cores:.2f} cores over {p.threads} threads; running {_pct(p.states.get('cpu'))}, queued {_pct(p.states.get('runnable'))}"))
         rec = (TIKV_POOLS[p.pool].advice if p.knob and p.pool in TIKV_POOLS
                else f"the {p.pool} pool is saturated: give it more threads if its work is parallel")
+        if p.states.get("runnable", 0.0) > p.states.get("cpu", 0.0):
+            rec = (f"{p.pool} waits for a CPU more than it runs: the host's CPUs are oversubscribed, so "
+                   f"{'raising ' + p.knob if p.knob else 'more threads'} will not help until it gets CPU time "
+                   f"(dedicate cores, move other work off the host); then: {rec}")
         knob = f" (knob: {p.knob})" if p.knob else ""
         queued = f", {_pct(p.states.get('runnable'))} of it queued for a CPU" if p.states.get("runnable", 0) > 0.2 else ""
         s = s + 0.02 if s >= PRIMARY else s  # a named pool is a more precise cause than the run queue
