@@ -21,6 +21,9 @@ from profiler.analyzers.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
 from profiler.analyzers.metrics import Metrics, TargetMetrics
 
 CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
+# On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue
+# delay, a lock its own switches; plain CPU demand is the least specific.
+TIE_ORDER = ("memory", "lock_contention", "io_wait", "cpu", "not_saturated")
 PRIMARY = 0.5
 CONTRIBUTING = 0.35
 
@@ -190,6 +193,9 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         if sysu is not None and tm.cpu_cores is not None and m.system and m.system.ncpu:
             if tm.cpu_cores < 0.5 * sysu * m.system.ncpu:
                 others = f"; the host's CPUs are {_pct(sysu)} busy, mostly with other processes"
+                # The target is a victim of its neighbours here: a cause of its own (a memory
+                # limit, an IO throttle, a lock) that also makes it queue must rank first.
+                s *= 0.8
         parts.append((s, f"threads wait for a CPU: {_pct(tm.runq_share)} of their CPU demand is run-queue delay{others}",
                       "the CPUs are oversubscribed: move other work off the host, pin the target to dedicated cores, or add cores"))
     if tm.cpu_throttled_share is not None:
@@ -436,7 +442,7 @@ def _label(c: float) -> str:
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     found = [f for f in (r(tm, m) for r in RULES) if f is not None]
     found.append(rule_not_saturated(tm, m, found))
-    found.sort(key=lambda f: (-f.score, CATEGORIES.index(f.category)))
+    found.sort(key=lambda f: (-round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]
     if best.category != "not_saturated" and best.score < PRIMARY:
         best = next(f for f in found if f.category == "not_saturated")
