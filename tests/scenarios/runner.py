@@ -115,8 +115,9 @@ def read_verdict(report: dict[str, Any], target_pid: int) -> tuple[str | None, A
 def run_attach(bundle: Path, pid: int, window: float, logdir: Path,
                extra: tuple[str, ...] = ()) -> tuple[int, str, float]:
     """Run `profiler attach`; returns (exit code, stderr tail, seconds). Killed if it overruns."""
+    # --no-report: the verdict is read once, from `profiler report --format json`, below.
     argv = [*profiler_argv(), "attach", "--pid", str(pid), "--duration", f"{window:g}s", "-o", str(bundle),
-            *extra]
+            "--no-report", *extra]
     t0 = time.monotonic()
     with open(logdir / "attach.log", "wb") as log:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
