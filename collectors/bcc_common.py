@@ -187,11 +187,13 @@ def set_targets(bpf: Any, pids: list[int]) -> None:
 
 
 def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
+    """The program's `counters` (a per-CPU array), summed over CPUs, by name."""
     table = bpf[b"counters"]
     out = {}
     for i, name in enumerate(names):
         if name:
-            out[name] = int(table[table.Key(i)].value)
+            key = table.Key(i)
+            out[name] = int(table.sum(key).value) if hasattr(table, "sum") else int(table[key].value)
     return out
 
 
@@ -338,6 +340,7 @@ class BccCollector:
         self._lock = threading.Lock()  # drain() runs from the poll thread and from stop()
         self._drain_error: str | None = None
         self.pids: list[int] = []
+        self.backend_reason: str | None = None  # set by bcc_backend.with_backend for the manifest
 
     # -- protocol
 
@@ -407,6 +410,8 @@ class BccCollector:
             with self._lock:
                 self.drain(ctx, final=True)
             self.finish(ctx, rec)
+            if self.backend_reason:
+                rec.stats["backend_reason"] = self.backend_reason
             if rec.status == RUNNING:
                 rec.status = OK
             if self._drain_error and rec.status == OK:

@@ -7,6 +7,7 @@ from profiler.collectors.blockio import BlockIO
 from profiler.collectors.cpu_stacks import CpuStacks
 from profiler.collectors.offcpu import OffCpu
 from profiler.collectors.perf_stat import PerfStat
+from profiler.collectors.procfs import ProcfsCollector
 from profiler.collectors.syscalls import Syscalls
 
 
@@ -14,6 +15,7 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
     """Every collector, in start order; the session probes each and skips what cannot run here."""
     return [
         PerfStat(),
+        ProcfsCollector(),
         CpuStacks(keep_perf_data),
         OffCpu(keep_perf_data),
         BlockIO(),

@@ -119,7 +119,7 @@ def test_syscall_counts_agree_with_perf_stat(tmp_path):
     times = [float(r["time"]) for r in rows]
     assert times == sorted(times)
     assert rec.started is not None and rec.ended is not None
-    assert all(rec.started < t <= rec.ended + 1e-6 for t in times)
+    assert all(rec.started - 1e-6 <= t < rec.ended for t in times)
     assert all(int(r["total_ns"]) >= 0 for r in rows)
     assert all(r["comm"] == "python3" or r["comm"].startswith("python") for r in rows)
 
@@ -320,3 +320,39 @@ def test_no_probes_left_behind(tmp_path, how):
         assert manifest["status"] == ("ok" if how == "normal" else "partial")
         assert {c["name"] for c in manifest["collectors"]} == {"block-io", "syscalls", "offcpu-stacks", "futex-waits"}
         assert (out / "syscalls.csv").is_file() and (out / "offcpu.folded.gz").is_file()
+
+
+# --------------------------------------------------------------------------- --backend
+
+
+class _Perf:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.backend = "perf"
+
+
+def test_backend_perf_keeps_the_perf_collectors():
+    from profiler.collectors.bcc_backend import with_backend
+
+    perf = [_Perf("perf-stat"), _Perf("block-io"), _Perf("syscalls")]
+    out, used, why = with_backend(perf, "perf")
+    assert out == perf and used == "perf" and "perf" in why
+
+
+def test_unknown_backend_is_a_usage_error():
+    from profiler.collectors.bcc_backend import with_backend
+    from profiler.errors import UsageError
+
+    with pytest.raises(UsageError):
+        with_backend([], "ebpf")
+
+
+@requires_bcc
+def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
+    from profiler.collectors.bcc_backend import with_backend
+
+    perf = [_Perf("perf-stat"), _Perf("cpu-stacks"), _Perf("offcpu-stacks"), _Perf("block-io"), _Perf("syscalls")]
+    out, used, why = with_backend(perf, "auto")
+    assert used == "bcc" and why.startswith("auto:")
+    assert [c.name for c in out] == ["perf-stat", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls", "futex-waits"]
+    assert [c.backend for c in out] == ["perf", "perf", "bcc", "bcc", "bcc", "bcc"]

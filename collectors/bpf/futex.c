@@ -71,13 +71,13 @@ BPF_HASH(locks, struct lock_key, struct lock_val, LOCK_ENTRIES);
 BPF_STACK_TRACE(ustacks, USER_STACKS);
 // counters: 0 waits entered, 1 waits paired, 2 fstart full, 3 waits full, 4 locks full,
 // 5 user stack lost (EEXIST collision), 6 user stack lost (other)
-BPF_ARRAY(counters, u64, 8);
+BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 
 static __always_inline void bump(u32 idx)
 {
     u64 *v = counters.lookup(&idx);
     if (v)
-        __sync_fetch_and_add(v, 1);
+        (*v)++;
 }
 
 int pf_futex_enter(struct tracepoint__syscalls__sys_enter_futex *args)

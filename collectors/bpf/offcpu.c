@@ -60,13 +60,13 @@ BPF_STACK_TRACE(kstacks, KERNEL_STACKS);
 // counters: 0 switch-outs recorded, 1 switch-ins paired, 2 offstart full, 3 blocked full,
 // 4 user stack lost (EEXIST collision), 5 user stack lost (other error, not EFAULT),
 // 6 kernel stack lost (EEXIST), 7 kernel stack lost (other), 8 no user stack (EFAULT)
-BPF_ARRAY(counters, u64, 12);
+BPF_PERCPU_ARRAY(counters, u64, 12);  // per CPU: no shared cache line on hot paths
 
 static __always_inline void bump(u32 idx)
 {
     u64 *v = counters.lookup(&idx);
     if (v)
-        __sync_fetch_and_add(v, 1);
+        (*v)++;
 }
 
 static __always_inline u32 state_class(s64 st)
