@@ -159,6 +159,8 @@ class BccBlockIO(BccCollector):
             "target_share": round(by_targets / total, 4) if total else None,
             "unit": "ns",
         }
+        rec.stats["events"] = rec.stats["ios"]  # the capture summary's columns
+        rec.stats["lost"] = rec.stats["dropped"]
         if rec.stats["dropped"]:
             rec.status = PARTIAL
             rec.reason = (f"{rec.stats['dropped']} IO latencies dropped: kernel maps full "

@@ -118,7 +118,7 @@ class BccFutex(BccCollector):
         rec.stats = {"waits": waits, "wait_ns": total_ns, "timeouts": timeouts, "eagain": eagain,
                      "stacks": len(folded), "lock_addresses": len(locks), "lost_user_stacks": lost,
                      "stack_collisions": counters["user_stack_collision"], "lost_stack_ns": lost_ns,
-                     "dropped": dropped, "unit": "ns"}
+                     "dropped": dropped, "unit": "ns", "events": waits, "lost": lost + dropped}
         share = lost_ns / total_ns if total_ns else 0.0
         if share > LOST_SHARE_PARTIAL or dropped:
             rec.status = PARTIAL

@@ -167,6 +167,8 @@ class BccOffCpu(BccCollector):
             "unit": "ns",
             **{f"{s}_ns": by_state.get(s, 0) for s in STATES.values()},
         }
+        rec.stats["events"] = counters["switch_out"]
+        rec.stats["lost"] = lost_user + lost_kernel + rec.stats["dropped"]
         share = lost_ns / total_ns if total_ns else 0.0
         if share > LOST_SHARE_PARTIAL or rec.stats["dropped"]:
             rec.status = PARTIAL

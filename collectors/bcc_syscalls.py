@@ -112,6 +112,8 @@ class BccSyscalls(BccCollector):
             "began_before_start": counters["began_before"],
             "dropped": counters["start_full"] + counters["counts_full"],
         }
+        rec.stats["events"] = self.calls
+        rec.stats["lost"] = rec.stats["dropped"]
         if rec.stats["dropped"]:
             rec.status = PARTIAL
             rec.reason = (f"{rec.stats['dropped']} syscalls not counted: kernel maps full "

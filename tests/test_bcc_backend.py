@@ -341,6 +341,7 @@ def test_backend_perf_keeps_the_perf_collectors():
 
 def test_unknown_backend_is_a_usage_error():
     from profiler.collectors.bcc_backend import with_backend
+
     from profiler.errors import UsageError
 
     with pytest.raises(UsageError):
@@ -356,3 +357,72 @@ def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
     assert used == "bcc" and why.startswith("auto:")
     assert [c.name for c in out] == ["perf-stat", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls", "futex-waits"]
     assert [c.backend for c in out] == ["perf", "perf", "bcc", "bcc", "bcc", "bcc"]
+
+
+# --------------------------------------------------------------------------- profiler attach --backend bcc
+
+
+@requires_bcc
+def test_attach_backend_bcc_end_to_end(tmp_path):
+    from profiler.cli import main
+
+    proc, pid = start_workload("contend", "3", "30")
+    out = tmp_path / "att"
+    try:
+        code = main(["attach", "--backend", "bcc", "--pid", str(pid), "--duration", "3s", "-o", str(out),
+                     "--no-report", "--collector", "offcpu-stacks", "--collector", "block-io",
+                     "--collector", "syscalls", "--collector", "futex-waits"])
+    finally:
+        stop(proc)
+    assert code == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok"
+    recs = {c["name"]: c for c in m["collectors"]}
+    assert set(recs) == {"offcpu-stacks", "block-io", "syscalls", "futex-waits"}
+    for rec in recs.values():
+        assert rec["backend"] == "bcc" and rec["status"] == "ok", rec
+        assert rec["stats"]["backend_reason"] == "asked for --backend bcc"
+        for f in rec["files"]:
+            assert (out / f).is_file()
+    assert recs["syscalls"]["stats"]["events"] > 100
+    assert recs["futex-waits"]["stats"]["events"] > 10
+    b = Bundle.open(out)
+    assert bh.read_block_hist(b) is not None and not b.warnings
+
+
+@requires_bcc
+@pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed (apt-get install bpftool)")
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_attach_cli_leaves_no_probes_behind(tmp_path, how):
+    work, pid = start_workload("contend", "2", "40")
+    out = tmp_path / "att"
+    cli = subprocess.Popen([sys.executable, "-m", "profiler", "attach", "--backend", "bcc", "--pid", str(pid),
+                            "--duration", "60s", "-o", str(out), "--no-report",
+                            "--collector", "syscalls", "--collector", "offcpu-stacks"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        progs: set[int] = set()
+        while time.monotonic() < deadline and len(progs) < 3:  # 2 syscall + 1 sched_switch attachments
+            time.sleep(0.3)
+            progs = _attachments_of(cli.pid)
+        assert len(progs) >= 3, "the capture never attached its programs"
+        cli.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
+        code = cli.wait(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        stop(work)
+    assert code == (130 if how == "sigint" else -signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while True:
+        alive = {p["id"] for p in _bpftool("prog", "show")} & progs
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not alive, f"BPF programs still loaded after {how}: {sorted(alive)}"
+    m = json.loads((out / "manifest.json").read_text())
+    if how == "sigint":
+        assert m["status"] == "partial"
+        assert (out / "syscalls.csv").is_file() and (out / "offcpu.folded.gz").is_file()
