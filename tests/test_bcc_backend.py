@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,6 +167,39 @@ def _pairs_from_trace(text: str, t_from: float, t_to: float) -> dict[tuple[str, 
     return out
 
 
+class _PipeReader(threading.Thread):
+    """Drains a tracefs instance's trace_pipe while the test runs, so a busy host cannot overwrite it."""
+
+    def __init__(self, inst: Path) -> None:
+        super().__init__(daemon=True)
+        self.fd = os.open(inst / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+        self.chunks: list[bytes] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        idle = 0
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                data = b""
+            if data:
+                self.chunks.append(data)
+                idle = 0
+                continue
+            if self.done.is_set():
+                idle += 1
+                if idle > 3:
+                    break
+            time.sleep(0.02)
+        os.close(self.fd)
+
+    def text(self) -> str:
+        self.done.set()
+        self.join(timeout=30)
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+
 @requires_bcc
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -174,26 +208,31 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
     name = f"profiler-bcc-{os.getpid()}"
     inst = _tracefs_instance(name)
     fio = None
+    data = Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}"
+    reader = _PipeReader(inst)
     try:
+        reader.start()
         (inst / "tracing_on").write_text("1")
         ctx = context(tmp_path, os.getpid())
         col = BccBlockIO()
         col.start(ctx)
-        data = tempfile_dir = Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}"
-        tempfile_dir.mkdir(exist_ok=True)
+        data.mkdir(exist_ok=True)
         fio = subprocess.run(["fio", "--name=agree", f"--directory={data}", "--rw=randrw", "--bs=4k", "--size=32m",
                               "--direct=1", "--ioengine=psync", "--fdatasync=8", "--time_based", "--runtime=4",
                               "--numjobs=1", "--output-format=terse"], capture_output=True, text=True, timeout=60)
         rec = col.stop(ctx)
+        time.sleep(0.2)
         (inst / "tracing_on").write_text("0")
-        text = (inst / "trace").read_text()
+        text = reader.text()
         overrun = sum(int(line.split()[1]) for cpu in (inst / "per_cpu").iterdir()
                       for line in (cpu / "stats").read_text().splitlines() if line.startswith("overrun:"))
     finally:
+        reader.done.set()
+        reader.join(timeout=30)
         for ev in ("block_rq_issue", "block_rq_complete"):
             (inst / "events" / "block" / ev / "enable").write_text("0")
         inst.rmdir()
-        shutil.rmtree(Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
     assert fio is not None and fio.returncode == 0, fio.stderr if fio else ""
     assert overrun == 0, "the tracefs reference lost events: its buffer is too small"
     assert rec.status == "ok", rec.reason
