@@ -259,7 +259,7 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
 
 @requires_bcc
 def test_lock_contention_shows_as_futex_waits_and_off_cpu_stacks(tmp_path):
-    proc, pid = start_workload("contend", "4", "3")
+    proc, pid = start_workload("contend", "4", "120")  # killed at the end; long enough for a slow attach
     ctx = context(tmp_path, pid)
     cols = [BccOffCpu(), BccFutex()]
     try:
@@ -291,7 +291,7 @@ def test_lock_contention_shows_as_futex_waits_and_off_cpu_stacks(tmp_path):
 @requires_bcc
 def test_tiny_stack_map_reports_lost_stacks(tmp_path):
     """A stack map too small for the workload loses stacks: it must say so, not drop them silently."""
-    proc, pid = start_workload("contend", "4", "3")
+    proc, pid = start_workload("contend", "4", "120")
     ctx = context(tmp_path, pid)
     col = BccOffCpu(user_stacks=1, kernel_stacks=1)
     try:
@@ -323,7 +323,7 @@ def _attachments_of(pid: int) -> set[int]:
 @pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed (apt-get install bpftool)")
 @pytest.mark.parametrize("how", ["normal", "sigint", "sigkill"])
 def test_no_probes_left_behind(tmp_path, how):
-    work, pid = start_workload("contend", "2", "20")
+    work, pid = start_workload("contend", "2", "120")
     out = tmp_path / "cap"
     driver = subprocess.Popen([sys.executable, str(DRIVER), str(pid), str(out), "2" if how == "normal" else "30"],
                               stdout=subprocess.PIPE, text=True)
@@ -405,7 +405,7 @@ def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
 def test_attach_backend_bcc_end_to_end(tmp_path):
     from profiler.cli import main
 
-    proc, pid = start_workload("contend", "3", "30")
+    proc, pid = start_workload("contend", "3", "120")
     out = tmp_path / "att"
     try:
         code = main(["attach", "--backend", "bcc", "--pid", str(pid), "--duration", "3s", "-o", str(out),
@@ -433,7 +433,7 @@ def test_attach_backend_bcc_end_to_end(tmp_path):
 @pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed (apt-get install bpftool)")
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_attach_cli_leaves_no_probes_behind(tmp_path, how):
-    work, pid = start_workload("contend", "2", "40")
+    work, pid = start_workload("contend", "2", "120")
     out = tmp_path / "att"
     cli = subprocess.Popen([sys.executable, "-m", "profiler", "attach", "--backend", "bcc", "--pid", str(pid),
                             "--duration", "60s", "-o", str(out), "--no-report",
