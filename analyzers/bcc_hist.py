@@ -317,13 +317,13 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
         return Heatmap(times, h.slot_seconds, rows, counts, scale)
     if scale == "fine":
         span = list(range(used[0], used[-1] + 1)) if used else []
-        rows = [tuple(x / 1000.0 for x in bucket_bounds(b, h.sub_bits)) for b in span]
+        fine_rows = [(lo / 1000.0, hi / 1000.0) for lo, hi in (bucket_bounds(b, h.sub_bits) for b in span)]
         index = {b: i for i, b in enumerate(span)}
-        counts = [[0] * len(times) for _ in rows]
+        counts = [[0] * len(times) for _ in fine_rows]
         for s in sel:
             for b, c in s.buckets.items():
                 counts[index[b]][col[s.t]] += c
-        return Heatmap(times, h.slot_seconds, [(r[0], r[1]) for r in rows], counts, scale)
+        return Heatmap(times, h.slot_seconds, fine_rows, counts, scale)
     if scale == "linear":
         if not row_us or row_us <= 0:
             raise ValueError("a linear heatmap needs row_us > 0")
@@ -408,7 +408,7 @@ def io_summary(h: BlockHist, target_tids: set[int] | None = None, window: float 
         ends = [s.end for s in h.slots]
         span = (max(ends) - h.t0) if ends else 1.0
     span = max(span, 1e-9)
-    groups = []
+    groups: list[dict[str, Any]] = []
     for s in latency_summary(h, quantiles=(50, 95, 99)):
         tasks = [t for t in h.tasks if t.get("dev") == s.dev and t.get("op") == s.op]
         n = sum(int(t.get("count", 0)) for t in tasks)

@@ -141,7 +141,7 @@ class BccOffCpu(BccCollector):
         counters = read_counters(self.bpf, COUNTERS)
         lost_user = counters["user_stack_collision"] + counters["user_stack_error"]
         lost_kernel = counters["kernel_stack_collision"] + counters["kernel_stack_error"]
-        summary = {
+        summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
             "by_state": {s: by_state.get(s, 0) for s in STATES.values()},
