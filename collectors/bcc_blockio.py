@@ -54,7 +54,7 @@ class BccBlockIO(BccCollector):
     )
     needs_targets = False  # system-wide: the disk is shared, writeback runs in kernel threads
     has_cfg = True
-    poll = True
+    drains = True
 
     def __init__(self, max_inflight: int = 16384, hist_entries: int = 65536, task_entries: int = 8192) -> None:
         super().__init__()

@@ -313,8 +313,8 @@ class BccCollector:
     """Compile, attach, let the kernel aggregate, drain or read the maps, detach.
 
     Subclasses set ``name``, ``source``, ``tracepoints`` and implement ``defines``,
-    ``open_outputs``, ``drain`` (called every ``poll`` seconds from a background thread when
-    ``poll`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
+    ``open_outputs``, ``drain`` (called every ``--interval`` from a background thread when
+    ``drains`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
     the remaining files, fill ``rec.stats``).
 
     Probes are detached in ``stop`` and, if the tool dies before that, by the kernel when the
@@ -327,7 +327,7 @@ class BccCollector:
     tracepoints: tuple[tuple[str, str], ...] = ()
     needs_targets = True
     has_cfg = False  # the program has a `cfg` array whose slot 0 takes the capture start (ns)
-    poll = False
+    drains = False  # a background thread moves finished time slots to the bundle every interval
 
     def __init__(self) -> None:
         self.bpf: Any = None
@@ -385,7 +385,7 @@ class BccCollector:
             raise CapabilityError(f"{self.name}: could not attach the bcc program: {exc}") from None
         self.rec.started = self.t0_ns / 1e9
         ctx.writer.record(self.rec)
-        if self.poll:
+        if self.drains:
             self._thread = threading.Thread(target=self._poll, args=(ctx,), name=f"bcc-{self.name}", daemon=True)
             self._thread.start()
 
@@ -398,14 +398,10 @@ class BccCollector:
             rec.reason = rec.reason or "never started"
             ctx.writer.record(rec)
             return rec
-        self._stop.set()
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
-            for tp, _fn in self.tracepoints:
-                with contextlib.suppress(Exception):
-                    self.bpf.detach_tracepoint(tp=tp.encode())
-            self.end_ns = time.monotonic_ns()
             rec.ended = self.end_ns / 1e9
             with self._lock:
                 self.drain(ctx, final=True)
@@ -423,6 +419,16 @@ class BccCollector:
             self._cleanup()
         ctx.writer.record(rec)
         return rec
+
+    def request_stop(self) -> None:
+        """Detach now (the session calls this on every collector first, so all windows end together)."""
+        self._stop.set()
+        if self.bpf is None or self.end_ns:
+            return
+        for tp, _fn in self.tracepoints:
+            with contextlib.suppress(Exception):
+                self.bpf.detach_tracepoint(tp=tp.encode())
+        self.end_ns = time.monotonic_ns()
 
     # -- for subclasses
 

@@ -42,7 +42,7 @@ class BccSyscalls(BccCollector):
         ("raw_syscalls:sys_exit", "pf_sys_exit"),
     )
     has_cfg = True
-    poll = True
+    drains = True
 
     def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
         super().__init__()
