@@ -47,6 +47,10 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
 }
 """
 
+# Up to this many targets are tested with a compare chain compiled into the program instead
+# of a hash lookup on every event (see is_target() in collectors/bpf/*.c).
+MAX_INLINE_TARGETS = 16
+
 # Compiling with clang inside libbcc is not something to do from two threads at once.
 _COMPILE_LOCK = threading.Lock()
 
@@ -367,7 +371,10 @@ class BccCollector:
     def start(self, ctx: CaptureContext) -> None:
         self.rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], status=RUNNING)
         self.pids = list(ctx.pids)
-        self.bpf = compile_program(self.source, self.defines(ctx))
+        defines = self.defines(ctx)
+        if self.needs_targets and 0 < len(self.pids) <= MAX_INLINE_TARGETS:
+            defines["TARGET_TEST(t)"] = "(" + "||".join(f"(t)=={int(p)}" for p in self.pids) + ")"
+        self.bpf = compile_program(self.source, defines)
         try:
             if self.needs_targets:
                 set_targets(self.bpf, self.pids)

