@@ -9,6 +9,7 @@ schema ``profiler.report``, a version, sorted keys, floats rounded.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,33 +96,75 @@ def _optional(module: str, attr: str) -> Any:
     return getattr(mod, attr, None)
 
 
+def _cpu_flame(bundle: Any) -> Any:
+    """On-CPU flame graph model (flame engineer's folding and tree), one root frame per thread pool."""
+    folded = importlib.import_module("profiler.analyzers.folded")
+    flame = importlib.import_module("profiler.analyzers.flame")
+    with bundle.open_binary("cpu.perf.txt.gz") as fh:
+        counts = folded.collapse_stream(fh, folded.FoldOptions(pools=True, count_samples=True)).result()
+    if not counts:
+        return None
+    root = flame.build_tree(counts, min_fraction=0.0005)
+    return flame.FlameGraph(root=root, title="On-CPU", subtitle="cpu-clock samples, one root per thread pool",
+                            unit="samples")
+
+
+def _offcpu_flame(bundle: Any) -> Any:
+    """Off-CPU flame graph model: blocked time by wait reason, then thread pool, then stack."""
+    perfscript = importlib.import_module("profiler.analyzers.perfscript")
+    flame = importlib.import_module("profiler.analyzers.flame")
+    counts, _stats = flame.offcpu_folded(perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz")),
+                                         by_reason=True, pools=True)
+    if not counts:
+        return None
+    root = flame.build_tree(counts, min_fraction=0.0005)
+    return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool",
+                            unit="us")
+
+
+def _io_events(bundle: Any) -> Any:
+    fn = _optional("profiler.analyzers.blockio", "io_from_bundle")
+    return fn(bundle) if fn is not None else None
+
+
+def _subsecond(bundle: Any) -> Any:
+    fn = _optional("profiler.analyzers.subsecond", "from_bundle")
+    return fn(bundle) if fn is not None else None
+
+
+_BUILDERS = (
+    ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"), _cpu_flame),
+    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.flame",), _offcpu_flame),
+    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.blockio",), _io_events),
+    ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.subsecond",), _subsecond),
+)
+
+
 def _artifacts(bundle: Any, a: Analysis) -> None:
-    """Flame graph and IO models from the other analyzers, when they are installed and the data exists."""
-    for name, member, module, attrs in (
-        ("cpu_flame", "cpu.perf.txt.gz", "profiler.analyzers.flame", ("model_from_bundle", "cpu_model")),
-        ("offcpu_flame", "offcpu.perf.txt.gz", "profiler.analyzers.flame", ("offcpu_model", "offcpu_from_bundle")),
-        ("io_heatmap", "block.trace.gz", "profiler.analyzers.blockio", ("io_from_bundle",)),
-        ("cpu_heatmap", "cpu.perf.txt.gz", "profiler.analyzers.subsecond", ("from_bundle",)),
-    ):
+    """Flame graph and heatmap models from the other analyzers, when they are installed and the data exists."""
+    for name, member, collector, modules, build in _BUILDERS:
         if not bundle.has(member):
-            status = metmod._source_status(bundle, {"cpu.perf.txt.gz": "cpu-stacks", "offcpu.perf.txt.gz": "offcpu-stacks",
-                                                    "block.trace.gz": "block-io"}[member], (member,))
-            a.missing_artifacts[name] = f"not captured ({status})"
+            a.missing_artifacts[name] = f"not captured ({metmod._source_status(bundle, collector, (member,))})"
             continue
-        fn = next((f for f in (_optional(module, at) for at in attrs) if f is not None), None)
-        if fn is None:
-            a.missing_artifacts[name] = f"{member} is in the bundle, but this build has no renderer for it yet"
+        if any(importlib.util.find_spec(mod) is None for mod in modules):
+            a.missing_artifacts[name] = f"{member} is in the bundle, but this build cannot draw it yet"
             continue
         try:
-            a.artifacts[name] = fn(bundle)
+            model = build(bundle)
         except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
             a.missing_artifacts[name] = f"could not be built: {type(exc).__name__}: {exc}"
+            continue
+        if model is None:
+            a.missing_artifacts[name] = f"{member} holds no samples for it"
+        else:
+            a.artifacts[name] = model
 
 
 def analyze(bundle: Any) -> Analysis:
     """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
     pd = procmod.load(bundle)
-    met = metmod.compute(bundle, pd)
+    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
+    met = metmod.compute(bundle, pd, io)
     cv = vmod.judge(met)
     m = bundle.manifest
     t0 = met.t0
@@ -129,7 +172,6 @@ def analyze(bundle: Any) -> Analysis:
     if t0 is None:
         t0 = m.clock.monotonic_start or None
         t1 = m.ended
-    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
     stat = perfstat.parse(bundle.iter_lines("stat.csv")) if bundle.has("stat.csv") else None
     rec = m.collector("perf-stat")
     srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None

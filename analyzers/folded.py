@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 COMPAT_MODES = ("ours", "inferno", "perl")
+CACHE_CHARS = 64 << 20  # sample text held in the cache before it is started afresh
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class FoldOptions:
     time_from: float | None = None
     time_to: float | None = None
     pools: bool = False
+    time_relative: bool = False  # time_from/time_to count from the first sample's time
     count_samples: bool = False  # count 1 per sample instead of the event period
     pid_filter: frozenset[int] | None = None
     tid_filter: frozenset[int] | None = None
@@ -264,11 +266,13 @@ class Collapser:
         self._event: str | None = event_base(self.opts.event_filter) if self.opts.event_filter else None
         self._namer = _Namer(self.opts)
         self._body: dict[str, str] = {}
+        self._cached = 0
         self._body_java: dict[str, str] = {}
         self._last_event: str | None = None
         self._t0 = self.opts.time_from
         self._t1 = self.opts.time_to
         self._timed = self._t0 is not None or self._t1 is not None
+        self._rel_pending = self.opts.time_relative and self._timed
         self._ids = self.opts.pid_filter is not None or self.opts.tid_filter is not None
         self._count_samples = self.opts.count_samples
         self._perl = self.opts.compat == "perl"
@@ -346,6 +350,10 @@ class Collapser:
             tf = float(t)
             if self.first_time is None:
                 self.first_time = tf
+                if self._rel_pending:
+                    self._rel_pending = False
+                    self._t0 = tf + self._t0 if self._t0 is not None else None
+                    self._t1 = tf + self._t1 if self._t1 is not None else None
             self.last_time = tf
             if self._timed and (
                 (self._t0 is not None and tf < self._t0) or (self._t1 is not None and tf >= self._t1)
@@ -374,6 +382,12 @@ class Collapser:
             frames = self._body.get(body)
             if frames is None:
                 frames = self._body[body] = self._fold_body(body, False)
+                self._cached += len(body)
+                if self._cached > CACHE_CHARS:
+                    # bounded memory on multi-GB inputs: start the sample cache afresh
+                    self._body.clear()
+                    self._body_java.clear()
+                    self._cached = 0
         if frames is _RESPLIT:
             self._resplit(header, body)
             return

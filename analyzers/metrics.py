@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import importlib
 import io
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -490,15 +491,16 @@ def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics
 # --------------------------------------------------------------------------- IO (block trace)
 
 
-def io_metrics(bundle: Any, target_tids: set[int], window: float) -> IOMetrics | None:
-    ev = None
-    source = ""
+def io_metrics(bundle: Any, target_tids: set[int], window: float,
+               events: _io_adapter.IOEvents | None = None) -> IOMetrics | None:
+    ev = events
+    source = "block.trace.gz" if events is not None else ""
     try:
         blockio = importlib.import_module("profiler.analyzers.blockio")
         fn = getattr(blockio, "io_from_bundle", None)
     except ImportError:
         fn = None
-    if fn is not None:
+    if fn is not None and ev is None:
         res = fn(bundle)
         ev = _events_from_blockio(res)
         source = "analyzers.blockio"
@@ -596,6 +598,30 @@ def perf_metrics(bundle: Any, tm: TargetMetrics, single_target: bool) -> list[st
     return unsupported
 
 
+_HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
+
+
+def _futex_blocks(lines: Any) -> Any:
+    """Cut perf script text into samples and keep those whose stack passes through futex code.
+
+    A plain substring test per sample is far cheaper than parsing every frame of every context
+    switch; only the few futex samples go through the full parser.
+    """
+    block: list[str] = []
+    hit = False
+    for line in lines:
+        if line.strip():
+            block.append(line)
+            if not hit and "futex" in line and line.startswith(("\t", " ")):
+                hit = True
+            continue
+        if block and hit:
+            yield block
+        block, hit = [], False
+    if block and hit:
+        yield block
+
+
 def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tuple[str, int]]:
     """Top user frames of the targets' threads switching out inside futex (sched_switch stacks)."""
     if not bundle.has("offcpu.perf.txt.gz"):
@@ -604,18 +630,22 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
         ps = importlib.import_module("profiler.analyzers.perfscript")
     except ImportError:
         return []
+    # Identical stacks are counted first and parsed once: a lock storm is millions of the same switch.
+    stacks: dict[tuple[str, ...], int] = {}
+    for block in _futex_blocks(bundle.iter_lines("offcpu.perf.txt.gz")):
+        m = _HEADER_TID.search(block[0])
+        if tids and m is not None and int(m.group(2) or m.group(1)) not in tids:
+            continue
+        key = tuple(block[1:])
+        stacks[key] = stacks.get(key, 0) + 1
     counts: dict[str, int] = {}
-    for smp in ps.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz")):
-        if tids and smp.tid not in tids:
-            continue
-        syms = [f.symbol for f in smp.frames]
-        if not any("futex" in s for s in syms):
-            continue
-        user = [s for s, f in zip(syms, smp.frames, strict=True) if not (f.dso or "").startswith("[kernel")
-                and s and s != "[unknown]"]
-        user = [s for s in user if not s.startswith(("__GI_", "syscall", "__lll_", "futex", "pthread_cond", "__pthread"))] or user
+    for frames_text, n in stacks.items():
+        frames = [f for f in (ps.parse_frame(x) for x in frames_text) if f is not None]
+        user = [f.symbol for f in frames if not (f.dso or "").startswith("[kernel") and f.symbol and f.symbol != "[unknown]"]
+        user = [sym for sym in user if not sym.startswith(("__GI_", "syscall", "__lll_", "futex", "pthread_cond",
+                                                           "__pthread", "___pthread", "__futex"))] or user
         key = " <- ".join(user[:3]) or "(kernel only)"
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + n
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
@@ -643,7 +673,7 @@ SOURCES = {
 }
 
 
-def compute(bundle: Any, pd: procmod.ProcData | None = None) -> Metrics:
+def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: _io_adapter.IOEvents | None = None) -> Metrics:
     m = bundle.manifest
     if pd is None:
         pd = procmod.load(bundle)
@@ -670,7 +700,7 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None) -> Metrics:
     if not window and m.ended and m.clock.monotonic_start:
         window = m.ended - m.clock.monotonic_start
     sysm = system_metrics(pd, host_cpus)
-    iom = io_metrics(bundle, all_tids, window)
+    iom = io_metrics(bundle, all_tids, window, io_events)
     if iom is not None and sysm is not None:
         pass
     # the targets' share of disk bytes (procfs IO counters vs diskstats)

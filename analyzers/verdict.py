@@ -464,12 +464,21 @@ def compare_targets(m: Metrics) -> list[Imbalance]:
             vals = {t.label: get(t) for t in ts if get(t) is not None}
             if len(vals) < 2:
                 continue
+            xs = sorted(vals.values())
+            n = len(xs)
+            med = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
             for label, v in vals.items():
-                peers = sorted(x for k, x in vals.items() if k != label)
-                med = peers[len(peers) // 2] if len(peers) % 2 else (peers[len(peers) // 2 - 1] + peers[len(peers) // 2]) / 2
-                if max(v, med) < floor:
-                    continue
-                ratio = v / med if med > 0 else float("inf")
+                if n == 2:
+                    # two peers: no majority to compare with; flag the lower one if it does half or less
+                    other = next(x for k, x in vals.items() if k != label)
+                    if v >= other or max(v, other) < floor or (other > 0 and v / other > 0.5):
+                        continue
+                    ref = other
+                else:
+                    ref = med
+                    if max(v, ref) < floor:
+                        continue
+                ratio = v / ref if ref > 0 else float("inf")
                 if ratio <= 0.7 or ratio >= 1.4:
                     word = "less" if ratio < 1 else "more"
                     unit = "cores" if metric == "cpu_cores" else "MiB/s"
@@ -477,7 +486,7 @@ def compare_targets(m: Metrics) -> list[Imbalance]:
                     out.append(Imbalance(group=name, metric=metric, values=vals, outlier=label,
                                          ratio=ratio if ratio != float("inf") else 99.0,
                                          note=f"{label} does much {word} than its peers: {metric} {v * scale:.2f} {unit} "
-                                              f"vs a median of {med * scale:.2f}"))
+                                              f"vs {'a median of ' if n > 2 else ''}{ref * scale:.2f}"))
     return out
 
 
@@ -525,4 +534,7 @@ def judge(m: Metrics) -> CaptureVerdict:
         if len(per) > 1:
             overall.headline = (f"none of the {len(per)} targets is saturated: the bottleneck is elsewhere "
                                 f"(the client's concurrency, another tier, the network)")
+            cpu_imb = [i for i in imb if i.metric == "cpu_cores"]
+            if cpu_imb:
+                overall.headline += f"; {cpu_imb[0].note}"
     return CaptureVerdict(overall=overall, per_target=per, imbalances=imb)

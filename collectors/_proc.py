@@ -304,8 +304,14 @@ class PerfCollector:
             rec.stats["finish_seconds"] = round(time.monotonic() - t1, 3)
             if rec.status in ("pending", "running"):
                 rec.status = OK
-            if self.died and rec.status == OK:
-                rec.status, rec.reason = PARTIAL, self.died
+            if self.died:
+                # perf's own end comes first in the reason: later errors (perf script refusing a
+                # perf.data whose header was never finished) follow from it
+                rec.reason = self.died + (f"; {rec.reason}" if rec.reason and self.died not in rec.reason else "")
+                if rec.status == OK:
+                    rec.status = PARTIAL
+                if rec.stats.get("samples") == 0 and rec.status == PARTIAL:
+                    rec.status = FAILED
             if lost and rec.status == OK:
                 rec.status, rec.reason = PARTIAL, f"perf lost {lost} events (buffer overrun)"
         except OSError as exc:

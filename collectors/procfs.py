@@ -387,6 +387,7 @@ class Sampler:
         self.wall_seconds = 0.0
         self.max_threads = 0
         self._buf: list[str] = []
+        self.bytes_written = 0  # uncompressed
 
     # -- output
     def emit(self, rec: dict[str, Any]) -> None:
@@ -396,7 +397,9 @@ class Sampler:
     def flush(self) -> None:
         if self._buf:
             self._buf.append("")
-            self.out.write("\n".join(self._buf).encode())
+            data = "\n".join(self._buf).encode()
+            self.out.write(data)
+            self.bytes_written += len(data)
             self._buf.clear()
 
     def write_host(self) -> None:
@@ -447,11 +450,8 @@ class Sampler:
             if not self.alive[pid]:
                 continue
             self._refresh_threads(pid)
-            if not self.threads[pid] and self._pid_gone(pid):
-                self.alive[pid] = False
-                self.emit({"kind": "event", "t": t, "what": "target-exited", "pid": pid})
-                continue
             sum_v = sum_iv = 0
+            seen = 0
             for tid, th in list(self.threads[pid].items()):
                 rec = self._thread_record(pid, th, t, slow)
                 if rec is None:
@@ -461,7 +461,12 @@ class Sampler:
                     sum_v += rec["vcsw"]
                     sum_iv += rec["ivcsw"]
                 self.emit(rec)
-                self.thread_records += 1
+                seen += 1
+            self.thread_records += seen
+            if not seen and self._pid_gone(pid):  # gone, or a zombie not yet reaped
+                self.alive[pid] = False
+                self.emit({"kind": "event", "t": t, "what": "target-exited", "pid": pid})
+                continue
             total_threads += len(self.threads[pid])
             if slow:
                 prec = self._process_record(pid, t)
@@ -628,6 +633,19 @@ class ProcfsCollector:
 
     def argv(self, ctx: CaptureContext) -> list[str]:
         return []
+
+    def poll(self) -> str | None:
+        """None while sampling; "ended" once the sampler stopped by itself (every target exited)."""
+        if self._thread is not None and not self._thread.is_alive():
+            return "ended"
+        return None
+
+    def request_stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stop_event.set()
+
+    def size(self) -> int:
+        return self._sampler.bytes_written if self._sampler is not None else 0
 
     def start(self, ctx: CaptureContext) -> None:
         self._stack = contextlib.ExitStack()

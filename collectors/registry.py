@@ -8,6 +8,7 @@ from profiler.collectors.blockio import BlockIO
 from profiler.collectors.cpu_stacks import CpuStacks
 from profiler.collectors.offcpu import OffCpu
 from profiler.collectors.perf_stat import PerfStat
+from profiler.collectors.procfs import ProcfsCollector
 from profiler.collectors.syscalls import Syscalls
 
 
@@ -19,6 +20,7 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
     """
     perf: list[Collector] = [
         PerfStat(),
+        ProcfsCollector(),
         CpuStacks(keep_perf_data),
         OffCpu(keep_perf_data),
         BlockIO(),

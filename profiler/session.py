@@ -334,8 +334,10 @@ class Session:
             try:
                 rec = c.stop(ctx)
             except Exception as exc:  # noqa: BLE001 - one broken stop must not lose the others
-                rec = self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend)
-                rec.status = PARTIAL if rec.files else FAILED
+                own = getattr(c, "rec", None)
+                rec = own if isinstance(own, CollectorRecord) else (
+                    self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend))
+                rec.status = PARTIAL  # it ran through the window; what it wrote before the error is kept
                 rec.reason = _proc.disk_reason(exc) if isinstance(exc, OSError) else f"stop failed: {type(exc).__name__}: {exc}"
                 rec.ended = time.monotonic()
             old = self.records.get(c.name)
@@ -362,6 +364,11 @@ class Session:
             why = "; ".join(f"{r.name}: {r.reason}" for r in recs if r.reason) or "no collector"
             reasons.append(f"no collector captured anything ({why})")
         for r in recs:
+            if r.status == SKIPPED and _setup_problem(r.reason or ""):
+                # perf missing or no permission: fixable by the user, so the evidence is incomplete
+                if status == OK:
+                    status = PARTIAL
+                reasons.append(f"{r.name} skipped: {r.reason}")
             if r.status in (PARTIAL, FAILED):
                 if status == OK:
                     status = PARTIAL
@@ -407,6 +414,11 @@ def _safe_argv(c: Collector, ctx: CaptureContext) -> list[str]:
         return list(c.argv(ctx))
     except Exception:  # noqa: BLE001
         return []
+
+
+def _setup_problem(reason: str) -> bool:
+    """Skips the user can fix (perf missing, permission) make the bundle partial; host limits do not."""
+    return reason.startswith("perf not found") or _is_permission(reason)
 
 
 def _is_permission(msg: str) -> bool:

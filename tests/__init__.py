@@ -1,0 +1,1 @@
+"""Tests of the profiler (unit, CLI, end-to-end, scenarios)."""

@@ -157,6 +157,9 @@ def run_workload(w: Workload, out: Path, seconds: float, hz: float) -> Path:
             pids = [proc.pid]
             if w.target == "children":
                 pids = sorted(c.pid for c in psutil.Process(proc.pid).children())
+            elif w.target.startswith("descendants:"):
+                comm = w.target.split(":", 1)[1]
+                pids = sorted(c.pid for c in psutil.Process(proc.pid).children(recursive=True) if c.name() == comm)
             targets = [target_from_pid(p) for p in pids]
             return record(out, targets, seconds, hz)
         finally:
@@ -184,6 +187,12 @@ WORKLOADS = {w.name: w for w in [
     Workload("idle-not-saturated", ["stress-ng", "--cpu", "1", "--cpu-load", "10", "--timeout", "120"],
              "not_saturated", "CPU well under capacity", "stress-ng --cpu 1 --cpu-load 10 (a light, mostly sleeping load)",
              target="children"),
+    Workload("imbalance-three-peers", ["sh", "-c", "stress-ng --cpu 1 --cpu-load 40 --timeout 120 & "
+                                       "stress-ng --cpu 1 --cpu-load 40 --timeout 120 & "
+                                       "stress-ng --cpu 1 --cpu-load 8 --timeout 120 & wait"],
+             "not_saturated", "one peer does much less than the others",
+             "three stress-ng --cpu 1 peers, two at 40% load and one at 8% (seed 002: one TiKV lower than its peers)",
+             target="descendants:stress-ng-cpu", warmup=1.5),
 ]}
 
 

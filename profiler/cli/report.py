@@ -49,6 +49,13 @@ def render(analysis: Analysis, fmt: str, report_path: str | None = None) -> str:
     return text.render(analysis, report_path)
 
 
+def render_after_capture(bundle_dir: Path) -> None:
+    """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
+    from profiler.cli.analyze import default_report
+
+    typer.echo(default_report(bundle_dir), nl=False)
+
+
 def pick_format(fmt: str | None, output: Path | None) -> str:
     chosen = fmt or (output.suffix.lstrip(".").lower() if output and output.suffix else "text")
     chosen = ALIASES.get(chosen, chosen)

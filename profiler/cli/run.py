@@ -6,9 +6,13 @@ from pathlib import Path
 
 import typer
 
-from profiler.errors import NotYetAvailable
+from profiler.cli._common import parse_duration
+from profiler.cli.attach import capture, make_options
+from profiler.errors import UsageError
 
-HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle and its exit code passed through.
+HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle (load.log) and its exit code passed through.
+
+The capture stops when the load command exits (or at --duration, or on Ctrl-C, which also stops the load).
 
 **Examples**
 
@@ -23,9 +27,24 @@ def command(
     pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several."),
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
+    duration: str = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most."),
+    frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
+    call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),
+    interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
+    backend: str = typer.Option("auto", "--backend", help="perf, bcc or auto."),
+    no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
+    keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
+    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable)."),
 ) -> None:
-    raise NotYetAvailable("run: the collectors land with issue #3")
+    if not load:
+        raise UsageError("no load command: put it after --, e.g. profiler run --pid tikv -o cap -- sysbench ... run")
+    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend)
+    result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
+                     collectors=collectors or None, load=list(load), report=not no_report)
+    code = result.load_exit_code
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", help=HELP)(command)
+    app.command("run", help=HELP, context_settings={"allow_interspersed_args": False})(command)

@@ -22,7 +22,7 @@ def _nice_max(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
         return 1.0
     exp = 10 ** math.floor(math.log10(v))
-    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+    for m in (1, 2, 4, 6, 8, 10):  # quarters of these read well
         if m * exp >= v:
             return m * exp
     return 10 * exp

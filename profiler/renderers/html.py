@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from importlib.resources import files
 from typing import Any
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import charts
@@ -48,19 +49,25 @@ def environment() -> jinja2.Environment:
 
 
 def _artifact_svg(a: Analysis, name: str, module: str, attrs: tuple[str, ...]) -> tuple[Markup | None, str | None]:
+    """An artifact drawn by its own renderer, framed in an isolated iframe (its ids and script stay its own)."""
     if name not in a.artifacts:
         return None, a.missing_artifacts.get(name, "not captured")
     try:
         mod = importlib.import_module(module)
     except ImportError:
-        return None, "this build has no renderer for it yet"
+        return None, "this build cannot draw it yet"
     fn = next((getattr(mod, x) for x in attrs if hasattr(mod, x)), None)
     if fn is None:
-        return None, "this build has no renderer for it yet"
+        return None, "this build cannot draw it yet"
     try:
-        return Markup(fn(a.artifacts[name])), None  # the SVG renderers escape their own text
+        svg = str(fn(a.artifacts[name]))
     except Exception as exc:  # noqa: BLE001 - one broken picture must not sink the report
         return None, f"could not be drawn: {type(exc).__name__}: {exc}"
+    m = re.search(r'<svg[^>]*\sheight="(\d+)', svg)
+    height = int(m.group(1)) + 8 if m else 600
+    # srcdoc is an attribute: escape() makes the SVG text safe inside it; the frame renders it.
+    return Markup(f'<iframe class="artifact" sandbox="allow-scripts" style="height:{min(height, 1400)}px" '
+                  f'srcdoc="{escape(svg)}"></iframe>'), None
 
 
 def context(a: Analysis) -> dict[str, Any]:
@@ -104,8 +111,8 @@ def context(a: Analysis) -> dict[str, Any]:
                                          for t in m.targets], "cores"))
     pictures = []
     for name, title, module, attrs in (
-        ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph", ("render_svg", "render")),
-        ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph", ("render_offcpu_svg", "render_svg", "render")),
+        ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph_svg", ("render",)),
+        ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph_svg", ("render",)),
         ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap", ("render_svg", "render")),
         ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap", ("render_subsecond_svg",)),
     ):

@@ -1,0 +1,248 @@
+"""Latency heatmap model: time columns x latency rows of counts (analyzer layer).
+
+Every completed IO lands in exactly one cell: latencies below the lowest row or above the
+highest are counted in the edge rows (and reported as ``below_min`` / ``above_max``), times
+past ``max_cols`` in the last column, so the matrix always adds up to the IOs given. Per-column
+p50/p99 come from the exact latencies, not from the buckets.
+
+Also reads the two-column ``time latency`` text that Brendan Gregg's trace2heatmap.pl reads
+(see :func:`read_pairs` and docs/heatmap.md for the units options).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profiler.analyzers.blockio import iter_chunks, open_input
+from profiler.analyzers.iostats import group_percentiles
+from profiler.errors import InputError, UsageError
+
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+@dataclass
+class Heatmap:
+    """Counts[col, row]; column c covers [t0 + c*step, t0 + (c+1)*step) of completion time."""
+
+    t0: float
+    step: float
+    row_edges: np.ndarray  # latency edges in seconds, len(rows) + 1
+    log: bool
+    counts: np.ndarray  # int64, (ncols, nrows)
+    p50: np.ndarray  # per column, seconds (NaN when empty)
+    p99: np.ndarray
+    label: str = "all"
+    below_min: int = 0
+    above_max: int = 0
+    after_max_col: int = 0
+    latency_unit: str = "s"  # unit the input latencies were given in (labels only)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def ncols(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def nrows(self) -> int:
+        return int(self.counts.shape[1])
+
+    def to_json(self) -> dict[str, Any]:
+        def f(a: np.ndarray) -> list[float | None]:
+            return [None if math.isnan(x) else float(x) for x in a]
+
+        return {
+            "label": self.label,
+            "total": self.total,
+            "columns": {"t0": self.t0, "step": self.step, "count": self.ncols},
+            "rows": {"scale": "log" if self.log else "linear", "edges": [float(x) for x in self.row_edges], "unit": "s"},
+            "counts": self.counts.tolist(),
+            "p50": f(self.p50),
+            "p99": f(self.p99),
+            "below_min": self.below_min,
+            "above_max": self.above_max,
+            "after_max_col": self.after_max_col,
+        }
+
+
+def nice_step(duration: float, max_cols: int = 240) -> float:
+    """The smallest round column width giving at most ``max_cols`` columns."""
+    for s in NICE_STEPS:
+        if duration / s <= max_cols:
+            return float(s)
+    return float(math.ceil(duration / max_cols))
+
+
+def row_edges(lat: np.ndarray, *, rows: int = 50, log: bool = False, min_lat: float | None = None,
+              max_lat: float | None = None, step_lat: float | None = None) -> np.ndarray:
+    """Latency row edges (seconds). Linear: ``rows`` equal rows from min to max (or ``step_lat``
+    wide); log: ``rows`` rows evenly spaced in log10 between whole decades around the data."""
+    pos = lat[lat > 0] if len(lat) else lat
+    if log:
+        lo = min_lat if min_lat and min_lat > 0 else (10.0 ** math.floor(math.log10(float(pos.min()))) if len(pos) else 1e-6)
+        hi = max_lat if max_lat and max_lat > lo else (10.0 ** math.ceil(math.log10(float(pos.max()))) if len(pos) else lo * 1000)
+        if hi <= lo:
+            hi = lo * 10
+        return np.geomspace(lo, hi, rows + 1)
+    lo = float(min_lat) if min_lat is not None else 0.0
+    hi = float(max_lat) if max_lat else (float(lat.max()) if len(lat) else 1e-3)
+    if hi <= lo:
+        hi = lo + (step_lat or 1e-3)
+    if step_lat:
+        n = max(1, int(math.ceil((hi - lo) / step_lat - 1e-9)))
+        return lo + step_lat * np.arange(n + 1)
+    hi = _nice_ceil(hi - lo) + lo if max_lat is None else hi
+    return np.linspace(lo, hi, rows + 1)
+
+
+def _nice_ceil(x: float) -> float:
+    if x <= 0:
+        return 1e-3
+    e = 10.0 ** math.floor(math.log10(x))
+    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * e >= x * (1 - 1e-12):
+            return m * e
+    return 10 * e
+
+
+def latency_heatmap(t: np.ndarray, lat: np.ndarray, *, step: float | None = None, rows: int = 50, log: bool = False,
+                    min_lat: float | None = None, max_lat: float | None = None, step_lat: float | None = None,
+                    t0: float | None = None, t1: float | None = None, max_cols: int | None = None,
+                    edges: np.ndarray | None = None, label: str = "all") -> Heatmap:
+    """Bin (time, latency) pairs (seconds) into a heatmap; vectorised (one bincount)."""
+    t = np.asarray(t, dtype=np.float64)
+    lat = np.asarray(lat, dtype=np.float64)
+    if t0 is None:
+        t0 = float(t.min()) if len(t) else 0.0
+    if t1 is None:
+        t1 = float(t.max()) if len(t) else t0
+    if step is None:
+        step = nice_step(max(t1 - t0, 1e-9))
+    if step <= 0:
+        raise UsageError("the column step must be positive")
+    ncols = int(math.floor((t1 - t0) / step)) + 1 if t1 >= t0 else 1
+    after = 0
+    if max_cols is not None and ncols > max_cols:
+        ncols = max(1, max_cols)
+    if ncols > 100_000:
+        raise UsageError(f"{ncols} columns: choose a larger step (--step-sec) or check --units-time")
+    if edges is None:
+        edges = row_edges(lat, rows=rows, log=log, min_lat=min_lat, max_lat=max_lat, step_lat=step_lat)
+    nrows = len(edges) - 1
+    col = np.floor((t - t0) / step).astype(np.int64)
+    after = int(np.count_nonzero(col >= ncols))
+    col = np.clip(col, 0, ncols - 1)
+    row = np.searchsorted(edges, lat, side="right") - 1
+    below = int(np.count_nonzero(row < 0))
+    above = int(np.count_nonzero(lat > edges[-1]))
+    row = np.clip(row, 0, nrows - 1)
+    counts = np.bincount(col * nrows + row, minlength=ncols * nrows).reshape(ncols, nrows)
+    pct = group_percentiles(lat, col, ncols, qs=(50.0, 99.0))
+    return Heatmap(t0=float(t0), step=float(step), row_edges=np.asarray(edges, dtype=np.float64), log=log,
+                   counts=counts.astype(np.int64), p50=pct["p50"], p99=pct["p99"], label=label,
+                   below_min=below, above_max=above, after_max_col=after)
+
+
+def panels(t: np.ndarray, lat: np.ndarray, groups: dict[str, np.ndarray], **kw: Any) -> list[Heatmap]:
+    """One heatmap per group (masks over t/lat), sharing time columns and latency rows."""
+    t = np.asarray(t, dtype=np.float64)
+    lat = np.asarray(lat, dtype=np.float64)
+    kw.setdefault("t0", float(t.min()) if len(t) else 0.0)
+    kw.setdefault("t1", float(t.max()) if len(t) else kw["t0"])
+    if kw.get("step") is None:
+        kw["step"] = nice_step(max(kw["t1"] - kw["t0"], 1e-9))
+    if kw.get("edges") is None:
+        kw["edges"] = row_edges(lat, rows=kw.pop("rows", 50), log=kw.get("log", False), min_lat=kw.pop("min_lat", None),
+                                max_lat=kw.pop("max_lat", None), step_lat=kw.pop("step_lat", None))
+    for k in ("rows", "min_lat", "max_lat", "step_lat"):
+        kw.pop(k, None)
+    return [latency_heatmap(t[m], lat[m], label=name, **kw) for name, m in groups.items()]
+
+
+# --------------------------------------------------------------------------- HeatMap's input
+
+_LETTER = re.compile(rb"[A-DF-Za-df-z]")  # letters other than e/E (exponents)
+
+
+@dataclass
+class Pairs:
+    """``time latency`` pairs, converted to seconds."""
+
+    t: np.ndarray
+    lat: np.ndarray
+    latency_unit: str
+    skipped_lines: int = 0
+
+
+def parse_pairs(chunks: Iterable[bytes], *, units_time: str = "s", units_latency: str = "us") -> Pairs:
+    """Two whitespace-separated numeric columns per line (trace2heatmap.pl's input).
+
+    A first line holding letters is a header and skipped, as HeatMap does; later lines that
+    are not two numbers are skipped and counted. ``units_time`` is the first column's unit
+    (s, ms, us, ns); ``units_latency`` the second's.
+    """
+    if units_time not in TIME_UNITS:
+        raise UsageError(f"--units-time {units_time!r}: use s, ms, us or ns")
+    if units_latency not in TIME_UNITS:
+        raise UsageError(f"--units-latency {units_latency!r}: use s, ms, us or ns")
+    parts: list[np.ndarray] = []
+    skipped = 0
+    first = True
+    for chunk in chunks:
+        if first:
+            first = False
+            nl = chunk.find(b"\n")
+            if _LETTER.search(chunk[: nl if nl >= 0 else len(chunk)]):
+                chunk = chunk[nl + 1 :] if nl >= 0 else b""
+        if _LETTER.search(chunk) or b"," in chunk:
+            good = []
+            for line in chunk.splitlines():
+                f = line.split()
+                if len(f) >= 2 and not _LETTER.search(f[0] + f[1]):
+                    good.append(f[0] + b" " + f[1])
+                elif line.strip():
+                    skipped += 1
+            chunk = b"\n".join(good)
+        vals = np.array(chunk.split(), dtype=np.float64) if chunk.strip() else np.zeros(0)
+        if len(vals) % 2:
+            raise InputError("time/latency input: every line needs two numbers (time latency)")
+        parts.append(vals)
+    allv = np.concatenate(parts) if parts else np.zeros(0)
+    pairs = allv.reshape(-1, 2)
+    return Pairs(t=pairs[:, 0] * TIME_UNITS[units_time], lat=pairs[:, 1] * TIME_UNITS[units_latency],
+                 latency_unit=units_latency, skipped_lines=skipped)
+
+
+def read_pairs(path: str | Path, **kw: Any) -> Pairs:
+    with open_input(path) as fh:
+        return parse_pairs(iter_chunks(fh), **kw)
+
+
+def looks_like_pairs(head: bytes) -> bool:
+    """Two numeric columns on the first data lines (a first header line may have letters)."""
+    lines = [ln for ln in head.splitlines()[:20] if ln.strip()]
+    if lines and _LETTER.search(lines[0]):
+        lines = lines[1:]
+    if not lines:
+        return False
+    for ln in lines[:-1] or lines:
+        f = ln.split()
+        if len(f) != 2:
+            return False
+        try:
+            float(f[0])
+            float(f[1])
+        except ValueError:
+            return False
+    return True

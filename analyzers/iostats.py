@@ -1,0 +1,331 @@
+"""IO statistics over time from paired block IO (analyzer layer).
+
+IOPS, throughput, request sizes, in-flight requests (queue depth) and latency percentiles
+per interval and overall, split by op, device and issuer. The verdict and the report call
+:func:`io_from_bundle`; everything returned is plain data (``to_json()`` is JSON-ready).
+
+Percentiles use numpy's default ("linear") definition, computed per group on the exact
+latencies (not on histogram buckets), so they agree with ``np.percentile`` on the raw values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from profiler.analyzers import blockio
+from profiler.analyzers.blockio import BlockIO
+from profiler.bundle import Bundle
+
+QUANTILES = (50.0, 95.0, 99.0)
+BLOCK_MEMBER = "block.trace.gz"
+
+
+def group_percentiles(values: np.ndarray, groups: np.ndarray, ngroups: int, qs: tuple[float, ...] = QUANTILES) -> dict[str, np.ndarray]:
+    """Per-group percentiles (numpy's linear method), max, mean and count; NaN for empty groups.
+
+    ``groups`` holds group indices in ``[0, ngroups)``. Vectorised: one sort for all groups.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    counts = np.bincount(groups, minlength=ngroups)[:ngroups] if len(groups) else np.zeros(ngroups, np.int64)
+    out: dict[str, np.ndarray] = {"count": counts}
+    if not len(values):
+        for q in qs:
+            out[_qname(q)] = np.full(ngroups, np.nan)
+        out["max"] = np.full(ngroups, np.nan)
+        out["mean"] = np.full(ngroups, np.nan)
+        return out
+    # by value, then (stable, radix for small group counts) by group: exact, and faster than lexsort
+    o1 = np.argsort(values)
+    g1 = groups[o1]
+    if ngroups < (1 << 15):
+        g1 = g1.astype(np.int16)
+    order = o1[np.argsort(g1, kind="stable")]
+    v = values[order]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    has = counts > 0
+    nz = np.maximum(counts, 1)
+    for q in qs:
+        pos = (nz - 1) * (q / 100.0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, nz - 1)
+        frac = pos - lo
+        a = v[np.minimum(starts + lo, len(v) - 1)]
+        b = v[np.minimum(starts + hi, len(v) - 1)]
+        # numpy's lerp: a + (b - a) * t, or b - (b - a) * (1 - t) for t >= 0.5
+        res = np.where(frac >= 0.5, b - (b - a) * (1 - frac), a + (b - a) * frac)
+        out[_qname(q)] = np.where(has, res, np.nan)
+    out["max"] = np.where(has, v[np.minimum(starts + nz - 1, len(v) - 1)], np.nan)
+    sums = np.bincount(groups, weights=values, minlength=ngroups)[:ngroups]
+    out["mean"] = np.where(has, sums / nz, np.nan)
+    return out
+
+
+def _qname(q: float) -> str:
+    return f"p{q:g}".replace(".", "_")
+
+
+def latency_summary(lat: np.ndarray) -> dict[str, float | int | None]:
+    """count, mean, p50/p95/p99 and max of latencies in seconds (None when empty)."""
+    r = group_percentiles(lat, np.zeros(len(lat), np.int64), 1)
+    return {k: _num(v[0]) for k, v in r.items()}
+
+
+def _num(x: Any) -> float | int | None:
+    if isinstance(x, np.integer | int):
+        return int(x)
+    f = float(x)
+    return None if math.isnan(f) else f
+
+
+def size_histogram(nbytes: np.ndarray) -> list[dict[str, int]]:
+    """Request sizes in power-of-two buckets: [{"le": 4096, "count": n}, ...] (0-byte flushes as le 0)."""
+    if not len(nbytes):
+        return []
+    b = np.asarray(nbytes, dtype=np.float64)
+    exp = np.where(b > 0, np.ceil(np.log2(np.maximum(b, 1))), -1).astype(np.int64)
+    out = []
+    for e, n in zip(*np.unique(exp, return_counts=True), strict=True):
+        out.append({"le": 0 if e < 0 else int(2**e), "count": int(n)})
+    return out
+
+
+@dataclass
+class IoSeries:
+    """Per-interval series; interval i covers [t0 + i*interval, t0 + (i+1)*interval)."""
+
+    t0: float
+    interval: float
+    ios: np.ndarray  # completed IOs
+    iops: np.ndarray
+    read_bytes_per_s: np.ndarray
+    write_bytes_per_s: np.ndarray
+    mean_size: np.ndarray  # bytes per IO (NaN when idle)
+    in_flight_mean: np.ndarray  # time-weighted mean of requests issued and not completed
+    in_flight_max: np.ndarray
+    latency: dict[str, np.ndarray]  # p50, p95, p99, max, mean (seconds), count
+
+    def to_json(self) -> dict[str, Any]:
+        def arr(a: np.ndarray) -> list[Any]:
+            return [_num(x) for x in a]
+
+        return {
+            "t0": self.t0,
+            "interval": self.interval,
+            "ios": arr(self.ios),
+            "iops": arr(self.iops),
+            "read_bytes_per_s": arr(self.read_bytes_per_s),
+            "write_bytes_per_s": arr(self.write_bytes_per_s),
+            "mean_size": arr(self.mean_size),
+            "in_flight_mean": arr(self.in_flight_mean),
+            "in_flight_max": arr(self.in_flight_max),
+            "latency": {k: arr(v) for k, v in sorted(self.latency.items())},
+        }
+
+
+def _in_flight(t_issue: np.ndarray, t_complete: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Time-weighted mean and max of requests in flight per interval between ``edges``."""
+    ti = np.sort(t_issue)
+    tc = np.sort(t_complete)
+    ci = np.concatenate([[0.0], np.cumsum(ti)])
+    cc = np.concatenate([[0.0], np.cumsum(tc)])
+    ni = np.searchsorted(ti, edges, side="left")
+    nc = np.searchsorted(tc, edges, side="left")
+    # area(b) = sum over requests of the time spent in flight before b
+    area = (ni * edges - ci[ni]) - (nc * edges - cc[nc])
+    width = np.diff(edges)
+    mean = np.diff(area) / np.where(width > 0, width, 1.0)
+    # max: sweep +1 at issue, -1 at completion (completions first on ties)
+    times = np.concatenate([t_issue, t_complete])
+    steps = np.concatenate([np.ones(len(t_issue), np.int64), -np.ones(len(t_complete), np.int64)])
+    order = np.lexsort((steps, times))
+    level = np.cumsum(steps[order])
+    ts = times[order]
+    k = len(edges) - 1
+    mx = np.zeros(k, np.int64)
+    if len(ts):
+        idx = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, k - 1)
+        np.maximum.at(mx, idx, level)
+        # the level carried into an interval from before it counts too
+        start_level = np.concatenate([[0], level])[np.searchsorted(ts, edges[:-1], side="left")]
+        mx = np.maximum(mx, start_level)
+    return mean, mx
+
+
+def io_series(ios: np.ndarray, *, interval: float = 1.0, t0: float | None = None, t1: float | None = None) -> IoSeries:
+    """Per-interval statistics, bucketed by completion time."""
+    if interval <= 0:
+        raise ValueError("interval must be positive")
+    tc = ios["t_complete"]
+    if t0 is None:
+        t0 = float(ios["t_issue"].min()) if len(ios) else 0.0
+    if t1 is None:
+        t1 = float(tc.max()) if len(ios) else t0
+    k = max(1, int(math.floor((t1 - t0) / interval)) + 1)
+    edges = t0 + interval * np.arange(k + 1)
+    idx = np.clip(((tc - t0) // interval).astype(np.int64), 0, k - 1) if len(ios) else np.zeros(0, np.int64)
+    counts = np.bincount(idx, minlength=k)[:k] if len(idx) else np.zeros(k, np.int64)
+    nbytes = ios["bytes"].astype(np.float64)
+    rd = ios["op"] == blockio.OP_READ
+    wr = ios["op"] == blockio.OP_WRITE
+    rbytes = np.bincount(idx[rd], weights=nbytes[rd], minlength=k)[:k] if len(idx) else np.zeros(k)
+    wbytes = np.bincount(idx[wr], weights=nbytes[wr], minlength=k)[:k] if len(idx) else np.zeros(k)
+    allbytes = np.bincount(idx, weights=nbytes, minlength=k)[:k] if len(idx) else np.zeros(k)
+    lat = group_percentiles(ios["latency"], idx, k)
+    mean, mx = _in_flight(ios["t_issue"], tc, edges)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_size = np.where(counts > 0, allbytes / np.maximum(counts, 1), np.nan)
+    return IoSeries(
+        t0=t0, interval=interval, ios=counts, iops=counts / interval, read_bytes_per_s=rbytes / interval,
+        write_bytes_per_s=wbytes / interval, mean_size=mean_size, in_flight_mean=mean, in_flight_max=mx, latency=lat,
+    )
+
+
+def group_summary(ios: np.ndarray, duration: float) -> dict[str, Any]:
+    """Totals and latency percentiles of a set of IOs."""
+    d = duration if duration > 0 else float("nan")
+    nbytes = int(ios["bytes"].sum()) if len(ios) else 0
+    return {
+        "ios": len(ios),
+        "bytes": nbytes,
+        "iops": _num(len(ios) / d) if len(ios) else 0.0,
+        "bytes_per_s": _num(nbytes / d) if len(ios) else 0.0,
+        "latency": latency_summary(ios["latency"]),
+    }
+
+
+def split(bio: BlockIO, by: str, *, target_tids: tuple[int, ...] = (), target_comms: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Masks of IOs per group: by 'op' (read/write/flush/discard/other, '+sync' when sync),
+    'device' ('254:0') or 'issuer' ('target', 'kernel', 'other')."""
+    ios = bio.ios
+    out: dict[str, np.ndarray] = {}
+    if by == "op":
+        for op in np.unique(ios["op"]):
+            out[blockio.op_name(int(op))] = ios["op"] == op
+    elif by == "device":
+        for dev in np.unique(ios["dev"]):
+            out[blockio.dev_name(int(dev))] = ios["dev"] == dev
+    elif by == "issuer":
+        cls = bio.issuer_classes(target_tids, target_comms)
+        for name in ("target", "kernel", "other"):
+            m = cls == name
+            if m.any():
+                out[name] = m
+    elif by == "comm":
+        for c in np.unique(ios["comm"]):
+            out[bio.comms[int(c)] or "?"] = ios["comm"] == c
+    else:
+        raise ValueError(f"cannot split by {by!r}: use op, device or issuer")
+    return out
+
+
+@dataclass
+class IoAnalysis:
+    """Everything the verdict and the report need about block IO in one capture."""
+
+    block: BlockIO
+    series: IoSeries
+    overall: dict[str, Any]
+    by_op: dict[str, dict[str, Any]]
+    by_device: dict[str, dict[str, Any]]
+    by_issuer: dict[str, dict[str, Any]]
+    top_issuers: list[dict[str, Any]]  # by comm, most IOs first
+    size_histogram: list[dict[str, int]]
+    duration: float
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": self.block.counts.to_json(),
+            "duration": self.duration,
+            "overall": self.overall,
+            "by_op": self.by_op,
+            "by_device": self.by_device,
+            "by_issuer": self.by_issuer,
+            "top_issuers": self.top_issuers,
+            "size_histogram": self.size_histogram,
+            "series": self.series.to_json(),
+            "warnings": self.warnings,
+        }
+
+
+def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, t1: float | None = None,
+               target_tids: tuple[int, ...] = (), target_comms: tuple[str, ...] = ()) -> IoAnalysis:
+    ios = bio.ios
+    if t0 is None:
+        t0 = bio.t_first if bio.t_first is not None else (float(ios["t_issue"].min()) if len(ios) else 0.0)
+    if t1 is None:
+        t1 = bio.t_last if bio.t_last is not None else t0
+    duration = max(t1 - t0, 0.0)
+    series = io_series(ios, interval=interval, t0=t0, t1=t1)
+    overall = group_summary(ios, duration)
+    overall["in_flight_mean"] = _num(float(np.sum(ios["latency"])) / duration) if duration > 0 else None
+    overall["in_flight_max"] = int(series.in_flight_max.max()) if len(series.in_flight_max) else 0
+    by_op = {k: group_summary(ios[m], duration) for k, m in split(bio, "op").items()}
+    by_device = {k: group_summary(ios[m], duration) for k, m in split(bio, "device").items()}
+    by_issuer = {k: group_summary(ios[m], duration) for k, m in split(bio, "issuer", target_tids=target_tids, target_comms=target_comms).items()}
+    top: list[dict[str, Any]] = []
+    if len(ios):
+        cidx, cnt = np.unique(ios["comm"], return_counts=True)
+        for ci in cidx[np.argsort(-cnt, kind="stable")][:10]:
+            sub = ios[ios["comm"] == ci]
+            name = bio.comms[int(ci)] or "?"
+            top.append({"comm": name, "class": blockio.issuer_class(name, -2, frozenset(target_tids), frozenset(target_comms)),
+                        **group_summary(sub, duration)})
+    return IoAnalysis(
+        block=bio, series=series, overall=overall, by_op=by_op, by_device=by_device, by_issuer=by_issuer,
+        top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blockio.OP_FLUSH]),
+        duration=duration, warnings=list(bio.warnings),
+    )
+
+
+def targets_of(bundle: Bundle) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The target processes' tids (pid and every thread) and comms, from the manifest."""
+    tids: list[int] = []
+    comms: list[str] = []
+    for t in bundle.manifest.targets:
+        tids.append(t.pid)
+        tids.extend(th.tid for th in t.threads)
+        comms.append(t.comm)
+        comms.extend(th.comm for th in t.threads)
+    return tuple(sorted(set(tids))), tuple(sorted(set(c for c in comms if c)))
+
+
+def block_from_bundle(bundle: Bundle) -> BlockIO | None:
+    """Parse and pair the bundle's block.trace.gz (None when the capture has none)."""
+    if not bundle.has(BLOCK_MEMBER):
+        return None
+    p = blockio.BlockPairer()
+    fh = bundle.open_binary(BLOCK_MEMBER)
+    with fh:
+        for chunk in blockio.iter_chunks(fh, warnings=p.warnings):
+            p.feed(chunk)
+    return p.finish()
+
+
+def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> IoAnalysis | None:
+    """The IO analysis of a capture bundle, or None when it holds no block trace.
+
+    Intervals default to the capture's ``options.interval`` (1 s); times start at the block
+    collector's start (or the first event), so series line up with the other collectors'.
+    """
+    bio = block_from_bundle(bundle)
+    if bio is None:
+        return None
+    m = bundle.manifest
+    rec = m.collector("block-io")
+    t0 = rec.started if rec and rec.started is not None else None
+    t1 = rec.ended if rec and rec.ended is not None else None
+    if t0 is not None and bio.t_first is not None:
+        t0 = min(t0, bio.t_first)
+    if t1 is not None and bio.t_last is not None:
+        t1 = max(t1, bio.t_last)
+    iv = interval or float(m.options.get("interval") or 1.0)
+    tids, comms = targets_of(bundle)
+    res = analyze_io(bio, interval=iv, t0=t0, t1=t1, target_tids=tids, target_comms=comms)
+    res.warnings.extend(bundle.warnings)
+    return res

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Flame graph speed: ours against inferno and perf script, side by side (bench, not a test).
+
+Prints medians of interleaved runs and their ratios for
+  1. folding perf script text: `profiler flamegraph X --folded` vs inferno-collapse-perf
+     (its default threads, and one thread),
+  2. drawing the SVG for >= 100K unique stacks: ours vs inferno-flamegraph on the same file,
+  3. the whole post-capture path perf.data -> SVG: ours vs `perf script` alone and vs
+     `perf script | inferno-collapse-perf | inferno-flamegraph`,
+plus peak memory (max RSS) of each.
+
+Input: a big perf.data you recorded from a real server, e.g. MariaDB under sysbench:
+
+    perf record -F 999 -g -p $(pidof mariadbd) -o /tmp/big.data -- sleep 300
+
+    python bench/flamegraph.py --perf-data /tmp/big.data [--reps 5]
+
+The perf script text is written next to the perf.data (keep both out of the repository).
+The machine is usually shared: read ratios of medians, not single timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILER = [str(Path(sys.executable).parent / "profiler")]
+INFERNO = Path.home() / ".cargo" / "bin"
+
+
+def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False) -> tuple[float, int]:
+    """Wall seconds and max RSS (KiB) of one run (for a shell pipeline: the largest stage)."""
+    out = open(stdout, "wb") if stdout else subprocess.DEVNULL  # noqa: SIM115
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, shell=shell)  # noqa: S603
+    _, status, ru = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    if stdout:
+        out.close()  # type: ignore[union-attr]
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {argv}\n{err[-500:]}")
+    return dt, ru.ru_maxrss
+
+
+def bench(cases: dict[str, list[str] | str], reps: int, shell: set[str] | None = None) -> dict[str, tuple[float, int]]:
+    """Run the cases interleaved (A B C A B C ...) and return median seconds and max RSS."""
+    shell = shell or set()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    rss: dict[str, int] = dict.fromkeys(cases, 0)
+    for _ in range(reps):
+        for name, argv in cases.items():
+            dt, m = timed(argv, shell=name in shell)
+            times[name].append(dt)
+            rss[name] = max(rss[name], m)
+    return {k: (statistics.median(v), rss[k]) for k, v in times.items()}
+
+
+def report(title: str, res: dict[str, tuple[float, int]], base: str, size_mb: float | None = None) -> None:
+    print(f"\n## {title}")
+    print(f"{'':42} {'median s':>9} {'x ' + base[:14]:>16} {'MB/s':>8} {'max RSS MB':>11}")
+    b = res[base][0]
+    for name, (t, m) in res.items():
+        rate = f"{size_mb / t:8.0f}" if size_mb else f"{'':8}"
+        print(f"{name:42} {t:9.2f} {t / b:16.2f} {rate} {m / 1024:11.0f}")
+
+
+def ensure_text(perf_data: Path) -> Path:
+    text = perf_data.with_suffix(".txt")
+    if not text.exists() or text.stat().st_mtime < perf_data.stat().st_mtime:
+        print(f"writing {text} with perf script ...", file=sys.stderr)
+        with open(text, "wb") as fh:
+            subprocess.run(["perf", "script", "-i", str(perf_data)], stdout=fh, stderr=subprocess.DEVNULL, check=True)
+    return text
+
+
+def many_stacks(text: Path, work: Path, want: int = 100_000) -> Path:
+    """>= `want` unique real stacks: per-thread folding with addresses, copied under renamed roots
+    until there are enough."""
+    base = work / "tid-addrs.folded"
+    subprocess.run([*PROFILER, "flamegraph", str(text), "--folded", "--tid", "--addrs", "-o", str(base), "--force"], check=True)
+    lines = base.read_text().splitlines()
+    out: list[str] = []
+    copy = 0
+    while len(out) < want:
+        suffix = "" if copy == 0 else f"~{copy}"
+        for ln in lines:
+            root, _, rest = ln.partition(";")
+            out.append(f"{root}{suffix};{rest}")
+        copy += 1
+    path = work / f"unique-{len(out)}.folded"
+    path.write_text("\n".join(out[:want]) + "\n")
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--perf-data", type=Path, required=True, help="a big perf.data from a real server")
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    for tool in ("inferno-collapse-perf", "inferno-flamegraph"):
+        if not (INFERNO / tool).exists() and not shutil.which(tool):
+            raise SystemExit(f"{tool} not found (cargo install inferno)")
+    icollapse = str(INFERNO / "inferno-collapse-perf") if (INFERNO / "inferno-collapse-perf").exists() else "inferno-collapse-perf"
+    igraph = str(INFERNO / "inferno-flamegraph") if (INFERNO / "inferno-flamegraph").exists() else "inferno-flamegraph"
+    data = args.perf_data.resolve()
+    text = ensure_text(data)
+    size_mb = text.stat().st_size / 1e6
+    with open(text, "rb") as fh:
+        nsamples = sum(1 for ln in fh if ln[:1] not in (b"\t", b"\n", b"#"))
+    print(f"# flame graph benchmark: {size_mb:.0f} MB of perf script text, {nsamples:,} headers, {args.reps} interleaved runs each")
+    print(f"# host: {os.cpu_count()} CPUs, shared with other jobs: figures are medians, read the ratios")
+
+    with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-") as tmp:
+        work = Path(tmp)
+        folded_out = work / "ours.folded"
+        res = bench(
+            {
+                "ours: profiler flamegraph --folded": [*PROFILER, "flamegraph", str(text), "--folded", "-o", str(folded_out), "--force"],
+                "inferno-collapse-perf (2 threads)": [icollapse, str(text)],
+                "inferno-collapse-perf -n 1": [icollapse, "-n", "1", str(text)],
+            },
+            args.reps,
+        )
+        report("1. folding perf script text", res, "inferno-collapse-perf (2 threads)", size_mb)
+        same = subprocess.run([icollapse, str(text)], capture_output=True, check=True).stdout == (
+            subprocess.run([*PROFILER, "flamegraph", str(text), "--folded", "--compat", "inferno"], capture_output=True, check=True).stdout
+        )
+        print(f"identical output to inferno-collapse-perf (--compat inferno): {same}")
+
+        many = many_stacks(text, work)
+        svg = work / "many.svg"
+        res = bench(
+            {
+                "ours: profiler flamegraph F.folded -o x.svg": [*PROFILER, "flamegraph", str(many), "-o", str(svg), "--force"],
+                "inferno-flamegraph F.folded": [igraph, str(many)],
+            },
+            args.reps,
+        )
+        report(f"2. SVG from {sum(1 for _ in open(many)):,} unique stacks", res, "inferno-flamegraph F.folded")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import profiler.cli"], check=True)
+        startup = time.perf_counter() - t0
+        print(f"(of ours, Python start and imports: {startup:.2f} s)")
+
+        out_svg = work / "whole.svg"
+        res = bench(
+            {
+                "perf script > /dev/null": ["perf", "script", "-i", str(data)],
+                "ours: profiler flamegraph perf.data": [*PROFILER, "flamegraph", str(data), "-o", str(out_svg), "--force"],
+                "perf script | inferno-collapse | inferno-fg": f"perf script -i {data} 2>/dev/null | {icollapse} | {igraph} > {work / 'inf.svg'}",
+            },
+            args.reps,
+            shell={"perf script | inferno-collapse | inferno-fg"},
+        )
+        report("3. whole path perf.data -> SVG", res, "perf script > /dev/null")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

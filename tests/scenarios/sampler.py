@@ -1,0 +1,239 @@
+"""Independent evidence from /proc while the profiler watches (test layer).
+
+A background thread samples the target's threads (state, wchan, syscall number) at a fixed
+rate and reads the process counters (CPU ticks, major faults, context switches) at the start
+and end of the window, plus host-wide load. The scenario's own `confirm` turns this into a
+yes/no on its label; none of it comes from the profiler.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SYS_FUTEX = 202  # x86_64
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    # fields after "pid (comm)": index 0 is state (field 3 of proc(5))
+    return text.rsplit(")", 1)[1].split()
+
+
+def process_counters(pid: int) -> dict[str, float] | None:
+    """Cumulative utime+stime (seconds), majflt, minflt, voluntary/involuntary switches."""
+    f = _stat_fields(f"/proc/{pid}/stat")
+    if f is None:
+        return None
+    out: dict[str, float] = {
+        "cpu_s": (int(f[11]) + int(f[12])) / CLK_TCK,  # utime, stime: fields 14, 15
+        "majflt": int(f[9]),  # field 12
+        "minflt": int(f[7]),  # field 10
+        "blkio_ticks": int(f[39]) if len(f) > 39 else 0,  # field 42 (delayacct)
+    }
+    try:
+        with open(f"/proc/{pid}/io") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("read_bytes", "write_bytes", "syscr", "syscw"):
+                    out[key] = int(value)
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS"):
+                    out["rss_bytes"] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    # Context switches are per thread in /proc: sum the live threads.
+    out["vcsw"] = out["ivcsw"] = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                for line in fh:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        out["vcsw"] += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        out["ivcsw"] += int(line.split()[1])
+        except OSError:
+            pass
+    return out
+
+
+def host_counters() -> dict[str, float]:
+    """Host CPU ticks (busy, iowait, total) and the 1-minute load average."""
+    with open("/proc/stat") as fh:
+        cpu = [int(x) for x in fh.readline().split()[1:]]
+    idle, iowait = cpu[3], cpu[4]
+    total = sum(cpu[:8])
+    with open("/proc/loadavg") as fh:
+        load1 = float(fh.read().split()[0])
+    return {"busy": total - idle - iowait, "iowait": iowait, "total": total, "load1": load1}
+
+
+def thread_sample(pid: int) -> list[tuple[str, str, str]]:
+    """(state, wchan, syscall) for each thread of pid; syscall is a number, 'running' or ''."""
+    out: list[tuple[str, str, str]] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        f = _stat_fields(base + "/stat")
+        if f is None:
+            continue
+        try:
+            with open(base + "/wchan") as fh:
+                wchan = fh.read().strip()
+        except OSError:
+            wchan = ""
+        try:
+            with open(base + "/syscall") as fh:
+                sc = fh.read().split(" ", 1)[0].strip()
+        except OSError:
+            sc = ""
+        out.append((f[0], wchan if wchan != "0" else "", sc))
+    return out
+
+
+def is_futex_wait(state: str, wchan: str, syscall: str) -> bool:
+    return state == "S" and ("futex" in wchan or syscall == str(SYS_FUTEX))
+
+
+@dataclass
+class Observation:
+    """What /proc showed about one target over one window."""
+
+    pid: int
+    seconds: float = 0.0
+    samples: int = 0
+    threads_mean: float = 0.0
+    states: dict[str, float] = field(default_factory=dict)  # mean threads per state
+    futex_waiting: float = 0.0  # mean threads asleep in futex
+    io_blocked: float = 0.0  # mean threads in D state
+    top_wchan: list[tuple[str, float]] = field(default_factory=list)
+    top_syscall: list[tuple[str, float]] = field(default_factory=list)
+    cpu_cores: float = 0.0  # target CPU use in cores over the window
+    majflt_per_s: float = 0.0
+    read_bytes_per_s: float = 0.0  # storage-layer bytes, /proc/PID/io
+    write_bytes_per_s: float = 0.0
+    syscr_per_s: float = 0.0
+    vcsw_per_s: float = 0.0
+    ivcsw_per_s: float = 0.0
+    rss_bytes: float = 0.0
+    host_busy: float = 0.0  # host CPU busy share, all cores, 0..1
+    host_iowait: float = 0.0
+    host_load1: tuple[float, float] = (0.0, 0.0)
+    cgroups: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> counter deltas
+    extra: dict[str, float] = field(default_factory=dict)  # scenario-specific (e.g. row lock waits)
+    exited: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "seconds": round(self.seconds, 2),
+            "samples": self.samples,
+            "threads_mean": round(self.threads_mean, 2),
+            "states": {k: round(v, 2) for k, v in sorted(self.states.items())},
+            "futex_waiting": round(self.futex_waiting, 2),
+            "io_blocked": round(self.io_blocked, 2),
+            "top_wchan": [[k, round(v, 2)] for k, v in self.top_wchan],
+            "top_syscall": [[k, round(v, 2)] for k, v in self.top_syscall],
+            "cpu_cores": round(self.cpu_cores, 3),
+            "majflt_per_s": round(self.majflt_per_s, 1),
+            "read_bytes_per_s": round(self.read_bytes_per_s),
+            "write_bytes_per_s": round(self.write_bytes_per_s),
+            "syscr_per_s": round(self.syscr_per_s, 1),
+            "vcsw_per_s": round(self.vcsw_per_s, 1),
+            "ivcsw_per_s": round(self.ivcsw_per_s, 1),
+            "rss_bytes": int(self.rss_bytes),
+            "host_busy": round(self.host_busy, 3),
+            "host_iowait": round(self.host_iowait, 3),
+            "host_load1": list(self.host_load1),
+            "cgroups": self.cgroups,
+            "extra": {k: round(v, 3) for k, v in sorted(self.extra.items())},
+            "exited": self.exited,
+        }
+
+
+class Sampler:
+    """Samples one pid's threads at `hz` in a background thread between start() and stop()."""
+
+    def __init__(self, pid: int, hz: float = 10.0) -> None:
+        self.pid = pid
+        self.interval = 1.0 / hz
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"sampler-{pid}", daemon=True)
+        self._states: Counter[str] = Counter()
+        self._wchan: Counter[str] = Counter()
+        self._syscall: Counter[str] = Counter()
+        self._futex = 0
+        self._threads = 0
+        self._samples = 0
+
+    def start(self) -> Sampler:
+        self._t0 = time.monotonic()
+        self._proc0 = process_counters(self.pid)
+        self._host0 = host_counters()
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            rows = thread_sample(self.pid)
+            if not rows:
+                continue
+            self._samples += 1
+            self._threads += len(rows)
+            for state, wchan, sc in rows:
+                self._states[state] += 1
+                if state != "R":
+                    self._wchan[wchan or "-"] += 1
+                self._syscall[sc or "-"] += 1
+                if is_futex_wait(state, wchan, sc):
+                    self._futex += 1
+
+    def stop(self) -> Observation:
+        self._stop.set()
+        self._thread.join()
+        t1 = time.monotonic()
+        proc1 = process_counters(self.pid)
+        host1 = host_counters()
+        obs = Observation(pid=self.pid, seconds=t1 - self._t0, samples=self._samples)
+        n = max(1, self._samples)
+        obs.threads_mean = self._threads / n
+        obs.states = {k: v / n for k, v in self._states.items()}
+        obs.futex_waiting = self._futex / n
+        obs.io_blocked = self._states.get("D", 0) / n
+        obs.top_wchan = [(k, v / n) for k, v in self._wchan.most_common(5)]
+        obs.top_syscall = [(k, v / n) for k, v in self._syscall.most_common(5)]
+        secs = max(1e-6, obs.seconds)
+        if self._proc0 and proc1:
+            obs.cpu_cores = (proc1["cpu_s"] - self._proc0["cpu_s"]) / secs
+            obs.majflt_per_s = (proc1["majflt"] - self._proc0["majflt"]) / secs
+            for key in ("read_bytes", "write_bytes", "syscr"):
+                setattr(obs, f"{key}_per_s", (proc1.get(key, 0) - self._proc0.get(key, 0)) / secs)
+            obs.vcsw_per_s = (proc1.get("vcsw", 0) - self._proc0.get("vcsw", 0)) / secs
+            obs.ivcsw_per_s = (proc1.get("ivcsw", 0) - self._proc0.get("ivcsw", 0)) / secs
+            obs.rss_bytes = proc1.get("rss_bytes", 0)
+        else:
+            obs.exited = True
+        total = max(1, host1["total"] - self._host0["total"])
+        obs.host_busy = (host1["busy"] - self._host0["busy"]) / total
+        obs.host_iowait = (host1["iowait"] - self._host0["iowait"]) / total
+        obs.host_load1 = (self._host0["load1"], host1["load1"])
+        return obs

@@ -1,0 +1,232 @@
+"""Block event parsing and issue/completion pairing on real traces in samples/block/."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.analyzers import blockio
+from profiler.analyzers.blockio import COMPLETE, ISSUE, MERGE, REQUEUE
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "block"
+TRACES = sorted(p.name for p in SAMPLES.glob("*.txt") if not p.name.startswith("pairs"))
+
+
+def _ref_pairs(path: Path) -> tuple[set[tuple[float, float, int, int]], int]:
+    """An independent, deliberately plain pairing: dict per (dev, sector), the latest issue wins,
+    a requeue cancels it, flushes pair on the device, 0-sector non-flush completions are set aside."""
+    rx = re.compile(
+        r"\s(\d+\.\d+):\s+(?:block:)?block_rq_(issue|complete|requeue|merge):\s+(\d+),(\d+)\s+(\S+)\s+(?:\d+\s+)?\(.*?\)\s+(\d+)\s+\+\s+(\d+)"
+    )
+    open_: dict[tuple[str, int], float] = {}
+    pairs = set()
+    unpaired_c = 0
+    for line in path.read_text().splitlines():
+        m = rx.search(line)
+        if not m:
+            continue
+        t, ev, maj, mi, rwbs, sector, nr = m.groups()
+        dev = f"{maj},{mi}"
+        op = rwbs[1] if len(rwbs) > 1 and rwbs[0] == "F" and rwbs[1] in "WDEFRN" else rwbs[0]
+        flush = op == "F" and nr == "0"
+        key = (dev, -1 if flush else int(sector))
+        if ev == "merge":
+            continue
+        if ev == "issue":
+            open_[key] = float(t)
+        elif ev == "requeue":
+            open_.pop(key, None)
+        else:
+            if nr == "0" and not flush:
+                continue
+            if key in open_:
+                ti = open_.pop(key)
+                pairs.add((round(ti, 6), round(float(t), 6), int(maj), -1 if flush else int(sector)))
+            else:
+                unpaired_c += 1
+    return pairs, unpaired_c
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_pairing_matches_plain_reference(name: str) -> None:
+    bio = blockio.read_block_trace(SAMPLES / name)
+    ref, ref_uc = _ref_pairs(SAMPLES / name)
+    ours = {
+        (round(float(r["t_issue"]), 6), round(float(r["t_complete"]), 6), int(r["dev"]) >> 20,
+         -1 if r["op"] == blockio.OP_FLUSH and r["bytes"] == 0 else int(r["sector"]))
+        for r in bio.ios
+    }
+    assert ours == ref
+    assert bio.counts.unpaired_completions == ref_uc
+    assert len(bio.ios) == bio.counts.paired > 0
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_every_event_is_accounted_for(name: str) -> None:
+    c = blockio.read_block_trace(SAMPLES / name).counts
+    assert c.completions == c.paired + c.unpaired_completions + c.dataless_completions
+    assert c.issues == c.paired + c.superseded + c.in_flight_at_end + c.requeued_issues
+    assert c.unpaired_issues == c.superseded + c.in_flight_at_end
+    assert c.events == c.issues + c.completions + c.requeues + c.merges
+    assert c.skipped_lines == 0
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_counts_match_golden(name: str) -> None:
+    bio = blockio.read_block_trace(SAMPLES / name)
+    golden = json.loads((SAMPLES / (name[:-4] + ".golden.json")).read_text())
+    got = {"counts": bio.counts.to_json(), "comms": bio.comms,
+           "latency_sum_us": round(float(bio.ios["latency"].sum()) * 1e6, 3)}
+    assert got == golden
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_fast_parser_agrees_with_regex_path(name: str) -> None:
+    ev = blockio.read_events(SAMPLES / name)
+    comms = blockio._CommTable()
+    rows = []
+    for line in (SAMPLES / name).read_bytes().splitlines():
+        rec = blockio._parse_slow(line, comms)
+        if rec is not None:
+            rows.append(rec)
+    ref = np.zeros(len(rows), blockio.EVENT_DTYPE)
+    for i, r in enumerate(rows):
+        ref[i] = (r[0], r[6], r[2], r[5], r[7], r[9], r[8], r[1], r[3], r[4])
+    assert len(ev) == len(ref)
+    for f in blockio.EVENT_DTYPE.names:
+        if f == "comm":
+            continue
+        if f == "t":
+            np.testing.assert_allclose(ev[f], ref[f], rtol=0, atol=1e-9)
+        else:
+            assert np.array_equal(ev[f], ref[f]), f
+
+
+@pytest.mark.parametrize("chunk", [97, 4096])
+def test_chunk_boundaries_do_not_matter(chunk: int) -> None:
+    data = (SAMPLES / "requeue.txt").read_bytes()
+    whole = blockio.parse_block_text(data)
+    p = blockio.BlockPairer()
+    for part in blockio.iter_chunks(io.BytesIO(data), size=chunk):
+        p.feed(part)
+    pieces = p.finish()
+    assert np.array_equal(whole.ios, pieces.ios)
+    assert whole.counts == pieces.counts
+
+
+def test_gzip_input_reads_the_same(tmp_path: Path) -> None:
+    gz = tmp_path / "block.trace.gz"
+    gz.write_bytes(gzip.compress((SAMPLES / "merges.txt").read_bytes()))
+    a = blockio.read_block_trace(gz)
+    b = blockio.read_block_trace(SAMPLES / "merges.txt")
+    assert np.array_equal(a.ios, b.ios)
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+    data = gzip.compress((SAMPLES / "cut-off-edges.txt").read_bytes())
+    gz = tmp_path / "cut.gz"
+    gz.write_bytes(data[: len(data) // 2])
+    bio = blockio.read_block_trace(gz)
+    assert bio.warnings and "truncated" in bio.warnings[0]
+
+
+def test_requeue_pairs_with_the_reissue() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "requeue.txt")
+    assert bio.counts.requeues > 0 and bio.counts.requeued_issues > 0
+    # "254,0 RA () 26384424 + 1424": issued 502.570901, requeued, reissued 502.578425, completed 502.579210
+    row = bio.ios[bio.ios["sector"] == 26384424]
+    assert len(row) == 1
+    assert row["t_issue"][0] == pytest.approx(502.578425)
+    assert row["latency"][0] == pytest.approx(502.579210 - 502.578425)
+
+
+def test_merges_are_counted_not_paired() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "merges.txt")
+    assert bio.counts.merges > 0
+    kinds = blockio.read_events(SAMPLES / "merges.txt")["kind"]
+    assert int(np.count_nonzero(kinds == MERGE)) == bio.counts.merges
+
+
+def test_flush_and_discard_pair() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "flush-discard.txt")
+    ops = set(bio.ios["op"].tolist())
+    assert blockio.OP_FLUSH in ops and blockio.OP_DISCARD in ops
+    fl = bio.ios[bio.ios["op"] == blockio.OP_FLUSH]
+    assert (fl["bytes"] == 0).all() and (fl["latency"] > 0).all()
+    assert (fl["sector"] == np.uint64(0xFFFFFFFFFFFFFFFF)).all()
+
+
+def test_two_devices_do_not_cross_pair() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "two-devices.txt")
+    assert {blockio.dev_name(int(d)) for d in np.unique(bio.ios["dev"])} == {"7:0", "254:0"}
+    lines = (
+        "fio-1 [000] ..... 10.000000: block_rq_issue: 7,0 R 4096 () 800 + 8 [fio]\n"
+        "fio-1 [000] ..... 10.000010: block_rq_issue: 254,0 R 4096 () 800 + 8 [loop0]\n"
+        "<idle>-0 [000] ..s.. 10.000300: block_rq_complete: 254,0 R () 800 + 8 [0]\n"
+        "<idle>-0 [000] ..s.. 10.000400: block_rq_complete: 7,0 R () 800 + 8 [0]\n"
+    )
+    b = blockio.parse_block_text(lines)
+    by_dev = {blockio.dev_name(int(r["dev"])): float(r["latency"]) for r in b.ios}
+    assert by_dev == pytest.approx({"7:0": 0.0004, "254:0": 0.00029})
+
+
+def test_cut_off_edges() -> None:
+    c = blockio.read_block_trace(SAMPLES / "cut-off-edges.txt").counts
+    assert c.unpaired_completions > 0  # their issue came before the slice
+    assert c.in_flight_at_end > 0  # their completion came after it
+
+
+def test_lost_events_are_reported() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "lost-events.txt")
+    text = (SAMPLES / "lost-events.txt").read_text()
+    assert bio.counts.lost_events == sum(int(x) for x in re.findall(r"\[LOST (\d+) EVENTS\]", text)) > 0
+    assert any("lost" in w for w in bio.warnings)
+
+
+def test_perf_script_format_and_issuers() -> None:
+    bio = blockio.read_block_trace(SAMPLES / "perf-script.txt")
+    assert bio.counts.paired > 0
+    assert "mariadbd" in bio.comms and "kworker/1:1H" in bio.comms
+    cls = bio.issuer_classes(target_comms=["mariadbd"])
+    names = bio.comm_of(bio.ios["comm"])
+    assert set(cls[names == "mariadbd"]) == {"target"}
+    assert set(cls[names == "kworker/1:1H"]) == {"kernel"}
+    assert (bio.ios["tid"] > 0).all()
+
+
+def test_odd_payload_goes_through_the_regex_path() -> None:
+    # a passthrough request prints its command bytes inside the parentheses
+    lines = (
+        "  sg_inq-77   [001] .....   20.000100: block_rq_issue: 8,0 R 96 (12 00 00 00 60 00) 0 + 0 be,0,4 [sg_inq]\n"
+        "  <idle>-0    [001] ..s..   20.000900: block_rq_complete: 8,0 R (12 00 00 00 60 00) 0 + 0 be,0,4 [0]\n"
+        "  fio-78      [000] .....   20.001000: block_rq_issue: 8,0 WFS 4096 () 2048 + 8 be,0,4 [fio]\n"
+        "  <idle>-0    [000] ..s..   20.001500: block_rq_complete: 8,0 WFS () 2048 + 8 be,0,4 [0]\n"
+        "# a comment line, and a line of another event:\n"
+        "  fio-78      [000] .....   20.001600: sched_switch: prev_comm=fio\n"
+    )
+    ev = blockio.parse_block_chunks([lines.encode()])
+    assert ev.counts.events == 4 and ev.counts.skipped_lines == 0
+    fua = ev.ios[ev.ios["sector"] == 2048]
+    assert len(fua) == 1 and fua["flags"][0] & blockio.FLAG_FUA and fua["flags"][0] & blockio.FLAG_SYNC
+    assert blockio.op_name(int(fua["op"][0]), int(fua["flags"][0]), with_flags=True) == "write+sync+fua"
+
+
+def test_event_kinds_are_read() -> None:
+    ev = blockio.read_events(SAMPLES / "merges.txt")
+    assert {ISSUE, COMPLETE, REQUEUE, MERGE} == set(np.unique(ev["kind"]).tolist())
+
+
+def test_empty_and_foreign_input() -> None:
+    assert blockio.parse_block_text("").counts.events == 0
+    b = blockio.parse_block_text("hello\nworld\n")
+    assert b.counts.events == 0 and len(b.ios) == 0
+
+
+def test_io_record_is_compact() -> None:
+    assert blockio.IO_DTYPE.itemsize == 48

@@ -1,0 +1,193 @@
+"""Collectors' command lines and parsers, without perf: argv building, stream counters, pairing."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from profiler.collectors import blockio, cpu_stacks, offcpu, perf_stat, registry, syscalls
+from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
+
+from profiler.bundle import BundleWriter, Manifest
+from profiler.targets import Target
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> CaptureContext:
+    writer = BundleWriter(tmp_path / "cap", Manifest())
+    targets = [Target(pid=4242, comm="tikv-server"), Target(pid=4343, comm="tidb-server")]
+    return CaptureContext(writer=writer, targets=targets, options=CaptureOptions(), perf="perf")
+
+
+def test_perf_stat_argv_asks_for_software_and_hardware_counters(ctx: CaptureContext) -> None:
+    ctx.options.interval = 0.5
+    argv = perf_stat.PerfStat().argv(ctx)
+    assert argv[:6] == ["perf", "stat", "-I", "500", "-x", ","]
+    events = argv[argv.index("-e") + 1].split(",")
+    assert events == ["task-clock", "context-switches", "cpu-migrations", "page-faults", "major-faults",
+                      "cycles", "instructions", "cache-misses"]
+    assert argv[argv.index("-p") + 1] == "4242,4343"
+    out = Path(argv[argv.index("-o") + 1])
+    assert out.parent == ctx.writer.root and out.name.startswith(".")  # a temporary name in the bundle
+
+
+def test_interval_is_whole_milliseconds_and_at_least_ten() -> None:
+    assert perf_stat.interval_ms(1.0) == 1000
+    assert perf_stat.interval_ms(0.0001) == 10
+
+
+def test_perf_stat_summary_reads_not_supported_rows() -> None:
+    text = (SAMPLES / "perf-stat" / "interval-not-supported.csv").read_text()
+    rows, unsupported = perf_stat.summarize(text)
+    assert rows == 16  # two intervals of eight events, the comment and blank line skipped
+    assert unsupported == {"cycles", "instructions", "cache-misses"}
+
+
+@pytest.mark.parametrize("mode", ["fp", "dwarf", "lbr"])
+def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
+    ctx.options.call_graph = mode
+    ctx.options.frequency = 49
+    argv = cpu_stacks.CpuStacks().argv(ctx)
+    assert argv[:4] == ["perf", "record", "-e", "cpu-clock"]
+    assert argv[argv.index("-F") + 1] == "49"
+    assert argv[argv.index("--call-graph") + 1] == mode
+    assert argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
+    assert "--sample-cpu" in argv and "-N" in argv  # CPU column for perf script; no build-id cache copies
+    assert argv[argv.index("-p") + 1] == "4242,4343"
+
+
+def test_unknown_call_graph_is_refused(ctx: CaptureContext) -> None:
+    ctx.options.call_graph = "frame"
+    with pytest.raises(ValueError):
+        cpu_stacks.CpuStacks().argv(ctx)
+
+
+def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
+    argv = cpu_stacks.script_argv("perf", tmp_path / "x.data", cpu_stacks.SCRIPT_FIELDS, inline=False)
+    assert "--no-inline" in argv and "--inline" not in argv
+    assert argv[argv.index("-F") + 1] == "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
+    assert "--inline" in cpu_stacks.script_argv("perf", tmp_path / "x.data", "ip", inline=True)
+
+
+def test_offcpu_argv_uses_frame_pointers_and_switch_records(ctx: CaptureContext) -> None:
+    ctx.options.call_graph = "dwarf"  # never a DWARF copy per context switch
+    argv = offcpu.OffCpu().argv(ctx)
+    assert argv[argv.index("-e") + 1] == "sched:sched_switch"
+    assert argv[argv.index("--call-graph") + 1] == "fp"
+    assert "--switch-events" in argv and argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
+
+
+def test_syscalls_argv(ctx: CaptureContext) -> None:
+    col = syscalls.Syscalls()
+    argv = col.argv(ctx)
+    assert argv[argv.index("-e") + 1] == "raw_syscalls:sys_enter,raw_syscalls:sys_exit"
+    assert "--call-graph" not in argv and "-g" not in argv  # no stacks: cheap
+    rate = col.rate_argv(ctx)
+    assert rate[:4] == ["perf", "stat", "-I", "1000"]
+    assert rate[rate.index("-e") + 1] == "raw_syscalls:sys_enter"
+
+
+def test_block_counter_argv_counts_system_wide(tmp_path: Path) -> None:
+    argv = blockio.counter_argv("perf", tmp_path / "c")
+    assert argv[:3] == ["perf", "stat", "-a"]
+    assert argv[argv.index("-e") + 1] == "block:block_rq_issue,block:block_rq_complete"
+
+
+@pytest.mark.parametrize("split", [1, 7, 64, 10_000])
+def test_sample_counter_counts_across_chunk_boundaries(split: int) -> None:
+    text = b"a 1/1 [000] 1.0: 1 cpu-clock:\n\tffff f (k)\n\nb 1/1 [000] 1.1: 1 cpu-clock:\n\tffff g (k)\n\n" * 5
+    counter = cpu_stacks.SampleCounter()
+    for i in range(0, len(text), split):
+        counter(text[i:i + split])
+    assert counter.samples == 10
+
+
+def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
+    out = io.StringIO()
+    pairs = offcpu.IntervalWriter(out)
+    for line in (SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt").read_text().splitlines():
+        pairs.feed(line)
+    rows = out.getvalue().splitlines()
+    assert rows[0] == "tid,comm,off,on,state"
+    # 15047 left the CPU sleeping (S) at 627.111407 and came back at 627.112498
+    assert rows[1] == "15047,python3,627.111407,627.112498,S"
+    assert pairs.intervals == len(rows) - 1 > 3
+    for row in rows[1:]:
+        _, _, off, on, state = row.split(",")
+        assert float(on) >= float(off) and state in {"S", "D", "R", "R+"}
+
+
+def test_syscall_table_comes_from_the_kernel_uapi_header() -> None:
+    table = syscalls.parse_unistd("#define __NR_read 0\n#define __NR_write 1\n#define __NR_syscalls 451\n")
+    assert table == {0: "read", 1: "write"}
+    assert syscalls.parse_ausyscall("Using x86_64 syscall table:\n0\tread\n1\twrite\n") == {0: "read", 1: "write"}
+    assert syscalls.syscall_name(999, {}) == "syscall_999"
+
+
+def test_syscall_line_parser_handles_spaces_in_comm() -> None:
+    got = syscalls.parse_line("  V8 Worker 123   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0)")
+    assert got == ("V8 Worker", 123, 625.752142, True, 110)
+    assert syscalls.parse_line("  x 7   1.5:  raw_syscalls:sys_exit: NR 230 = 0") == ("x", 7, 1.5, False, 230)
+    assert syscalls.parse_line("garbage") is None
+
+
+def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
+    out = io.StringIO()
+    lines = (SAMPLES / "perf-script-collectors" / "raw-syscalls-pairs.txt").read_text().splitlines()
+    first = syscalls.parse_line(lines[0])
+    assert first is not None
+    pairs = syscalls.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})
+    for line in lines:
+        pairs.feed(line)
+    pairs.close()
+    rows = [r.split(",") for r in out.getvalue().splitlines()]
+    assert rows[0] == ["time", "tid", "comm", "syscall", "count", "total_ns"]
+    body = rows[1:]
+    assert body and all(int(r[4]) >= 1 and int(r[5]) >= 0 for r in body)
+    assert {r[3] for r in body} >= {"getppid", "clock_nanosleep"}
+    assert sum(int(r[4]) for r in body) == pairs.calls
+    times = [float(r[0]) for r in body]
+    assert times == sorted(times)  # written interval by interval
+
+
+def test_syscall_blocked_at_end_is_counted_up_to_the_last_event() -> None:
+    out = io.StringIO()
+    pairs = syscalls.Pairing(out, t0=10.0, interval=1.0, names={232: "epoll_wait", 0: "read"})
+    pairs.feed("srv 5   10.100000: raw_syscalls:sys_enter: NR 232 (4, 0)")
+    pairs.feed("srv 6   10.200000: raw_syscalls:sys_enter: NR 0 (3, 0)")
+    pairs.feed("srv 6   12.200000:  raw_syscalls:sys_exit: NR 0 = 8")
+    assert pairs.close() == 1
+    rows = out.getvalue().splitlines()[1:]
+    assert rows == ["12.000000,5,srv,epoll_wait,1,2100000000", "12.000000,6,srv,read,1,2000000000"]
+
+
+def test_block_balance_flags_lost_completions() -> None:
+    stats, why = blockio.balance({"block_rq_issue": 83_000, "block_rq_complete": 83_000},
+                                 {"block_rq_issue": 725_000, "block_rq_complete": 725_000}, 0)
+    assert why is not None and "83000 of 725000" in why
+    stats, why = blockio.balance({"block_rq_issue": 1000, "block_rq_complete": 998},
+                                 {"block_rq_issue": 1003, "block_rq_complete": 1001}, 0)
+    assert why is None and stats["unpaired"] == 2
+    _, why = blockio.balance({"block_rq_issue": 10, "block_rq_complete": 10}, None, 5)
+    assert why is not None and "lost 5" in why
+
+
+def test_block_counter_and_ring_stats_parsers() -> None:
+    counted = blockio.parse_counter("# started on x\n\n725000,,block:block_rq_issue,1000,100.00,,\n"
+                                    "724990,,block:block_rq_complete,1000,100.00,,\n")
+    assert counted == {"block_rq_issue": 725000, "block_rq_complete": 724990}
+    st = blockio.parse_cpu_stats("entries: 0\noverrun: 12\ncommit overrun: 0\nbytes: 0\n"
+                                 "oldest event ts:     0.000000\nnow ts:   960.368984\ndropped events: 3\n")
+    assert st["overrun"] == 12 and st["dropped events"] == 3
+
+
+def test_registry_lists_every_collector_once() -> None:
+    cols = registry.default_collectors(CaptureOptions())
+    names = [c.name for c in cols]
+    assert {"perf-stat", "procfs", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls"} <= set(names)
+    assert len(set(names)) == len(names)
+    assert all(isinstance(c, Collector) for c in cols)
+    assert [c.name for c in registry.by_name(CaptureOptions(), ["syscalls", "perf-stat"])] == ["perf-stat", "syscalls"]

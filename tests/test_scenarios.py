@@ -1,0 +1,154 @@
+"""The scenario suite in CI: a fast subset of known-cause workloads, and the scoring logic.
+
+The `scenario` tests start real workloads (stress-ng, fio, sysbench, redis-server) under
+cgroup v1 causes, confirm each cause from /proc and cgroup counters, run `profiler attach`
+on the right pid and, once the verdict engine is in the build, require its category to be
+the expected one. They always require the workload to start, its label to be confirmed, and
+every process and cgroup to be gone afterwards. The full suite is `python -m tests.scenarios
+run` (docs/scenarios.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.scenarios import cgroup
+from tests.scenarios.catalog import BY_NAME, SCENARIOS
+from tests.scenarios.model import CATEGORIES, Check
+from tests.scenarios.procs import alive
+from tests.scenarios.runner import Result, read_verdict, run_scenario, skip_reason
+from tests.scenarios.scoreboard import render, summarize
+
+FAST = [s for s in SCENARIOS if s.fast]
+WINDOW = float(os.environ.get("SCENARIO_WINDOW", "5"))
+
+
+# ---------------------------------------------------------------------------------------
+# the catalog itself
+
+
+def test_catalog_covers_every_category_twice_over_four_programs() -> None:
+    assert len(SCENARIOS) >= 12
+    for c in CATEGORIES:
+        assert sum(s.category == c for s in SCENARIOS) >= 2, c
+    programs = {p for s in SCENARIOS for p in s.programs if p not in ("sysbench",)} | {"sysbench"}
+    assert len(programs) >= 4
+    assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+    # the CI subset has one scenario of each category
+    assert {s.category for s in FAST} == set(CATEGORIES)
+
+
+# ---------------------------------------------------------------------------------------
+# scoring logic, no workload needed
+
+
+def _result(name: str, expected: str, got: str | None, outcome: str, sub_ok: bool | None = None) -> Result:
+    r = Result(name, expected, None, ("x",), "cause")
+    r.got, r.outcome, r.sub_cause_ok, r.confirmed = got, outcome, sub_ok, outcome != "unconfirmed"
+    return r
+
+
+def test_scoreboard_counts_only_confirmed_scenarios_with_a_verdict() -> None:
+    results = [
+        _result("a", "cpu", "cpu", "correct", True),
+        _result("b", "cpu", "io_wait", "wrong"),
+        _result("c", "memory", "memory", "correct", False),
+        _result("d", "io_wait", None, "unconfirmed"),
+        _result("e", "not_saturated", "something-new", "wrong"),
+        _result("f", "lock_contention", None, "no-verdict"),
+    ]
+    board = summarize(results, 5.0)
+    assert board["scored"] == 4 and board["correct"] == 2
+    assert board["accuracy"] == 0.5
+    assert board["confusion"]["cpu"] == {"cpu": 1, "io_wait": 1, "memory": 0, "lock_contention": 0,
+                                         "not_saturated": 0, "other": 0}
+    assert board["confusion"]["not_saturated"]["other"] == 1
+    assert board["confusion"]["io_wait"]["io_wait"] == 0  # unconfirmed is not a verdict error
+    assert (board["sub_cause_scored"], board["sub_cause_correct"]) == (2, 1)
+    assert board["outcomes"] == {"correct": 2, "no-verdict": 1, "unconfirmed": 1, "wrong": 2}
+    text = render(board)
+    assert "accuracy 2/4 = 50%" in text
+    assert "d" in text and "UNCONFIRMED" in text
+
+
+def test_read_verdict_takes_top_level_category_and_per_target_verdicts() -> None:
+    report = {
+        "verdict": {"category": "io_wait", "sub_cause": {"device": "vda", "op": "read"}, "score": 0.9},
+        "targets": [{"pid": 7, "comm": "fio", "verdict": {"category": "io_wait"}}, {"pid": 8, "comm": "x"}],
+    }
+    cat, sub, v, targets = read_verdict(report, 7)
+    assert cat == "io_wait" and sub == {"device": "vda", "op": "read"} and v is not None
+    assert targets == [{"pid": 7, "comm": "fio", "verdict": {"category": "io_wait"}}]
+    assert read_verdict({"bundle": "x", "targets": []}, 7) == (None, None, None, [])
+
+
+def test_check_thresholds() -> None:
+    assert Check("x", 0.5, ">=", 0.5).ok and not Check("x", 0.49, ">=", 0.5).ok
+    assert Check("x", 0.0, "<=", 0.0).ok and not Check("x", 1.0, "<=", 0.0).ok
+    assert not Check("x", float("nan"), "<=", 1.0).ok
+
+
+def test_cgroup_counter_parsing() -> None:
+    text = "254:0 Read 120\n254:0 Write 4\n254:0 Total 124\n253:0 Read 9\nTotal 133\n"
+    assert cgroup._blkio_sum(text, "254:0") == {"Read": 120, "Write": 4, "Total": 124}
+    assert cgroup._kv("nr_periods 10\nnr_throttled 7\nthrottled_time 123\n") == {
+        "nr_periods": 10, "nr_throttled": 7, "throttled_time": 123}
+    d = cgroup.delta({"cpu.nr_periods": 10, "memory.limit_in_bytes": 5},
+                     {"cpu.nr_periods": 25, "memory.limit_in_bytes": 5})
+    assert d == {"cpu.nr_periods": 15, "memory.limit_in_bytes": 5}
+
+
+# ---------------------------------------------------------------------------------------
+# real workloads (CI runs these as root)
+
+
+def _leftover_cgroups() -> list[str]:
+    tag = f"-{os.getpid()}"
+    out = []
+    for c in ("cpu", "memory", "blkio"):
+        base = cgroup.ROOT / c
+        if base.exists():
+            out += [str(p) for p in base.iterdir() if p.name.startswith("profiler-scn-") and tag in p.name]
+    return out
+
+
+def _attach_not_built(r: Result) -> bool:
+    """attach is still the skeleton's placeholder (the collectors have not landed)."""
+    tail = str(r.attach.get("tail", ""))
+    return r.attach.get("exit_code") == 2 and ("land with issue" in tail or "not yet" in tail.lower())
+
+
+@pytest.mark.scenario
+@pytest.mark.privileged
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [s.name for s in FAST])
+def test_fast_scenario(name: str) -> None:
+    s = BY_NAME[name]
+    why = skip_reason(s)
+    if why:
+        pytest.skip(why)
+    r = run_scenario(s, WINDOW)
+    evidence = "; ".join(f"{c['name']}={c['value']} {c['op']} {c['threshold']}" for c in r.checks)
+    # Always: the workload ran, its cause is confirmed independently, nothing is left behind.
+    assert r.outcome != "error", r.error
+    assert r.cleanup == [], r.cleanup
+    assert _leftover_cgroups() == []
+    assert r.target.get("pid") and not alive(r.target["pid"])
+    assert r.confirmed, f"label not confirmed: {evidence}"
+    if _attach_not_built(r):
+        return  # until `profiler attach` lands there is no verdict to score
+    assert r.attach.get("exit_code") == 0, f"profiler attach failed: {r.attach}"
+    assert r.error is None or r.error == "report has no verdict yet", r.error
+    if r.verdict is None:
+        return  # the verdict engine is not in this build yet: the workload part stands
+    assert r.got == s.category, (
+        f"verdict {r.got} (sub-cause {r.got_sub_cause}), expected {s.category}; "
+        f"evidence from /proc: {evidence}; verdict evidence: {r.verdict.get('evidence')}")
+
+
+def test_no_scenario_leaves_a_temporary_directory() -> None:
+    left = [p for p in Path("/var/tmp").glob("profiler-scn-*") if str(os.getpid()) in p.name]
+    assert left == []

@@ -1,0 +1,154 @@
+"""The capture session's logic with small in-process collectors (no perf): skips, failures, stop reasons."""
+
+from __future__ import annotations
+
+import errno
+import io
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from profiler.collectors.base import CaptureContext, CaptureOptions, Probe
+
+from profiler.bundle import Bundle, CollectorRecord
+from profiler.session import Session
+from profiler.targets import target_from_pid
+
+
+class Ticker:
+    """A real in-process collector: writes the monotonic time at start and at stop."""
+
+    backend = "procfs"
+
+    def __init__(self, name: str = "ticker", probe_ok: bool = True, reason: str = "",
+                 fail_start: bool = False, fail_stop: OSError | None = None) -> None:
+        self.name = name
+        self.probe_ok, self.reason = probe_ok, reason
+        self.fail_start, self.fail_stop = fail_start, fail_stop
+        self.t0 = 0.0
+
+    def probe(self, ctx: CaptureContext) -> Probe:
+        return Probe(self.probe_ok, self.reason)
+
+    def argv(self, ctx: CaptureContext) -> list[str]:
+        return []
+
+    def start(self, ctx: CaptureContext) -> None:
+        if self.fail_start:
+            raise RuntimeError("cannot open the thing")
+        self.t0 = time.monotonic()
+
+    def stop(self, ctx: CaptureContext) -> CollectorRecord:
+        rec = CollectorRecord(name=self.name, backend=self.backend, started=self.t0)
+        with ctx.writer.open_member(f"{self.name}.txt") as fh:
+            rec.files = [f"{self.name}.txt"]
+            fh.write(f"{self.t0} {time.monotonic()}\n".encode())
+            if self.fail_stop is not None:
+                raise self.fail_stop
+        rec.ended = time.monotonic()
+        rec.status = "ok"
+        return rec
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _session(tmp_path: Path, pid: int, cols: list[object], duration: float | None = 0.5,
+             load: list[str] | None = None) -> Session:
+    return Session([target_from_pid(pid)], tmp_path / "cap", CaptureOptions(duration=duration), cols,  # type: ignore[arg-type]
+                   load=load, progress=io.StringIO())
+
+
+def test_duration_reached_gives_an_ok_bundle(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    t0 = time.monotonic()
+    result = _session(tmp_path, sleeper.pid, [Ticker()], duration=0.5).run()
+    assert 0.5 <= time.monotonic() - t0 < 5
+    b = Bundle.open(tmp_path / "cap")
+    assert b.manifest.status == "ok" and result.stop_reason == "duration reached"
+    rec = b.manifest.collector("ticker")
+    assert rec is not None and rec.status == "ok" and rec.ended is not None and rec.ended - rec.started >= 0.5
+    assert b.manifest.targets[0].pid == sleeper.pid and b.manifest.targets[0].threads
+
+
+def test_host_limit_skip_keeps_ok_but_perf_missing_makes_partial(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    cols = [Ticker(), Ticker("lbr", probe_ok=False, reason="needs hardware LBR")]
+    _session(tmp_path, sleeper.pid, cols).run()
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert m.status == "ok"
+    lbr = m.collector("lbr")
+    assert lbr is not None and lbr.status == "skipped" and lbr.reason == "needs hardware LBR"
+
+    cols = [Ticker(), Ticker("perfy", probe_ok=False, reason="perf not found ('perf' is not on PATH)")]
+    _session(tmp_path / "2", sleeper.pid, cols).run()
+    m = Bundle.open(tmp_path / "2" / "cap").manifest
+    assert m.status == "partial" and "perf not found" in (m.reason or "")
+
+
+def test_a_collector_that_cannot_start_does_not_stop_the_others(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    _session(tmp_path, sleeper.pid, [Ticker("bad", fail_start=True), Ticker()]).run()
+    m = Bundle.open(tmp_path / "cap").manifest
+    bad, good = m.collector("bad"), m.collector("ticker")
+    assert bad is not None and bad.status == "failed" and "cannot open the thing" in (bad.reason or "")
+    assert good is not None and good.status == "ok"
+    assert m.status == "partial"
+
+
+def test_disk_full_while_stopping_keeps_the_bundle_partial(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    full = OSError(errno.ENOSPC, "No space left on device")
+    _session(tmp_path, sleeper.pid, [Ticker("full", fail_stop=full), Ticker()]).run()
+    b = Bundle.open(tmp_path / "cap")
+    rec = b.manifest.collector("full")
+    assert rec is not None and rec.status == "partial" and "disk full" in (rec.reason or "")
+    assert b.has("full.txt")  # what was written before the error is kept
+    assert b.manifest.status == "partial"
+
+
+def test_capture_ends_when_every_target_exits(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+    try:
+        t0 = time.monotonic()
+        result = _session(tmp_path, proc.pid, [Ticker()], duration=30).run()
+        assert time.monotonic() - t0 < 10
+    finally:
+        proc.kill()
+        proc.wait()
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert result.stop_reason == "every target exited"
+    assert m.status == "partial" and "target exited" in (m.reason or "")
+    assert m.targets[0].exited is not None
+
+
+def test_load_command_output_and_exit_code(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    load = [sys.executable, "-c", "import sys; print('qps 1234'); sys.exit(3)"]
+    result = _session(tmp_path, sleeper.pid, [Ticker()], duration=None, load=load).run()
+    b = Bundle.open(tmp_path / "cap")
+    assert result.load_exit_code == 3 and result.stop_reason == "the load command exited"
+    assert b.manifest.load is not None and b.manifest.load.exit_code == 3
+    assert "qps 1234" in b.read_text("load.log")
+    assert b.manifest.status == "ok"
+
+
+def test_missing_load_command_is_recorded(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    result = _session(tmp_path, sleeper.pid, [Ticker()], duration=None, load=["/nonexistent/load"]).run()
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert result.load_exit_code == 127 and m.status == "failed"
+
+
+def test_refuses_to_overwrite_without_force(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    from profiler.errors import OutputExists
+
+    (tmp_path / "cap").mkdir()
+    (tmp_path / "cap" / "x").write_text("keep me")
+    with pytest.raises(OutputExists):
+        _session(tmp_path, sleeper.pid, [Ticker()]).run()
+    assert (tmp_path / "cap" / "x").read_text() == "keep me"
