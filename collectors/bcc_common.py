@@ -390,7 +390,8 @@ class BccCollector:
             if isinstance(exc, CapabilityError):
                 raise
             raise CapabilityError(f"{self.name}: could not attach the bcc program: {exc}") from None
-        self.rec.started = self.t0_ns / 1e9
+        # slots count from t0 (set before attaching); the window is full from here on
+        self.rec.started = time.monotonic_ns() / 1e9
         ctx.writer.record(self.rec)
         if self.drains:
             self._thread = threading.Thread(target=self._poll, args=(ctx,), name=f"bcc-{self.name}", daemon=True)

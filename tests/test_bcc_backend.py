@@ -246,10 +246,15 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
         if s.op not in "RW" or not lat or len(lat) < 500:
             continue
         compared += 1
-        assert s.count == pytest.approx(len(lat), rel=0.02), (s.dev, s.op)
+        assert s.count == pytest.approx(len(lat), rel=0.01), (s.dev, s.op)
         for q in (50, 90, 99):
             exact = float(np.percentile(lat, q))
-            assert s.percentiles_us[f"p{q}"] == pytest.approx(exact, rel=0.05), (s.dev, s.op, q)
+            got = s.percentiles_us[f"p{q}"]
+            # within 5%, or (where the distribution has a gap at that rank) between the exact
+            # percentiles one rank-percent either side, widened by one bucket (1/16)
+            lo = float(np.percentile(lat, max(0, q - 1))) * (1 - 1 / 16)
+            hi = float(np.percentile(lat, min(100, q + 1))) * (1 + 1 / 16)
+            assert got == pytest.approx(exact, rel=0.05) or lo <= got <= hi, (s.dev, s.op, q, got, exact)
     assert compared >= 1, f"fio's IOs were not seen: {[(k, len(v)) for k, v in ref.items()]}"
     assert rec.stats["dropped"] == 0
 
