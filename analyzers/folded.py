@@ -482,7 +482,7 @@ class _Prefixed(io.RawIOBase):
 def open_binary(stream: IO[bytes]) -> IO[bytes]:
     """The same stream, decompressed when it starts with the gzip magic."""
     head = stream.read(2)
-    rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), 1 << 20)
+    rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), 1 << 20)  # type: ignore[type-var]
     if head == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[return-value]
     return rest

@@ -35,7 +35,9 @@ from profiler.analyzers.knowledge import (
 STATE_KEYS = ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")
 _CLASS_TO_KEY = {procmod.DISK: "io", procmod.FUTEX: "futex", procmod.IDLE: "idle", procmod.SLEEP: "sleep",
                  procmod.OTHER: "other"}
-ACTIVE_CPU_SHARE = 0.05  # a thread is "active" if it ran at least 5% of its span or blocked on IO/futex while working
+ACTIVE_CPU_SHARE = 0.02  # a thread is "busy" if it ran at least 2% of its span...
+ACTIVE_DEMAND_SHARE = 0.2  # ...or wanted a CPU (ran or queued) at least 20% of it...
+ACTIVE_IO_SHARE = 0.2  # ...or sat in IO at least 20% of it
 
 
 @dataclass
@@ -60,9 +62,13 @@ class ThreadTime:
     def active(self) -> bool:
         if self.span <= 0:
             return False
-        work = self.seconds["cpu"] + self.seconds["runnable"]
-        # Working threads, and threads stuck on IO (D state is never an idle pool parked on a condvar).
-        return work / self.span >= ACTIVE_CPU_SHARE or self.seconds["io"] / self.span >= 0.2
+        # Working threads, and threads stuck on IO (D state is never an idle pool parked on a
+        # condvar). Run-queue time alone does not count below 20%: on a busy host an idle worker
+        # that wakes up every 500 ms to re-check its condition queues for a while each time.
+        span = self.span
+        return (self.seconds["cpu"] / span >= ACTIVE_CPU_SHARE
+                or (self.seconds["cpu"] + self.seconds["runnable"]) / span >= ACTIVE_DEMAND_SHARE
+                or self.seconds["io"] / span >= ACTIVE_IO_SHARE)
 
 
 @dataclass
@@ -71,6 +77,7 @@ class PoolMetrics:
     threads: int
     cpu_cores: float  # cores the pool used on average
     util: float  # cpu_cores / threads: PingCAP's "pool CPU vs pool size" ratio
+    demand: float  # (CPU + run-queue time) / thread time: how much the pool wants a CPU
     max_thread_util: float
     states: dict[str, float]  # share of the pool's thread time by class
     role: str | None = None
@@ -159,6 +166,7 @@ class TargetMetrics:
     blocked_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of blocked samples (io+futex)
     io_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of IO-blocked samples
     futex_threads: list[tuple[str, float]] = field(default_factory=list)  # pools with the most futex time among active
+    busy_vcsw_rate: float | None = None  # voluntary switches per second per busy thread
     wchans: list[tuple[str, float]] = field(default_factory=list)
     blkio_delay_share: float | None = None  # delayacct block IO wait / active thread time
     vcsw_rate: float | None = None
@@ -371,6 +379,11 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
     for t in active:
         fut_by_pool[t.pool] = fut_by_pool.get(t.pool, 0) + t.seconds["futex"]
     tm.futex_threads = _top(fut_by_pool, 3)
+    busy_tids = {t.tid for t in active}
+    rates = [s.delta(s.vcsw) / s.span for s in series if s.tid in busy_tids and s.span > 0
+             and int((~np.isnan(s.vcsw)).sum()) >= 2]
+    if rates:
+        tm.busy_vcsw_rate = float(np.mean(rates))
     wch: dict[str, float] = {}
     for t in active or tts:
         for k, v in t.wchans.items():
@@ -393,6 +406,7 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
         info = pool_info(kind, name)
         tm.pools.append(PoolMetrics(
             pool=name, threads=len(group), cpu_cores=cores, util=cores / len(group) if group else 0.0,
+            demand=(secs["cpu"] + secs["runnable"]) / max(1e-9, sum(secs.values())),
             max_thread_util=max(g.cpu_share for g in group), states=_shares(secs),
             role=info.role if info else None, knob=info.knob if info else None))
     tm.pools.sort(key=lambda p: (-p.cpu_cores, p.pool))

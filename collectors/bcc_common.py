@@ -47,6 +47,10 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
 }
 """
 
+# Up to this many targets are tested with a compare chain compiled into the program instead
+# of a hash lookup on every event (see is_target() in collectors/bpf/*.c).
+MAX_INLINE_TARGETS = 16
+
 # Compiling with clang inside libbcc is not something to do from two threads at once.
 _COMPILE_LOCK = threading.Lock()
 
@@ -187,11 +191,13 @@ def set_targets(bpf: Any, pids: list[int]) -> None:
 
 
 def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
+    """The program's `counters` (a per-CPU array), summed over CPUs, by name."""
     table = bpf[b"counters"]
     out = {}
     for i, name in enumerate(names):
         if name:
-            out[name] = int(table[table.Key(i)].value)
+            key = table.Key(i)
+            out[name] = int(table.sum(key).value) if hasattr(table, "sum") else int(table[key].value)
     return out
 
 
@@ -311,8 +317,8 @@ class BccCollector:
     """Compile, attach, let the kernel aggregate, drain or read the maps, detach.
 
     Subclasses set ``name``, ``source``, ``tracepoints`` and implement ``defines``,
-    ``open_outputs``, ``drain`` (called every ``poll`` seconds from a background thread when
-    ``poll`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
+    ``open_outputs``, ``drain`` (called every ``--interval`` from a background thread when
+    ``drains`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
     the remaining files, fill ``rec.stats``).
 
     Probes are detached in ``stop`` and, if the tool dies before that, by the kernel when the
@@ -325,7 +331,7 @@ class BccCollector:
     tracepoints: tuple[tuple[str, str], ...] = ()
     needs_targets = True
     has_cfg = False  # the program has a `cfg` array whose slot 0 takes the capture start (ns)
-    poll = False
+    drains = False  # a background thread moves finished time slots to the bundle every interval
 
     def __init__(self) -> None:
         self.bpf: Any = None
@@ -338,6 +344,7 @@ class BccCollector:
         self._lock = threading.Lock()  # drain() runs from the poll thread and from stop()
         self._drain_error: str | None = None
         self.pids: list[int] = []
+        self.backend_reason: str | None = None  # set by bcc_backend.with_backend for the manifest
 
     # -- protocol
 
@@ -364,7 +371,10 @@ class BccCollector:
     def start(self, ctx: CaptureContext) -> None:
         self.rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], status=RUNNING)
         self.pids = list(ctx.pids)
-        self.bpf = compile_program(self.source, self.defines(ctx))
+        defines = self.defines(ctx)
+        if self.needs_targets and 0 < len(self.pids) <= MAX_INLINE_TARGETS:
+            defines["TARGET_TEST(t)"] = "(" + "||".join(f"(t)=={int(p)}" for p in self.pids) + ")"
+        self.bpf = compile_program(self.source, defines)
         try:
             if self.needs_targets:
                 set_targets(self.bpf, self.pids)
@@ -380,9 +390,10 @@ class BccCollector:
             if isinstance(exc, CapabilityError):
                 raise
             raise CapabilityError(f"{self.name}: could not attach the bcc program: {exc}") from None
-        self.rec.started = self.t0_ns / 1e9
+        # slots count from t0 (set before attaching); the window is full from here on
+        self.rec.started = time.monotonic_ns() / 1e9
         ctx.writer.record(self.rec)
-        if self.poll:
+        if self.drains:
             self._thread = threading.Thread(target=self._poll, args=(ctx,), name=f"bcc-{self.name}", daemon=True)
             self._thread.start()
 
@@ -395,18 +406,16 @@ class BccCollector:
             rec.reason = rec.reason or "never started"
             ctx.writer.record(rec)
             return rec
-        self._stop.set()
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
-            for tp, _fn in self.tracepoints:
-                with contextlib.suppress(Exception):
-                    self.bpf.detach_tracepoint(tp=tp.encode())
-            self.end_ns = time.monotonic_ns()
             rec.ended = self.end_ns / 1e9
             with self._lock:
                 self.drain(ctx, final=True)
             self.finish(ctx, rec)
+            if self.backend_reason:
+                rec.stats["backend_reason"] = self.backend_reason
             if rec.status == RUNNING:
                 rec.status = OK
             if self._drain_error and rec.status == OK:
@@ -418,6 +427,16 @@ class BccCollector:
             self._cleanup()
         ctx.writer.record(rec)
         return rec
+
+    def request_stop(self) -> None:
+        """Detach now (the session calls this on every collector first, so all windows end together)."""
+        self._stop.set()
+        if self.bpf is None or self.end_ns:
+            return
+        for tp, _fn in self.tracepoints:
+            with contextlib.suppress(Exception):
+                self.bpf.detach_tracepoint(tp=tp.encode())
+        self.end_ns = time.monotonic_ns()
 
     # -- for subclasses
 

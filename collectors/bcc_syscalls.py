@@ -3,9 +3,9 @@
 The same file as the perf backend (docs/bundle.md: ``time,tid,comm,syscall,count,total_ns``
 per interval), made without one record per syscall: collectors/bpf/syscalls.c keeps
 count and total time per (time slot, thread, syscall) for the targets' threads, and this
-collector moves finished slots to the CSV every ``--interval``. ``time`` is the end of the
-interval (monotonic seconds), as ``perf stat -I`` stamps its intervals. Names come from the
-kernel's syscall table (:func:`profiler.collectors.bcc_common.syscall_names`).
+collector moves finished slots to the CSV every ``--interval``. ``time`` is the start of the
+interval (monotonic seconds), as the perf backend writes it; a call counts in the interval
+where it returned. Names come from the kernel's syscall table (:func:`profiler.collectors.bcc_common.syscall_names`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class BccSyscalls(BccCollector):
         ("raw_syscalls:sys_exit", "pf_sys_exit"),
     )
     has_cfg = True
-    poll = True
+    drains = True
 
     def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
         super().__init__()
@@ -79,8 +79,8 @@ class BccSyscalls(BccCollector):
         for (slot, tid, nr), (comm, count, total) in sorted(rows.items()):
             if not count and not total:
                 continue
-            _start, end = self.slot_bounds(ctx, slot)
-            lines.append(f"{end:.6f},{tid},{csv_field(comm)},{syscall_name(nr)},{count},{total}\n")
+            start, _end = self.slot_bounds(ctx, slot)
+            lines.append(f"{start:.6f},{tid},{csv_field(comm)},{syscall_name(nr)},{count},{total}\n")
             self.calls += count
         self.rows += len(lines)
         if lines:
@@ -112,6 +112,8 @@ class BccSyscalls(BccCollector):
             "began_before_start": counters["began_before"],
             "dropped": counters["start_full"] + counters["counts_full"],
         }
+        rec.stats["events"] = self.calls
+        rec.stats["lost"] = rec.stats["dropped"]
         if rec.stats["dropped"]:
             rec.status = PARTIAL
             rec.reason = (f"{rec.stats['dropped']} syscalls not counted: kernel maps full "

@@ -40,7 +40,7 @@ def test_interval_is_whole_milliseconds_and_at_least_ten() -> None:
 
 
 def test_perf_stat_summary_reads_not_supported_rows() -> None:
-    text = (SAMPLES / "collectors" / "perf-stat-interval-not-supported.csv").read_text()
+    text = (SAMPLES / "perf-stat" / "interval-not-supported.csv").read_text()
     rows, unsupported = perf_stat.summarize(text)
     assert rows == 16  # two intervals of eight events, the comment and blank line skipped
     assert unsupported == {"cycles", "instructions", "cache-misses"}
@@ -108,7 +108,7 @@ def test_sample_counter_counts_across_chunk_boundaries(split: int) -> None:
 def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
     out = io.StringIO()
     pairs = offcpu.IntervalWriter(out)
-    for line in (SAMPLES / "collectors" / "switch-events-offcpu.txt").read_text().splitlines():
+    for line in (SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt").read_text().splitlines():
         pairs.feed(line)
     rows = out.getvalue().splitlines()
     assert rows[0] == "tid,comm,off,on,state"
@@ -136,7 +136,7 @@ def test_syscall_line_parser_handles_spaces_in_comm() -> None:
 
 def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
     out = io.StringIO()
-    lines = (SAMPLES / "collectors" / "raw-syscalls-pairs.txt").read_text().splitlines()
+    lines = (SAMPLES / "perf-script-collectors" / "raw-syscalls-pairs.txt").read_text().splitlines()
     first = syscalls.parse_line(lines[0])
     assert first is not None
     pairs = syscalls.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})

@@ -58,6 +58,9 @@ def test_options_match_reference() -> None:
     assert got == (DIR / "mariadb-sysbench.all-tid-addrs.folded").read_text()
     got = fold(DIR / "redis-benchmark.txt", include_pid=True)
     assert got == (DIR / "redis-benchmark.pid.folded").read_text()
+    # the collectors' field set: comm pid/tid [cpu] time: period event:
+    got = fold(DIR / "pid-tid-cpu-fields.txt", include_tid=True)
+    assert got == (DIR / "pid-tid-cpu-fields.tid.folded").read_text()
 
 
 def test_chunking_does_not_change_the_result() -> None:

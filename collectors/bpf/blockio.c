@@ -81,7 +81,7 @@ BPF_HASH(tasks, struct task_key, struct task_val, TASK_ENTRIES);
 // counters: 0 issued, 1 completed+paired, 2 completed without an issue stamp,
 // 3 inflight map full, 4 hist/totals map full, 5 tasks map full, 6 issue re-stamped (requeue),
 // 7 completion of a preflush-only request (never issued itself, not an IO)
-BPF_ARRAY(counters, u64, 8);
+BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 // cfg: 0 = capture start (ns, CLOCK_MONOTONIC), slots count from it
 BPF_ARRAY(cfg, u64, 1);
 
@@ -89,7 +89,7 @@ static __always_inline void bump(u32 idx)
 {
     u64 *v = counters.lookup(&idx);
     if (v)
-        __sync_fetch_and_add(v, 1);
+        (*v)++;
 }
 
 // floor(log2(v)) for v > 0, without loops (the verifier likes straight lines)

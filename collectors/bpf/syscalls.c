@@ -4,9 +4,10 @@
 // raw_syscalls:sys_enter stamps the thread (target processes only: the `targets` set holds
 // their tgids); raw_syscalls:sys_exit adds one call and its duration to
 // counts[slot, tid, nr]. A call is counted in the slot where it returns; calls still in
-// flight when the capture stops are added by the collector from the `start` map, so a count
-// equals the number of sys_enter events in the window, as perf counts them. Time spent in a
-// call that began before the capture is added (from the capture start) with a count of 0.
+// flight when the capture stops are added by the collector from the `start` map (time up to
+// the stop), so a count equals the number of sys_enter events in the window, as perf counts
+// them. A call that began before the capture is not counted (counter 4), as the perf backend
+// does not count an exit without its enter.
 // Defines from the collector: SLOT_NS, MAX_THREADS, COUNT_ENTRIES.
 
 // Every program returns PASS (1): a tracepoint BPF program that returns 0 makes the kernel drop
@@ -33,11 +34,13 @@ struct count_val {
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-BPF_HASH(start, u32, struct start_t, MAX_THREADS);
+// One entry per thread, rewritten in place on every call (no insert/delete per syscall);
+// LRU so that threads that come and go during a long capture cannot fill it.
+BPF_TABLE("lru_hash", u32, struct start_t, start, MAX_THREADS);
 BPF_HASH(counts, struct count_key, struct count_val, COUNT_ENTRIES);
 // counters: 0 enters seen, 1 exits seen, 2 start map full, 3 counts map full,
 // 4 exits without an enter (call began before the capture)
-BPF_ARRAY(counters, u64, 8);
+BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 // cfg: 0 = capture start (ns, CLOCK_MONOTONIC)
 BPF_ARRAY(cfg, u64, 1);
 
@@ -45,18 +48,36 @@ static __always_inline void bump(u32 idx)
 {
     u64 *v = counters.lookup(&idx);
     if (v)
-        __sync_fetch_and_add(v, 1);
+        (*v)++;
+}
+
+// Is this process a target? A compare chain when the collector passes TARGET_TEST (a few
+// targets: about 80 ns cheaper per event than a hash lookup), else the `targets` hash.
+static __always_inline int is_target(u32 tgid)
+{
+#ifdef TARGET_TEST
+    return TARGET_TEST(tgid);
+#else
+    return targets.lookup(&tgid) != 0;
+#endif
 }
 
 int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!targets.lookup(&tgid))
+    if (!is_target(tgid))
         return PASS;
     u32 tid = (u32)id;
-    struct start_t st = {.ts = bpf_ktime_get_ns(), .nr = (u64)args->id};
+    u64 now = bpf_ktime_get_ns();
     bump(0);
+    struct start_t *cur = start.lookup(&tid);
+    if (cur) {
+        cur->ts = now;
+        cur->nr = (u64)args->id;
+        return PASS;
+    }
+    struct start_t st = {.ts = now, .nr = (u64)args->id};
     if (start.update(&tid, &st) != 0)
         bump(2);
     return PASS;
@@ -66,7 +87,7 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!targets.lookup(&tgid))
+    if (!is_target(tgid))
         return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
@@ -75,19 +96,13 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     u64 begin = t0 ? *t0 : 0;
     if (begin == 0 || now < begin)
         return PASS;  // not armed yet
-    u64 delta;
-    u64 n;
     struct start_t *st = start.lookup(&tid);
-    if (st) {
-        delta = now > st->ts ? now - st->ts : 0;
-        n = 1;
-        start.delete(&tid);
-    } else {
-        // the call began before the capture: its time inside the window, no count
-        delta = now - begin;
-        n = 0;
-        bump(4);
+    if (!st || !st->ts) {
+        bump(4);  // the call began before the capture: not counted (as the perf backend does)
+        return PASS;
     }
+    u64 delta = now > st->ts ? now - st->ts : 0;
+    st->ts = 0;  // consumed; the entry stays for the thread's next call
     bump(1);
     struct count_key key = {
         .slot = (u32)((now - begin) / SLOT_NS),
@@ -103,7 +118,8 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     }
     if (v->count == 0 && v->total_ns == 0)
         bpf_get_current_comm(&v->comm, sizeof(v->comm));
-    __sync_fetch_and_add(&v->count, n);
-    __sync_fetch_and_add(&v->total_ns, delta);
+    // the key holds the thread, which runs on one CPU at a time: no atomics needed
+    v->count += 1;
+    v->total_ns += delta;
     return PASS;
 }

@@ -12,7 +12,7 @@ from html import escape
 
 PALETTE = ("#2f6fb0", "#d9822b", "#3a9a5b", "#b8434e", "#7b5ea7", "#8c6d3f", "#c75fa0", "#6b7a8f", "#b3a11a", "#17a2b8")
 STATE_COLOURS = {
-    "running or runnable": "#3a9a5b", "blocked on IO": "#d9822b", "futex (locks)": "#b8434e",
+    "running or runnable": "#3a9a5b", "blocked on IO": "#d9822b", "futex (locks, parked workers)": "#b8434e",
     "idle (epoll, recv)": "#c9d3df", "sleep": "#e3e7ec", "other": "#9aa5b1",
 }
 W, PAD_L, PAD_R, PAD_T, PAD_B = 1040, 56, 170, 10, 22
