@@ -108,9 +108,11 @@ def run_alone(argv: list[str], pid: int) -> tuple[float, float]:
     return parse_tps(out.stdout), cpu_seconds(pid) - c0
 
 
-def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str) -> tuple[float, float, dict[str, str]]:
+def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str,
+                 backend: str = "perf") -> tuple[float, float, dict[str, str]]:
     out = workdir / f"cap-{tag}"
-    cmd = [sys.executable, "-m", "profiler", "run", "--pid", str(pid), "-o", str(out), "--force", "--no-report"]
+    cmd = [sys.executable, "-m", "profiler", "run", "--backend", backend, "--pid", str(pid), "-o", str(out),
+           "--force", "--no-report"]
     for c in collectors:
         cmd += ["--collector", c]
     c0 = cpu_seconds(pid)
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                          "server's CPU per transaction is the robust figure on a shared host")
     ap.add_argument("--tables", type=int, default=4)
     ap.add_argument("--table-size", type=int, default=20000)
+    ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
     ap.add_argument("--only", action="append", default=None,
                     help="configurations to run: all, or a collector name (repeatable; default: all and each collector)")
     args = ap.parse_args(argv)
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from profiler.collectors.base import CaptureOptions
     from profiler.collectors.registry import default_collectors
 
-    names = [c.name for c in default_collectors(CaptureOptions())]
+    names = [c.name for c in default_collectors(CaptureOptions(backend=args.backend))]
     configs: list[tuple[str, list[str]]] = [("all", [])] + [(n, [n]) for n in names]
     if args.only:
         configs = [c for c in configs if c[0] in args.only]
@@ -158,13 +161,13 @@ def main(argv: list[str] | None = None) -> int:
             run_alone(sysbench_argv(verb="run", seconds=3, **base), server.pid)  # type: ignore[arg-type]  # warm up
             results: dict[str, dict[str, list[float]]] = {
                 c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": []} for c in configs}
-            print(f"# MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
+            print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
                   f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
                   flush=True)
             for r in range(args.rounds):
                 for name, cols in configs:
                     alone, cpu_a = run_alone(load, server.pid)
-                    prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}")
+                    prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
                     # server CPU microseconds per transaction, alone and profiled
                     us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
                     us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)

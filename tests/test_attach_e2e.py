@@ -1,4 +1,4 @@
-"""End to end: `profiler attach` / `profiler run` on real workloads this test starts, and the robustness cases.
+"""End to end: `profiler attach` / `profiler run` (perf backend) on real workloads this test starts, and the robustness cases.
 
 Needs root, perf and tracefs (CI has them). Each test bounds its workload in time and stops it by pid;
 afterwards no perf process that names the bundle may be left, no tracefs instance of ours, and
@@ -103,7 +103,7 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
         # fio forks its job process: attach to the whole family, as `--pid fio` would
         pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
         args = [a for pid in pids for a in ("--pid", str(pid))]
-        rc = main(["attach", *args, "--duration", "3s", "-o", str(out), "--no-report"])
+        rc = main(["attach", "--backend", "perf", *args, "--duration", "3s", "-o", str(out), "--no-report"])
     assert rc == 0
     b = Bundle.open(out)
     m = b.manifest
@@ -144,7 +144,7 @@ def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:
     code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass\n"
     with workload([sys.executable, "-c", code]) as proc:
         t0 = time.monotonic()
-        rc = main(["attach", "--pid", str(proc.pid), "--duration", "60s", "-o", str(out), "--no-report"])
+        rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "60s", "-o", str(out), "--no-report"])
         took = time.monotonic() - t0
     assert rc == 0 and took < 30
     m = Bundle.open(out).manifest
@@ -156,7 +156,7 @@ def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:
 
 def _spawn_attach(out: Path, pid: int, duration: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "profiler", "attach", "--pid", str(pid), "--duration", duration,
+        [sys.executable, "-m", "profiler", "attach", "--backend", "perf", "--pid", str(pid), "--duration", duration,
          "-o", str(out), "--no-report"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )
@@ -249,7 +249,7 @@ def test_disk_full_keeps_a_readable_partial_bundle(clean_state: Path) -> None:
         out = mnt / "cap"
         code = "import os,time\nt=time.time()\nwhile time.time()-t<20: os.getppid(); time.sleep(0.00005)\n"
         with workload([sys.executable, "-c", code]) as proc:
-            rc = main(["attach", "--pid", str(proc.pid), "--duration", "4s", "-o", str(out), "--no-report"])
+            rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "4s", "-o", str(out), "--no-report"])
         assert rc in (0, 6)
         b = Bundle.open(out)
         assert b.manifest.status in ("partial", "running", "failed")
@@ -263,7 +263,7 @@ def test_run_wraps_a_load_and_passes_its_exit_code(clean_state: Path) -> None:
     out = clean_state / "cap"
     load = [sys.executable, "-c", "import sys,time; print('tps: 42'); time.sleep(1.5); sys.exit(4)"]
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"]) as proc:
-        rc = main(["run", "--pid", str(proc.pid), "-o", str(out), "--no-report", "--"] + load)
+        rc = main(["run", "--backend", "perf", "--pid", str(proc.pid), "-o", str(out), "--no-report", "--"] + load)
     assert rc == 4
     b = Bundle.open(out)
     assert b.manifest.load is not None and b.manifest.load.exit_code == 4
@@ -292,7 +292,7 @@ def test_container_target_gets_symbols_through_its_own_root(clean_state: Path) -
             time.sleep(0.1)
         assert not (mnt / "py").exists()  # invisible from here: only the target's root has it
         out = clean_state / "cap"
-        rc = main(["attach", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report",
+        rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report",
                    "--collector", "cpu-stacks"])
     finally:
         proc.kill()
@@ -312,7 +312,7 @@ def test_block_io_removes_instances_left_by_a_killed_profiler(clean_state: Path)
     try:
         out = clean_state / "cap"
         with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]) as proc:
-            rc = main(["attach", "--pid", str(proc.pid), "--duration", "1s", "-o", str(out), "--no-report",
+            rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "1s", "-o", str(out), "--no-report",
                        "--collector", "block-io"])
         assert rc == 0
         assert not stale.exists()
