@@ -259,6 +259,8 @@ class BlockIO:
 
         root = host.tracefs_path()
         if root is None:
+            if host.tracefs_mounts():
+                return Probe(False, "permission denied: tracefs is mounted but only root can read it", "sudo profiler ...")
             return Probe(False, "tracefs is not mounted", host.MOUNT_TRACEFS)
         if not os.access(os.path.join(root, "instances"), os.W_OK):
             return Probe(False, "permission denied: creating a tracefs instance needs root", "sudo profiler ...")

@@ -39,7 +39,7 @@ from profiler.bundle import (
 )
 from profiler.collectors import _proc, host
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
-from profiler.errors import Interrupted
+from profiler.errors import CapabilityError, Interrupted
 from profiler.targets import Target
 
 TICK = 0.1  # main loop period (s)
@@ -150,7 +150,10 @@ class Session:
     # ------------------------------------------------------------------ run
     def run(self) -> CaptureResult:
         manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
-        writer = BundleWriter(self.output, manifest, force=self.force)
+        try:
+            writer = BundleWriter(self.output, manifest, force=self.force)
+        except OSError as exc:
+            raise CapabilityError(f"cannot create the bundle at {self.output}: {exc.strerror or exc}") from None
         ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf)
         result = CaptureResult(manifest=manifest, output=self.output)
         load_proc: subprocess.Popen[bytes] | None = None

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,3 +320,31 @@ def test_block_io_removes_instances_left_by_a_killed_profiler(clean_state: Path)
     finally:
         with contextlib.suppress(OSError):
             stale.rmdir()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed")
+def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
+    """An unprivileged user: perf and tracefs collectors are skipped, saying why; the bundle is kept."""
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    shared = Path(tempfile.mkdtemp(prefix="profiler-collect-e2e-"))  # reachable by nobody, unlike tmp_path
+    os.chmod(shared, 0o777)
+    out = shared / "cap"
+    target = subprocess.Popen(nobody + [sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        proc = subprocess.run(nobody + [sys.executable, "-m", "profiler", "attach", "--backend", "perf",
+                                        "--pid", str(target.pid), "--duration", "1s", "-o", str(out), "--no-report"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    try:
+        assert proc.returncode in (0, 6), proc.stderr
+        assert "Traceback" not in proc.stderr
+        m = Bundle.open(out).manifest
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    for name in ("perf-stat", "cpu-stacks", "offcpu-stacks", "syscalls", "block-io"):
+        rec = m.collector(name)
+        assert rec is not None and rec.status == "skipped" and "permission denied" in (rec.reason or ""), (name, rec)
+    assert m.status in ("partial", "failed") and "permission denied" in (m.reason or "")
