@@ -5,7 +5,9 @@ port, a unix socket beside it), prepares sysbench tables, then runs pairs back t
 sysbench alone, then sysbench under ``profiler run --pid mariadbd`` with a given collector set
 (every default collector, then each collector alone). The ratio of each pair is
 ``throughput with profiler / throughput alone``; the medians of those ratios are printed,
-with the median throughputs. On a shared host the figures are noisy: use several rounds.
+with the median throughputs and the server's CPU time per transaction. An "A/A (none)" pair
+(two runs alone) measures the noise floor: a ratio is only meaningful beyond its spread. On a
+shared host the figures are noisy: use several rounds.
 
     sudo python bench/overhead.py --rounds 3 --seconds 10
 """
@@ -148,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     from profiler.collectors.registry import default_collectors
 
     names = [c.name for c in default_collectors(CaptureOptions(backend=args.backend))]
-    configs: list[tuple[str, list[str]]] = [("all", [])] + [(n, [n]) for n in names]
+    # "A/A" pairs two runs alone: its spread is the noise floor the other ratios must beat.
+    configs: list[tuple[str, list[str]]] = [("A/A (none)", ["-"]), ("all", [])] + [(n, [n]) for n in names]
     if args.only:
         configs = [c for c in configs if c[0] in args.only]
     with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:
@@ -167,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 for name, cols in configs:
                     alone, cpu_a = run_alone(load, server.pid)
-                    prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
+                    if cols == ["-"]:
+                        prof, cpu_p = run_alone(load, server.pid)
+                        states = {}
+                    else:
+                        prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
                     # server CPU microseconds per transaction, alone and profiled
                     us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
                     us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)
@@ -181,9 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                           f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}"
                           + (f"  ({bad})" if bad else ""), flush=True)
     print()
+    spread = results.get("A/A (none)", {}).get("ratio") or []
+    if spread:
+        print(f"noise floor (A/A ratios): min {min(spread):.3f} max {max(spread):.3f}")
     print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'tps ratio':>10s} {'tps cost':>9s} "
           f"{'server CPU/tx ratio':>20s}")
     for name, res in results.items():
+        if not res["ratio"]:
+            continue
         ratio = statistics.median(res["ratio"])
         print(f"{name:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
               f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f}")
