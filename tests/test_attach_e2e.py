@@ -348,3 +348,23 @@ def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
         rec = m.collector(name)
         assert rec is not None and rec.status == "skipped" and "permission denied" in (rec.reason or ""), (name, rec)
     assert m.status in ("partial", "failed") and "permission denied" in (m.reason or "")
+
+
+def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: Path) -> None:
+    import io
+
+    from profiler.collectors.base import CaptureOptions
+    from profiler.collectors.offcpu import OffCpu
+    from profiler.session import Session
+    from profiler.targets import target_from_pid
+
+    col = OffCpu()
+    col.max_bytes = 64 << 10
+    with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
+        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col],
+                progress=io.StringIO()).run()
+    b = Bundle.open(clean_state / "cap")
+    rec = b.manifest.collector("offcpu-stacks")
+    assert rec is not None and rec.status == "partial" and "stopped early" in (rec.reason or "")
+    assert rec.stats["samples"] > 0 and rec.stats["stopped_early"] is True
+    assert any("sched:sched_switch" in ln for ln in b.iter_lines("offcpu.perf.txt.gz"))
