@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import re
 import shutil
@@ -22,9 +23,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from profiler.collectors.base import CaptureOptions
+from profiler.collectors.offcpu import OffCpu
 
 from profiler.bundle import Bundle
 from profiler.cli import main
+from profiler.session import Session
+from profiler.targets import target_from_pid
 
 TRACEFS = "/sys/kernel/tracing"
 
@@ -351,13 +356,6 @@ def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
 
 
 def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: Path) -> None:
-    import io
-
-    from profiler.collectors.base import CaptureOptions
-    from profiler.collectors.offcpu import OffCpu
-    from profiler.session import Session
-    from profiler.targets import target_from_pid
-
     col = OffCpu()
     col.max_bytes = 64 << 10
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
