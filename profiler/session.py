@@ -158,6 +158,7 @@ class Session:
         result = CaptureResult(manifest=manifest, output=self.output)
         load_proc: subprocess.Popen[bytes] | None = None
         load_info: LoadInfo | None = None
+        error: Exception | None = None
         with self._own_sigint():
             try:
                 try:
@@ -171,6 +172,9 @@ class Session:
                 except (Interrupted, KeyboardInterrupt):
                     self._sigint = True
                     result.stop_reason = "interrupted (Ctrl-C)"
+                except Exception as exc:  # noqa: BLE001 - finish the bundle, then let it propagate
+                    error = exc
+                    result.stop_reason = f"internal error: {type(exc).__name__}: {exc}"
                 if self._sigint:
                     result.interrupted = True
                     result.stop_reason = "interrupted (Ctrl-C)"
@@ -192,6 +196,11 @@ class Session:
                     if killed:
                         result.stop_reason += f"; killed leftover helpers {killed}"
             self._finish(writer, manifest, result)
+            if error is not None:
+                with contextlib.suppress(OSError):
+                    writer.finish(FAILED if manifest.status == FAILED else PARTIAL,
+                                  "; ".join(filter(None, [result.stop_reason, manifest.reason])))
+                raise error
         result.records = list(manifest.collectors)
         return result
 
