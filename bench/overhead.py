@@ -5,7 +5,9 @@ port, a unix socket beside it), prepares sysbench tables, then runs pairs back t
 sysbench alone, then sysbench under ``profiler run --pid mariadbd`` with a given collector set
 (every default collector, then each collector alone). The ratio of each pair is
 ``throughput with profiler / throughput alone``; the medians of those ratios are printed,
-with the median throughputs. On a shared host the figures are noisy: use several rounds.
+with the median throughputs and the server's CPU time per transaction. An "A/A (none)" pair
+(two runs alone) measures the noise floor: a ratio is only meaningful beyond its spread. On a
+shared host the figures are noisy: use several rounds.
 
     sudo python bench/overhead.py --rounds 3 --seconds 10
 """
@@ -108,9 +110,11 @@ def run_alone(argv: list[str], pid: int) -> tuple[float, float]:
     return parse_tps(out.stdout), cpu_seconds(pid) - c0
 
 
-def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str) -> tuple[float, float, dict[str, str]]:
+def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str,
+                 backend: str = "perf") -> tuple[float, float, dict[str, str]]:
     out = workdir / f"cap-{tag}"
-    cmd = [sys.executable, "-m", "profiler", "run", "--pid", str(pid), "-o", str(out), "--force", "--no-report"]
+    cmd = [sys.executable, "-m", "profiler", "run", "--backend", backend, "--pid", str(pid), "-o", str(out),
+           "--force", "--no-report"]
     for c in collectors:
         cmd += ["--collector", c]
     c0 = cpu_seconds(pid)
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                          "server's CPU per transaction is the robust figure on a shared host")
     ap.add_argument("--tables", type=int, default=4)
     ap.add_argument("--table-size", type=int, default=20000)
+    ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
     ap.add_argument("--only", action="append", default=None,
                     help="configurations to run: all, or a collector name (repeatable; default: all and each collector)")
     args = ap.parse_args(argv)
@@ -144,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     from profiler.collectors.base import CaptureOptions
     from profiler.collectors.registry import default_collectors
 
-    names = [c.name for c in default_collectors(CaptureOptions())]
-    configs: list[tuple[str, list[str]]] = [("all", [])] + [(n, [n]) for n in names]
+    names = [c.name for c in default_collectors(CaptureOptions(backend=args.backend))]
+    # "A/A" pairs two runs alone: its spread is the noise floor the other ratios must beat.
+    configs: list[tuple[str, list[str]]] = [("A/A (none)", ["-"]), ("all", [])] + [(n, [n]) for n in names]
     if args.only:
         configs = [c for c in configs if c[0] in args.only]
     with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:
@@ -158,13 +164,17 @@ def main(argv: list[str] | None = None) -> int:
             run_alone(sysbench_argv(verb="run", seconds=3, **base), server.pid)  # type: ignore[arg-type]  # warm up
             results: dict[str, dict[str, list[float]]] = {
                 c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": []} for c in configs}
-            print(f"# MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
+            print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
                   f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
                   flush=True)
             for r in range(args.rounds):
                 for name, cols in configs:
                     alone, cpu_a = run_alone(load, server.pid)
-                    prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}")
+                    if cols == ["-"]:
+                        prof, cpu_p = run_alone(load, server.pid)
+                        states = {}
+                    else:
+                        prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
                     # server CPU microseconds per transaction, alone and profiled
                     us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
                     us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)
@@ -178,9 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                           f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}"
                           + (f"  ({bad})" if bad else ""), flush=True)
     print()
+    spread = results.get("A/A (none)", {}).get("ratio") or []
+    if spread:
+        print(f"noise floor (A/A ratios): min {min(spread):.3f} max {max(spread):.3f}")
     print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'tps ratio':>10s} {'tps cost':>9s} "
           f"{'server CPU/tx ratio':>20s}")
     for name, res in results.items():
+        if not res["ratio"]:
+            continue
         ratio = statistics.median(res["ratio"])
         print(f"{name:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
               f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f}")

@@ -66,8 +66,9 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     names = ", ".join(t.describe() for t in targets)
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
+    used, why = registry.backend_choice(options)
     session = Session(targets, out, options, chosen, force=force, load=load,
-                      extra_options={"keep_perf_data": keep_perf_data,
+                      extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()
     typer.echo(summary(result.manifest, out), err=False)
