@@ -525,28 +525,48 @@ def collapse_stream(stream: IO[bytes], opts: FoldOptions | None = None) -> Colla
 def parse_folded(lines: Iterable[str]) -> dict[str, int]:
     """Read ``stack count`` lines (FlameGraph's folded format); counts of equal stacks add up.
 
-    Differential files (``stack before after``) are read by `parse_folded_pairs`.
     Lines that do not end in a number are an error: they are not folded stacks.
     """
     from profiler.errors import InputError
 
     out: dict[str, int] = {}
-    for n, line in enumerate(lines, 1):
-        line = line.rstrip("\r\n")
-        if not line.strip() or line.startswith("#"):
-            continue
-        stack, _, count = line.rpartition(" ")
-        try:
-            value = int(count)
-        except ValueError:
+    get = out.get
+    for block in _blocks_of(lines):
+        for line in block.splitlines():
+            stack, _, count = line.rpartition(" ")
             try:
-                value = round(float(count))
+                value = int(count)
             except ValueError:
-                raise InputError(f"line {n} is not 'stack count': {line[:80]!r}") from None
-        if not stack:
-            raise InputError(f"line {n} is not 'stack count': {line[:80]!r}")
-        out[stack] = out.get(stack, 0) + value
+                if not line.strip() or line.startswith("#"):
+                    continue
+                try:
+                    value = round(float(count))
+                except ValueError:
+                    raise InputError(f"not 'stack count': {line[:80]!r}") from None
+            if not stack:
+                raise InputError(f"not 'stack count': {line[:80]!r}")
+            out[stack] = get(stack, 0) + value
     return out
+
+
+def _blocks_of(lines: Iterable[str], size: int = 1 << 22) -> Iterator[str]:
+    """Lines (or a text stream) regrouped into large blocks of whole lines."""
+    read = getattr(lines, "read", None)
+    if read is not None:
+        rest = ""
+        while True:
+            data = read(size)
+            if not data:
+                if rest:
+                    yield rest
+                return
+            data = rest + data
+            cut = data.rfind("\n") + 1
+            rest = data[cut:]
+            if cut:
+                yield data[:cut]
+    else:
+        yield "".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines)
 
 
 _FOLDED_LINE = re.compile(r"^\S.* \d+(?:\.\d+)?$")
