@@ -37,7 +37,8 @@ _CLASS_TO_KEY = {procmod.DISK: "io", procmod.FUTEX: "futex", procmod.IDLE: "idle
                  procmod.OTHER: "other"}
 ACTIVE_CPU_SHARE = 0.02  # a thread is "busy" if it ran at least 2% of its span...
 ACTIVE_DEMAND_SHARE = 0.2  # ...or wanted a CPU (ran or queued) at least 20% of it...
-ACTIVE_IO_SHARE = 0.2  # ...or sat in IO at least 20% of it
+ACTIVE_IO_SHARE = 0.2  # ...or sat in IO at least 20% of it...
+ACTIVE_SWITCH_RATE = 20.0  # ...or blocked and woke at least 20 times a second (a thread handing work on)
 
 
 @dataclass
@@ -53,6 +54,7 @@ class ThreadTime:
     samples: int
     blocked_syscalls: dict[str, int]  # syscall name -> samples blocked in it (io and futex classes)
     wchans: dict[str, int]
+    vcsw_rate: float | None = None  # voluntary context switches per second
 
     @property
     def cpu_share(self) -> float:
@@ -65,10 +67,15 @@ class ThreadTime:
         # Working threads, and threads stuck on IO (D state is never an idle pool parked on a
         # condvar). Run-queue time alone does not count below 20%: on a busy host an idle worker
         # that wakes up every 500 ms to re-check its condition queues for a while each time.
+        # A connection thread queued on a hot row uses almost no CPU yet wakes hundreds of
+        # times a second; an idle worker re-checking its condition wakes a few times, and a
+        # thread polling on a timer wakes often but waits on nothing (not futex, not IO).
         span = self.span
         return (self.seconds["cpu"] / span >= ACTIVE_CPU_SHARE
                 or (self.seconds["cpu"] + self.seconds["runnable"]) / span >= ACTIVE_DEMAND_SHARE
-                or self.seconds["io"] / span >= ACTIVE_IO_SHARE)
+                or self.seconds["io"] / span >= ACTIVE_IO_SHARE
+                or ((self.vcsw_rate or 0.0) >= ACTIVE_SWITCH_RATE
+                    and (self.seconds["futex"] + self.seconds["io"]) / span >= 0.3))
 
 
 @dataclass
@@ -210,7 +217,8 @@ class Metrics:
     delayacct: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        out: dict[str, Any] = _jsonable(asdict(self))
+        return out
 
 
 def _jsonable(obj: Any) -> Any:
@@ -257,8 +265,11 @@ def thread_time(s: procmod.ThreadSeries, names: dict[int, str]) -> ThreadTime:
             w = s.wchans[i]
             if w:
                 wch[w] = wch.get(w, 0) + 1
+    vc = s.vcsw[~np.isnan(s.vcsw)]
+    vts = s.t[~np.isnan(s.vcsw)]
+    rate = float((vc[-1] - vc[0]) / (vts[-1] - vts[0])) if len(vc) >= 2 and vts[-1] > vts[0] else None
     return ThreadTime(pid=s.pid, tid=s.tid, comm=s.comm, pool=s.pool, span=span, seconds=secs, samples=n,
-                      blocked_syscalls=blocked, wchans=wch)
+                      blocked_syscalls=blocked, wchans=wch, vcsw_rate=rate)
 
 
 def _shares(secs: dict[str, float]) -> dict[str, float]:
@@ -379,9 +390,7 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
     for t in active:
         fut_by_pool[t.pool] = fut_by_pool.get(t.pool, 0) + t.seconds["futex"]
     tm.futex_threads = _top(fut_by_pool, 3)
-    busy_tids = {t.tid for t in active}
-    rates = [s.delta(s.vcsw) / s.span for s in series if s.tid in busy_tids and s.span > 0
-             and int((~np.isnan(s.vcsw)).sum()) >= 2]
+    rates = [t.vcsw_rate for t in active if t.vcsw_rate is not None]
     if rates:
         tm.busy_vcsw_rate = float(np.mean(rates))
     wch: dict[str, float] = {}
@@ -453,7 +462,8 @@ def _runtime_from_threads(comms: list[str], kind: str | None, process_comm: str 
         return "rust"
     if kind in ("tidb", "pd"):
         return "go"
-    return runtime_from_threads(comms, process_comm)
+    guess: str | None = runtime_from_threads(comms, process_comm)
+    return guess
 
 
 # --------------------------------------------------------------------------- system
@@ -650,11 +660,11 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
         m = _HEADER_TID.search(block[0])
         if tids and m is not None and int(m.group(2) or m.group(1)) not in tids:
             continue
-        key = tuple(block[1:])
-        stacks[key] = stacks.get(key, 0) + 1
+        stack = tuple(block[1:])
+        stacks[stack] = stacks.get(stack, 0) + 1
     counts: dict[str, int] = {}
-    for frames_text, n in stacks.items():
-        frames = [f for f in (ps.parse_frame(x) for x in frames_text) if f is not None]
+    for frame_lines, n in stacks.items():
+        frames = [f for f in (ps.parse_frame(x) for x in frame_lines) if f is not None]
         user = [f.symbol for f in frames if not (f.dso or "").startswith("[kernel") and f.symbol and f.symbol != "[unknown]"]
         user = [sym for sym in user if not sym.startswith(("__GI_", "syscall", "__lll_", "futex", "pthread_cond",
                                                            "__pthread", "___pthread", "__futex"))] or user

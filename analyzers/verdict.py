@@ -190,12 +190,14 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay)"))
         sysu = m.system.cpu_util if m.system else None
         others = ""
+        ours = sum(t.cpu_cores or 0.0 for t in m.targets)  # the capture's targets are not "other processes"
         if sysu is not None and tm.cpu_cores is not None and m.system and m.system.ncpu:
-            if tm.cpu_cores < 0.5 * sysu * m.system.ncpu:
+            if ours < 0.3 * sysu * m.system.ncpu:
                 others = f"; the host's CPUs are {_pct(sysu)} busy, mostly with other processes"
                 # The target is a victim of its neighbours here: a cause of its own (a memory
-                # limit, an IO throttle, a lock) that also makes it queue must rank first.
-                s *= 0.8
+                # limit, an IO throttle, a lock) that also makes it queue must rank first, and a
+                # light target that merely queues behind them is not the bottleneck itself.
+                s *= 0.6
         parts.append((s, f"threads wait for a CPU: {_pct(tm.runq_share)} of their CPU demand is run-queue delay{others}",
                       "the CPUs are oversubscribed: move other work off the host, pin the target to dedicated cores, or add cores"))
     if tm.cpu_throttled_share is not None:
@@ -304,12 +306,16 @@ def rule_memory(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if tm.mem_failcnt_rate is not None and tm.mem_limit:
         pressure.append(ramp(tm.mem_failcnt_rate, "mem.failcnt") * 0.8)
         ev.append(_ev("cgroup_failcnt_per_s", tm.mem_failcnt_rate, "mem.failcnt"))
+    # Host-wide pressure (PSI, swap) counts fully only when the target shows a sign of its own
+    # (faults, a full cgroup, its own swap): on a shared host it is often someone else's.
+    own = ((majflt or 0.0) >= 10 or (tm.mem_usage_share or 0.0) >= 0.9 or (tm.swap or 0.0) > 0)
+    w = 0.7 if own else 0.3
     if m.system is not None:
         if "memory_some" in m.system.psi:
-            pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * 0.7)
+            pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * w)
             ev.append(_ev("psi_memory_some", m.system.psi["memory_some"], "mem.psi", "system-wide"))
         if m.system.swap_io_rate is not None:
-            pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * 0.7)
+            pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * w)
             ev.append(_ev("swap_pages_per_s", m.system.swap_io_rate, "mem.swap", "system-wide"))
     usage = 0.0
     if tm.mem_usage_share is not None:
@@ -482,10 +488,8 @@ def compare_targets(m: Metrics) -> list[Imbalance]:
     for name, ts in sorted(groups.items()):
         if len(ts) < 2:
             continue
-        for metric, get, floor in (("cpu_cores", lambda t: t.cpu_cores, 0.05),
-                                   ("write_bps", lambda t: t.write_bps, 1 << 20),
-                                   ("read_bps", lambda t: t.read_bps, 1 << 20)):
-            vals = {t.label: get(t) for t in ts if get(t) is not None}
+        for metric, floor in (("cpu_cores", 0.05), ("write_bps", float(1 << 20)), ("read_bps", float(1 << 20))):
+            vals: dict[str, float] = {t.label: float(getattr(t, metric)) for t in ts if getattr(t, metric) is not None}
             if len(vals) < 2:
                 continue
             xs = sorted(vals.values())

@@ -16,6 +16,7 @@ and attaches.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import glob
 import importlib.resources
@@ -50,6 +51,9 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
 # Up to this many targets are tested with a compare chain compiled into the program instead
 # of a hash lookup on every event (see is_target() in collectors/bpf/*.c).
 MAX_INLINE_TARGETS = 16
+
+# A collector whose programs the kernel skipped for more than this share of its events is partial.
+MISSED_SHARE_PARTIAL = 0.01
 
 # Compiling with clang inside libbcc is not something to do from two threads at once.
 _COMPILE_LOCK = threading.Lock()
@@ -199,6 +203,45 @@ def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
             key = table.Key(i)
             out[name] = int(table.sum(key).value) if hasattr(table, "sum") else int(table[key].value)
     return out
+
+
+# --------------------------------------------------------------------------- missed events
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
+_BPF_OBJ_GET_INFO_BY_FD = 15
+_RECURSION_MISSES_OFFSET = 208  # struct bpf_prog_info.recursion_misses (Linux 5.12+)
+
+
+class _InfoAttr(ctypes.Structure):
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64)]
+
+
+def recursion_misses(prog_fd: int) -> int | None:
+    """How many times the kernel skipped this program because another BPF program was running
+    on that CPU (tracepoint programs do not nest: a block completion interrupt arriving while a
+    syscall program runs is not seen). None where the kernel does not say."""
+    nr = _BPF_SYSCALL.get(platform.machine())
+    if nr is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    attr = _InfoAttr(prog_fd, len(buf), ctypes.addressof(buf))
+    if libc.syscall(nr, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        return None
+    if attr.info_len < _RECURSION_MISSES_OFFSET + 8:
+        return None
+    return int.from_bytes(buf.raw[_RECURSION_MISSES_OFFSET:_RECURSION_MISSES_OFFSET + 8], "little")
+
+
+def program_misses(bpf: Any, fn_names: list[str]) -> int | None:
+    total = 0
+    for fn in fn_names:
+        func = bpf.funcs.get(fn.encode())
+        n = recursion_misses(func.fd) if func is not None else None
+        if n is None:
+            return None
+        total += n
+    return total
 
 
 # --------------------------------------------------------------------------- syscall names
@@ -414,6 +457,7 @@ class BccCollector:
             with self._lock:
                 self.drain(ctx, final=True)
             self.finish(ctx, rec)
+            self._note_misses(rec)
             if self.backend_reason:
                 rec.stats["backend_reason"] = self.backend_reason
             if rec.status == RUNNING:
@@ -464,6 +508,18 @@ class BccCollector:
         return start / 1e9, end / 1e9
 
     # -- internals
+
+    def _note_misses(self, rec: CollectorRecord) -> None:
+        """Events the kernel did not run our programs for (another BPF program on the CPU)."""
+        missed = program_misses(self.bpf, [fn for _tp, fn in self.tracepoints])
+        if missed is None:
+            return
+        rec.stats["missed_events"] = missed
+        events = rec.stats.get("events") or 0
+        if missed and missed > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
+            rec.status = PARTIAL
+            rec.reason = (f"the kernel skipped our program {missed} times ({missed / max(events, 1):.1%} of "
+                          f"{events} events): another BPF program was running on that CPU")
 
     def _poll(self, ctx: CaptureContext) -> None:
         period = ctx.options.interval

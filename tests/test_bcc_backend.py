@@ -246,7 +246,10 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
         if s.op not in "RW" or not lat or len(lat) < 500:
             continue
         compared += 1
-        assert s.count == pytest.approx(len(lat), rel=0.01), (s.dev, s.op)
+        # completions the kernel did not run our program for (another BPF program was running on
+        # that CPU: the shared host has several) are missing from bcc's count, and reported
+        missed = rec.stats.get("missed_events", 0)
+        assert abs(s.count - len(lat)) <= 0.01 * len(lat) + missed, (s.dev, s.op, s.count, len(lat), missed)
         for q in (50, 90, 99):
             exact = float(np.percentile(lat, q))
             got = s.percentiles_us[f"p{q}"]

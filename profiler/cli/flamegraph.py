@@ -24,8 +24,10 @@ from profiler.analyzers.flame import (
 )
 from profiler.analyzers.folded import (
     COMPAT_MODES,
+    PARALLEL_MIN_BYTES,
     Collapser,
     FoldOptions,
+    collapse_file,
     format_folded,
     is_folded,
     iter_decoded,
@@ -303,6 +305,8 @@ def load(
         with open(input, "rb") as fh:
             counts = parse_folded(io.TextIOWrapper(open_binary(fh), encoding="utf-8", errors="replace"))
         return Loaded(counts=counts, source=input, samples=sum(counts.values()))
+    if os.path.getsize(input) >= PARALLEL_MIN_BYTES:
+        return _from_collapser(collapse_file(input, opts), opts, input)  # several processes
     with open(input, "rb") as fh:
         return _from_collapser(fold_stream(fh, opts, progress), opts, input)
 

@@ -21,11 +21,11 @@ W, PAD_L, PAD_R, PAD_T, PAD_B = 1040, 56, 170, 10, 22
 def _nice_max(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
         return 1.0
-    exp = 10 ** math.floor(math.log10(v))
+    exp = 10.0 ** math.floor(math.log10(v))
     for m in (1, 2, 4, 6, 8, 10):  # quarters of these read well
         if m * exp >= v:
-            return m * exp
-    return 10 * exp
+            return float(m * exp)
+    return float(10 * exp)
 
 
 def _fmt_tick(v: float) -> str:
