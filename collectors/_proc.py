@@ -134,7 +134,11 @@ def run_to_file(
         err = errfh
     try:
         proc = spawn(argv, stdout=subprocess.PIPE, stderr=err)
-        timer = threading.Timer(timeout, lambda: proc.poll() is None and proc.kill())
+        def _kill_if_running() -> None:
+            if proc.poll() is None:
+                proc.kill()
+
+        timer = threading.Timer(timeout, _kill_if_running)
         timer.daemon = True
         timer.start()
         try:

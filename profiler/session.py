@@ -59,7 +59,7 @@ class CaptureResult:
 
 def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
