@@ -173,6 +173,16 @@ def _load(input: str, *, cpu: bool, units_time: str, units_latency: str) -> _Sou
         return src
     if input != "-" and path.is_file() and _is_perf_data(path):
         src.name = path.name
+        if not cpu:
+            try:  # block events straight from the file: no perf script, no text
+                src.kind = "block"
+                src.bio = blockio.read_perf_data(path)
+            except blockio.PerfDataUnsupported:
+                src.bio = None
+            else:
+                if src.bio.counts.events == 0:
+                    raise InputError(f"{path} holds no block:block_rq_issue/complete events")
+                return src
         proc = _perf_script(path, None if cpu else PERF_FIELDS)
         try:
             if cpu:
