@@ -317,13 +317,13 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
         return Heatmap(times, h.slot_seconds, rows, counts, scale)
     if scale == "fine":
         span = list(range(used[0], used[-1] + 1)) if used else []
-        rows = [tuple(x / 1000.0 for x in bucket_bounds(b, h.sub_bits)) for b in span]
+        fine_rows = [(lo / 1000.0, hi / 1000.0) for lo, hi in (bucket_bounds(b, h.sub_bits) for b in span)]
         index = {b: i for i, b in enumerate(span)}
-        counts = [[0] * len(times) for _ in rows]
+        counts = [[0] * len(times) for _ in fine_rows]
         for s in sel:
             for b, c in s.buckets.items():
                 counts[index[b]][col[s.t]] += c
-        return Heatmap(times, h.slot_seconds, [(r[0], r[1]) for r in rows], counts, scale)
+        return Heatmap(times, h.slot_seconds, fine_rows, counts, scale)
     if scale == "linear":
         if not row_us or row_us <= 0:
             raise ValueError("a linear heatmap needs row_us > 0")
@@ -390,3 +390,50 @@ def target_share(h: BlockHist) -> float | None:
     if not total:
         return None
     return sum(int(t.get("count", 0)) for t in h.tasks if t.get("target")) / total
+
+
+def io_summary(h: BlockHist, target_tids: set[int] | None = None, window: float | None = None) -> dict[str, Any]:
+    """The block IO figures the verdict's IOMetrics holds, from histograms instead of per-IO events.
+
+    Keys: ``source``, ``total``, ``groups`` (per device and op: ``dev``, ``op``, ``count``, ``iops``,
+    ``bytes``, ``p50_ms``, ``p95_ms``, ``p99_ms``, ``max_ms``, ``target_share``), ``p50_ms``, ``p99_ms``,
+    ``max_ms``, ``target_share``, ``top_issuers`` ([(comm, share of IOs)], top 5), ``unpaired``.
+    ``target_tids`` decides what counts as the targets' IOs (default: the collector's tgid flag).
+    """
+    def is_target(t: dict[str, Any]) -> bool:
+        return int(t.get("tid", 0)) in target_tids if target_tids else bool(t.get("target"))
+
+    span = window
+    if span is None:
+        ends = [s.end for s in h.slots]
+        span = (max(ends) - h.t0) if ends else 1.0
+    span = max(span, 1e-9)
+    groups: list[dict[str, Any]] = []
+    for s in latency_summary(h, quantiles=(50, 95, 99)):
+        tasks = [t for t in h.tasks if t.get("dev") == s.dev and t.get("op") == s.op]
+        n = sum(int(t.get("count", 0)) for t in tasks)
+        mine = sum(int(t.get("count", 0)) for t in tasks if is_target(t))
+        p = s.percentiles_us
+        groups.append({"dev": s.dev, "op": s.op, "count": s.count, "iops": s.count / span, "bytes": s.bytes,
+                       "p50_ms": p.get("p50", 0.0) / 1000, "p95_ms": p.get("p95", 0.0) / 1000,
+                       "p99_ms": p.get("p99", 0.0) / 1000, "max_ms": s.max_us / 1000,
+                       "target_share": (mine / n) if n else 0.0})
+    groups.sort(key=lambda g: (-g["count"], g["dev"], g["op"]))
+    total = sum(g["count"] for g in groups)
+    overall = percentiles(h, (50, 99))
+    every = sum(int(t.get("count", 0)) for t in h.tasks)
+    by_comm: dict[str, int] = defaultdict(int)
+    for t in h.tasks:
+        by_comm[str(t.get("comm", "?"))] += int(t.get("count", 0))
+    top = sorted(by_comm.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    return {
+        "source": MEMBER,
+        "total": total,
+        "groups": groups,
+        "p50_ms": overall["p50"] / 1000 if "p50" in overall else None,
+        "p99_ms": overall["p99"] / 1000 if "p99" in overall else None,
+        "max_ms": max((g["max_ms"] for g in groups), default=None),
+        "target_share": (sum(int(t.get("count", 0)) for t in h.tasks if is_target(t)) / every) if every else None,
+        "top_issuers": [(c, n / every) for c, n in top] if every else [],
+        "unpaired": h.counters.get("unmatched_complete", 0),
+    }

@@ -190,9 +190,14 @@ class Redis:
 
 
 class Fio:
-    """fio --thread keeps its jobs inside one process, the target; a fresh fio per run."""
+    """fio --thread keeps its jobs inside one process, the target; a fresh fio per run.
+
+    A small holder process waits on stdin and then execs fio: the capture attaches to the
+    holder's pid (which fio keeps across exec) before the first IO is issued.
+    """
 
     name = "fio 4k sync write IOPS"
+    HOLD = "import os, sys; sys.stdin.readline(); os.execvp(sys.argv[1], sys.argv[1:])"
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -201,8 +206,15 @@ class Fio:
     def start(self) -> subprocess.Popen[str]:
         job = ["fio", "--name=bench", f"--directory={self.dir}", "--thread", "--rw=randwrite", "--bs=4k",
                "--size=64m", "--direct=1", "--ioengine=psync", "--fdatasync=1", "--numjobs=2", "--time_based",
-               f"--runtime={self.seconds}", "--startdelay=2", "--group_reporting", "--output-format=json"]
-        return subprocess.Popen(job, stdout=subprocess.PIPE, text=True)
+               f"--runtime={self.seconds}", "--group_reporting", "--output-format=json"]
+        return subprocess.Popen([sys.executable, "-c", self.HOLD, *job], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def go(proc: subprocess.Popen[str]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
 
     @staticmethod
     def result(proc: subprocess.Popen[str]) -> tuple[float, float]:
@@ -254,9 +266,10 @@ def run_fio(rounds: int, seconds: float) -> Result:
         for r in range(rounds):
             order = MODES[r % 3:] + MODES[: r % 3]
             for mode in order:
-                proc = w.start()  # fio waits --startdelay=2 s: the capture attaches meanwhile
+                proc = w.start()  # holds until go(): the capture attaches first
                 cap = Capture(mode, proc.pid)
                 try:
+                    w.go(proc)
                     res[mode].append(w.result(proc))
                 finally:
                     cap.close()

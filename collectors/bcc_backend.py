@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiler.collectors.bcc_common import bcc_status
+
 from profiler.errors import CapabilityError, UsageError
 
 BACKENDS = ("perf", "bcc", "auto")

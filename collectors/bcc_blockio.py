@@ -54,7 +54,7 @@ class BccBlockIO(BccCollector):
     )
     needs_targets = False  # system-wide: the disk is shared, writeback runs in kernel threads
     has_cfg = True
-    poll = True
+    drains = True
 
     def __init__(self, max_inflight: int = 16384, hist_entries: int = 65536, task_entries: int = 8192) -> None:
         super().__init__()
@@ -159,6 +159,8 @@ class BccBlockIO(BccCollector):
             "target_share": round(by_targets / total, 4) if total else None,
             "unit": "ns",
         }
+        rec.stats["events"] = rec.stats["ios"]  # the capture summary's columns
+        rec.stats["lost"] = rec.stats["dropped"]
         if rec.stats["dropped"]:
             rec.status = PARTIAL
             rec.reason = (f"{rec.stats['dropped']} IO latencies dropped: kernel maps full "

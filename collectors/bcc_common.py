@@ -16,6 +16,7 @@ and attaches.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import glob
 import importlib.resources
@@ -46,6 +47,13 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
     return 1;  /* 0 would hide the event from perf users of the tracepoint */
 }
 """
+
+# Up to this many targets are tested with a compare chain compiled into the program instead
+# of a hash lookup on every event (see is_target() in collectors/bpf/*.c).
+MAX_INLINE_TARGETS = 16
+
+# A collector whose programs the kernel skipped for more than this share of its events is partial.
+MISSED_SHARE_PARTIAL = 0.01
 
 # Compiling with clang inside libbcc is not something to do from two threads at once.
 _COMPILE_LOCK = threading.Lock()
@@ -197,6 +205,45 @@ def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
     return out
 
 
+# --------------------------------------------------------------------------- missed events
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
+_BPF_OBJ_GET_INFO_BY_FD = 15
+_RECURSION_MISSES_OFFSET = 208  # struct bpf_prog_info.recursion_misses (Linux 5.12+)
+
+
+class _InfoAttr(ctypes.Structure):
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64)]
+
+
+def recursion_misses(prog_fd: int) -> int | None:
+    """How many times the kernel skipped this program because another BPF program was running
+    on that CPU (tracepoint programs do not nest: a block completion interrupt arriving while a
+    syscall program runs is not seen). None where the kernel does not say."""
+    nr = _BPF_SYSCALL.get(platform.machine())
+    if nr is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    attr = _InfoAttr(prog_fd, len(buf), ctypes.addressof(buf))
+    if libc.syscall(nr, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        return None
+    if attr.info_len < _RECURSION_MISSES_OFFSET + 8:
+        return None
+    return int.from_bytes(buf.raw[_RECURSION_MISSES_OFFSET:_RECURSION_MISSES_OFFSET + 8], "little")
+
+
+def program_misses(bpf: Any, fn_names: list[str]) -> int | None:
+    total = 0
+    for fn in fn_names:
+        func = bpf.funcs.get(fn.encode())
+        n = recursion_misses(func.fd) if func is not None else None
+        if n is None:
+            return None
+        total += n
+    return total
+
+
 # --------------------------------------------------------------------------- syscall names
 
 _NR_RE = re.compile(r"^#define\s+__NR_(\w+)\s+(\d+)\s*$", re.M)
@@ -313,8 +360,8 @@ class BccCollector:
     """Compile, attach, let the kernel aggregate, drain or read the maps, detach.
 
     Subclasses set ``name``, ``source``, ``tracepoints`` and implement ``defines``,
-    ``open_outputs``, ``drain`` (called every ``poll`` seconds from a background thread when
-    ``poll`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
+    ``open_outputs``, ``drain`` (called every ``--interval`` from a background thread when
+    ``drains`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
     the remaining files, fill ``rec.stats``).
 
     Probes are detached in ``stop`` and, if the tool dies before that, by the kernel when the
@@ -327,7 +374,7 @@ class BccCollector:
     tracepoints: tuple[tuple[str, str], ...] = ()
     needs_targets = True
     has_cfg = False  # the program has a `cfg` array whose slot 0 takes the capture start (ns)
-    poll = False
+    drains = False  # a background thread moves finished time slots to the bundle every interval
 
     def __init__(self) -> None:
         self.bpf: Any = None
@@ -367,7 +414,10 @@ class BccCollector:
     def start(self, ctx: CaptureContext) -> None:
         self.rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], status=RUNNING)
         self.pids = list(ctx.pids)
-        self.bpf = compile_program(self.source, self.defines(ctx))
+        defines = self.defines(ctx)
+        if self.needs_targets and 0 < len(self.pids) <= MAX_INLINE_TARGETS:
+            defines["TARGET_TEST(t)"] = "(" + "||".join(f"(t)=={int(p)}" for p in self.pids) + ")"
+        self.bpf = compile_program(self.source, defines)
         try:
             if self.needs_targets:
                 set_targets(self.bpf, self.pids)
@@ -383,9 +433,10 @@ class BccCollector:
             if isinstance(exc, CapabilityError):
                 raise
             raise CapabilityError(f"{self.name}: could not attach the bcc program: {exc}") from None
-        self.rec.started = self.t0_ns / 1e9
+        # slots count from t0 (set before attaching); the window is full from here on
+        self.rec.started = time.monotonic_ns() / 1e9
         ctx.writer.record(self.rec)
-        if self.poll:
+        if self.drains:
             self._thread = threading.Thread(target=self._poll, args=(ctx,), name=f"bcc-{self.name}", daemon=True)
             self._thread.start()
 
@@ -398,18 +449,15 @@ class BccCollector:
             rec.reason = rec.reason or "never started"
             ctx.writer.record(rec)
             return rec
-        self._stop.set()
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
-            for tp, _fn in self.tracepoints:
-                with contextlib.suppress(Exception):
-                    self.bpf.detach_tracepoint(tp=tp.encode())
-            self.end_ns = time.monotonic_ns()
             rec.ended = self.end_ns / 1e9
             with self._lock:
                 self.drain(ctx, final=True)
             self.finish(ctx, rec)
+            self._note_misses(rec)
             if self.backend_reason:
                 rec.stats["backend_reason"] = self.backend_reason
             if rec.status == RUNNING:
@@ -423,6 +471,16 @@ class BccCollector:
             self._cleanup()
         ctx.writer.record(rec)
         return rec
+
+    def request_stop(self) -> None:
+        """Detach now (the session calls this on every collector first, so all windows end together)."""
+        self._stop.set()
+        if self.bpf is None or self.end_ns:
+            return
+        for tp, _fn in self.tracepoints:
+            with contextlib.suppress(Exception):
+                self.bpf.detach_tracepoint(tp=tp.encode())
+        self.end_ns = time.monotonic_ns()
 
     # -- for subclasses
 
@@ -450,6 +508,18 @@ class BccCollector:
         return start / 1e9, end / 1e9
 
     # -- internals
+
+    def _note_misses(self, rec: CollectorRecord) -> None:
+        """Events the kernel did not run our programs for (another BPF program on the CPU)."""
+        missed = program_misses(self.bpf, [fn for _tp, fn in self.tracepoints])
+        if missed is None:
+            return
+        rec.stats["missed_events"] = missed
+        events = rec.stats.get("events") or 0
+        if missed and missed > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
+            rec.status = PARTIAL
+            rec.reason = (f"the kernel skipped our program {missed} times ({missed / max(events, 1):.1%} of "
+                          f"{events} events): another BPF program was running on that CPU")
 
     def _poll(self, ctx: CaptureContext) -> None:
         period = ctx.options.interval

@@ -90,7 +90,7 @@ class BccFutex(BccCollector):
                 frames = [sym.user(pid, a) for a in stack_addresses(ustacks, us)] if us >= 0 else [LOST_USER]
                 line = cache[key] = ";".join([comm, *reversed(frames)])
             folded[line] += ns
-        locks = [{"pid": int(k.tgid), "uaddr": f"0x{int(k.uaddr):x}", "wait_ns": int(v.total_ns),
+        locks: list[dict[str, Any]] = [{"pid": int(k.tgid), "uaddr": f"0x{int(k.uaddr):x}", "wait_ns": int(v.total_ns),
                   "waits": int(v.count), "max_ns": int(v.max_ns)} for k, v in self.bpf[b"locks"].items()]
         locks.sort(key=lambda x: (-x["wait_ns"], x["pid"], x["uaddr"]))
         with ctx.writer.open_member(MEMBER) as fh:
@@ -98,7 +98,7 @@ class BccFutex(BccCollector):
         counters = read_counters(self.bpf, COUNTERS)
         lost = counters["user_stack_collision"] + counters["user_stack_error"]
         dropped = counters["fstart_full"] + counters["waits_full"]
-        summary = {
+        summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
             "wait_ns": total_ns,
@@ -118,7 +118,7 @@ class BccFutex(BccCollector):
         rec.stats = {"waits": waits, "wait_ns": total_ns, "timeouts": timeouts, "eagain": eagain,
                      "stacks": len(folded), "lock_addresses": len(locks), "lost_user_stacks": lost,
                      "stack_collisions": counters["user_stack_collision"], "lost_stack_ns": lost_ns,
-                     "dropped": dropped, "unit": "ns"}
+                     "dropped": dropped, "unit": "ns", "events": waits, "lost": lost + dropped}
         share = lost_ns / total_ns if total_ns else 0.0
         if share > LOST_SHARE_PARTIAL or dropped:
             rec.status = PARTIAL

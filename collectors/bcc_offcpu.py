@@ -37,7 +37,7 @@ SUMMARY = "offcpu.summary.json"
 STATES = {0: "runnable", 1: "sleep", 2: "disk", 3: "other"}
 COUNTERS = ["switch_out", "switch_in", "offstart_full", "blocked_full",
             "user_stack_collision", "user_stack_error", "kernel_stack_collision", "kernel_stack_error",
-            "no_user_stack"]
+            "no_user_stack", "kernel_stack_reused"]
 EFAULT, EEXIST = 14, 17
 LOST_SHARE_PARTIAL = 0.01
 LOST_USER = "[lost user stack]"
@@ -81,8 +81,9 @@ class BccOffCpu(BccCollector):
     tracepoints = (("sched:sched_switch", "pf_sched_switch"),)
 
     def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 65536,
-                 max_threads: int = 16384) -> None:
+                 max_threads: int = 16384, kernel_stack_every: int = 8) -> None:
         super().__init__()
+        self.kernel_stack_every = max(1, kernel_stack_every)
         self.user_stacks = user_stacks
         self.kernel_stacks = kernel_stacks
         self.blocked_entries = blocked_entries
@@ -90,7 +91,8 @@ class BccOffCpu(BccCollector):
 
     def defines(self, ctx: CaptureContext) -> dict[str, int | str]:
         return {"USER_STACKS": self.user_stacks, "KERNEL_STACKS": self.kernel_stacks,
-                "BLOCKED_ENTRIES": self.blocked_entries, "MAX_THREADS": self.max_threads}
+                "BLOCKED_ENTRIES": self.blocked_entries, "MAX_THREADS": self.max_threads,
+                "KSTACK_EVERY": self.kernel_stack_every}
 
     def _still_off(self) -> list[tuple[int, int, int, int, str, int, int, int]]:
         """Threads switched out in the window and not back when it ended: their time up to the end."""
@@ -141,7 +143,7 @@ class BccOffCpu(BccCollector):
         counters = read_counters(self.bpf, COUNTERS)
         lost_user = counters["user_stack_collision"] + counters["user_stack_error"]
         lost_kernel = counters["kernel_stack_collision"] + counters["kernel_stack_error"]
-        summary = {
+        summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
             "by_state": {s: by_state.get(s, 0) for s in STATES.values()},
@@ -159,6 +161,8 @@ class BccOffCpu(BccCollector):
             "blocked_ns": total_ns,
             "stacks": len(folded),
             "still_off_at_stop": len(still_off),
+            "kernel_stacks_reused": counters["kernel_stack_reused"],
+            "kernel_stack_every": self.kernel_stack_every,
             "lost_user_stacks": lost_user,
             "lost_kernel_stacks": lost_kernel,
             "stack_collisions": counters["user_stack_collision"] + counters["kernel_stack_collision"],
@@ -167,6 +171,8 @@ class BccOffCpu(BccCollector):
             "unit": "ns",
             **{f"{s}_ns": by_state.get(s, 0) for s in STATES.values()},
         }
+        rec.stats["events"] = counters["switch_out"]
+        rec.stats["lost"] = lost_user + lost_kernel + rec.stats["dropped"]
         share = lost_ns / total_ns if total_ns else 0.0
         if share > LOST_SHARE_PARTIAL or rec.stats["dropped"]:
             rec.status = PARTIAL

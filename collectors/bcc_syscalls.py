@@ -42,7 +42,7 @@ class BccSyscalls(BccCollector):
         ("raw_syscalls:sys_exit", "pf_sys_exit"),
     )
     has_cfg = True
-    poll = True
+    drains = True
 
     def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
         super().__init__()
@@ -112,6 +112,8 @@ class BccSyscalls(BccCollector):
             "began_before_start": counters["began_before"],
             "dropped": counters["start_full"] + counters["counts_full"],
         }
+        rec.stats["events"] = self.calls
+        rec.stats["lost"] = rec.stats["dropped"]
         if rec.stats["dropped"]:
             rec.status = PARTIAL
             rec.reason = (f"{rec.stats['dropped']} syscalls not counted: kernel maps full "

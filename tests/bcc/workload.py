@@ -31,6 +31,7 @@ def contend(threads: int, seconds: float) -> None:
     lock = threading.Lock()
     stop = threading.Event()
     fd, path = tempfile.mkstemp(prefix="profiler-bcc-workload-", dir="/var/tmp")
+    os.unlink(path)  # the open fd keeps it; nothing is left behind if the test kills us
     print(f"ready {os.getpid()}", flush=True)
 
     def worker(i: int) -> None:
@@ -53,7 +54,6 @@ def contend(threads: int, seconds: float) -> None:
     for t in ts:
         t.join()
     os.close(fd)
-    os.unlink(path)
     print("done", flush=True)
 
 
