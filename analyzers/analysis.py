@@ -59,7 +59,7 @@ class Analysis:
         for tm, v in zip(md["targets"], self.verdict.per_target, strict=True):
             targets.append({"pid": tm["pid"], "comm": tm["comm"], "kind": tm["kind"], "runtime": tm["runtime"],
                             "label": tm["label"], "verdict": v.to_dict(), "metrics": tm})
-        return metmod._jsonable({
+        out: dict[str, Any] = metmod._jsonable({
             "schema": SCHEMA, "version": VERSION, "tool_version": __version__, "bundle": self.bundle,
             "capture": self.manifest,
             "verdict": self.verdict.to_dict(),
@@ -73,6 +73,7 @@ class Analysis:
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
                            for k, t in sorted(vmod.THRESHOLDS.items())},
         })
+        return out
 
 
 def _manifest_summary(bundle: Any) -> dict[str, Any]:

@@ -144,7 +144,8 @@ class BlockIO:
     warnings: list[str] = field(default_factory=list)
 
     def comm_of(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(self.comms, dtype=object)[idx]
+        out: np.ndarray = np.asarray(self.comms, dtype=object)[idx]
+        return out
 
     def issuer_classes(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
         """Issuer class ('target'/'kernel'/'other') per IO, as an array of str."""
@@ -257,7 +258,8 @@ def _range(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     a = x & _LO7
     ge = (a + _U64((0x80 - lo) * 0x0101010101010101)) & _HI
     le = (_U64((0x80 + hi) * 0x0101010101010101) - a) & _HI
-    return ge & le & ~x & _HI
+    out: np.ndarray = ge & le & ~x & _HI
+    return out
 
 
 def _top_run(stop: np.ndarray) -> np.ndarray:
@@ -282,7 +284,8 @@ def _run_back(u: np.ndarray, end: np.ndarray, stop_fn: Any, maxw: int) -> np.nda
         more = _top_run(stop_fn(u[end - 8 - k]))
         n = np.where(n == k, k + more, n)
         k += 8
-    return np.minimum(n, maxw)
+    out: np.ndarray = np.minimum(n, maxw)
+    return out
 
 
 def _run_fwd(u: np.ndarray, start: np.ndarray, stop_fn: Any, maxw: int) -> np.ndarray:
@@ -292,7 +295,8 @@ def _run_fwd(u: np.ndarray, start: np.ndarray, stop_fn: Any, maxw: int) -> np.nd
         more = _low_run(stop_fn(u[start + k]))
         n = np.where(n == k, k + more, n)
         k += 8
-    return np.minimum(n, maxw)
+    out: np.ndarray = np.minimum(n, maxw)
+    return out
 
 
 def _nondigit(x: np.ndarray) -> np.ndarray:
@@ -413,6 +417,13 @@ def _parse_chunk(buf: bytes, comms: _CommTable) -> tuple[np.ndarray, int, int]:
     tend = lb - _run_back(u, lb, _nonspace, 16)
     tidv, ntid = _number_back(u, tend, 8)
     tid = np.where(has & (ntid >= 1) & (tend - ntid > ls), tidv.astype(np.int64), -1)
+    # perf script -F comm,tid,time,...: no [cpu] column, the tid stands right before the time
+    p0 = dot - nint
+    p0 = p0 - _run_back(u, p0, _nonspace, 16)
+    tid_alt, nalt = _number_back(u, p0, 8)
+    before_alt = b[p0 - nalt - 1]
+    alt_ok = ~has & (nalt >= 1) & (p0 - nalt > ls) & ((before_alt == 32) | (before_alt == 45))
+    tid = np.where(alt_ok, tid_alt.astype(np.int64), tid)
 
     # --- payload: "254,0 RM 4096 () 23435232 + 8 be,0,4 [mandb]"
     major, nmaj = _number_fwd(u, ps, 8)
@@ -572,7 +583,7 @@ class BlockPairer:
         c = self.counts
         c.events += len(ev)
         tt = ev["t"]
-        tmin, tmax = float(tt.min()), float(tt.max())
+        tmin, tmax = float(tt[0]), float(tt[-1])  # trace_pipe and perf script print in time order
         self.t_first = tmin if self.t_first is None else min(self.t_first, tmin)
         self.t_last = tmax if self.t_last is None else max(self.t_last, tmax)
         kind = ev["kind"]
@@ -600,43 +611,45 @@ class BlockPairer:
                 ev["sector"][dataless] = _DATALESS_KEY
         if len(self._carry):
             ev = np.concatenate([self._carry, ev])
-        ios, self._carry = self._pair(ev)
-        self._append(ios)
+        self._carry = self._pair(ev)
 
-    def _append(self, ios: np.ndarray) -> None:
-        # Blocks are larger than glibc's largest mmap threshold, so each is its own mapping,
-        # returned to the OS when freed, and its untouched tail never becomes resident.
-        pos = 0
-        while pos < len(ios):
-            if self._block is None or self._fill == len(self._block):
-                if self._block is not None:
-                    self._blocks.append(self._block)
-                self._block = np.empty(_BLOCK_IOS, IO_DTYPE)
-                self._fill = 0
-            k = min(len(ios) - pos, len(self._block) - self._fill)
-            self._block[self._fill : self._fill + k] = ios[pos : pos + k]
-            self._fill += k
-            pos += k
+    def _order(self, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Event indices sorted by (device, sector, position), and the sorted group keys.
 
-    def _pair(self, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Pair within one array of events: a completion pairs with the event just before it
-        at the same (device, sector) if that is an issue. See docs/heatmap.md."""
-        c = self.counts
+        Fast path: device index, sector and position packed in one uint64 (5 + 41 + 17 bits:
+        sectors below 2^41, i.e. disks under 1 PiB) sorted with a plain sort; otherwise a
+        stable argsort of (device, sector)."""
+        n = len(ev)
         dev = ev["dev"]
+        sec = ev["sector"]
         if (dev == dev[0]).all():
-            key = np.minimum(ev["sector"], _U64((1 << 58) - 1))
+            dev_i = np.zeros(n, np.uint64)
+            ndev = 1
         else:
-            _, dev_i = np.unique(dev, return_inverse=True)
-            key = (dev_i.astype(np.uint64).ravel() << _U64(58)) | np.minimum(ev["sector"], _U64((1 << 58) - 1))
+            devs, inv = np.unique(dev, return_inverse=True)
+            dev_i, ndev = inv.astype(np.uint64).ravel(), len(devs)
+        special = (sec == FLUSH_SECTOR) | (sec == _DATALESS_KEY)
+        if n < (1 << 17) and ndev <= 32 and not (sec[~special] >= _U64((1 << 41) - 2)).any():
+            s41 = np.where(sec == FLUSH_SECTOR, _U64((1 << 41) - 1), np.where(sec == _DATALESS_KEY, _U64((1 << 41) - 2), sec))
+            packed = (dev_i << _U64(58)) | (s41 << _U64(17)) | np.arange(n, dtype=np.uint64)
+            packed.sort()
+            order = (packed & _U64((1 << 17) - 1)).astype(np.int64)
+            return order, packed >> _U64(17)
+        key = (dev_i << _U64(58)) | np.minimum(sec, _U64((1 << 58) - 1))
         order = np.argsort(key, kind="stable")
-        ks = key[order]
+        return order, key[order]
+
+    def _pair(self, ev: np.ndarray) -> np.ndarray:
+        """Pair within one array of events: a completion pairs with the event just before it
+        at the same (device, sector) if that is an issue (see docs/heatmap.md). Paired IOs go
+        straight into the output blocks; returns the issues still in flight."""
+        c = self.counts
+        order, ks = self._order(ev)
         kd = ev["kind"][order]
         same = ks[1:] == ks[:-1]
         is_i = kd == ISSUE
         is_c = kd == COMPLETE
         pair = same & is_i[:-1] & is_c[1:]
-        ii = order[:-1][pair]
-        cc = order[1:][pair]
         last_of_key = np.append(~same, True)
         nxt_requeue = np.append(kd[1:] == REQUEUE, False)
         paired_issue = np.append(pair, False)
@@ -645,26 +658,42 @@ class BlockPairer:
         c.requeued_issues += int(np.count_nonzero(is_i & ~last_of_key & nxt_requeue))
         paired_c = np.concatenate([[False], pair])
         c.unpaired_completions += int(np.count_nonzero(is_c & ~paired_c))
-        c.paired += len(ii)
         carry = ev[np.sort(order[is_i & last_of_key])]  # still in flight
-        if not len(ii):
-            return np.zeros(0, IO_DTYPE), carry
+        npair = int(np.count_nonzero(pair))
+        c.paired += npair
+        if not npair:
+            return carry
         # emit IOs in completion (= input) order, without a second sort
         partner = np.empty(len(ev), np.int64)
-        partner[cc] = ii
+        partner[order[1:][pair]] = order[:-1][pair]
         mark = np.zeros(len(ev), bool)
-        mark[cc] = True
+        mark[order[1:][pair]] = True
         cc = np.flatnonzero(mark)
         ii = partner[cc]
-        iss, com = ev[ii], ev[cc]
-        c.partial_completions += int(np.count_nonzero((com["nr"] < iss["nr"]) & (com["nr"] > 0)))
-        out = np.empty(len(ii), IO_DTYPE)
-        out["t_issue"] = iss["t"]
-        out["t_complete"] = com["t"]
-        out["latency"] = com["t"] - iss["t"]
-        for name in ("sector", "dev", "bytes", "tid", "comm", "op", "flags"):
-            out[name] = iss[name]
-        return out, carry
+        nr_i, nr_c = ev["nr"][ii], ev["nr"][cc]
+        c.partial_completions += int(np.count_nonzero((nr_c < nr_i) & (nr_c > 0)))
+        t = ev["t"]
+        pos = 0
+        while pos < npair:
+            if self._block is None or self._fill == len(self._block):
+                if self._block is not None:
+                    self._blocks.append(self._block)
+                # Blocks are larger than glibc's largest mmap threshold, so each is its own
+                # mapping, returned to the OS when freed, its untouched tail never resident.
+                self._block = np.empty(_BLOCK_IOS, IO_DTYPE)
+                self._fill = 0
+            k = min(npair - pos, len(self._block) - self._fill)
+            dst = self._block[self._fill : self._fill + k]
+            i, j = ii[pos : pos + k], cc[pos : pos + k]
+            ti, tc = t[i], t[j]
+            dst["t_issue"] = ti
+            dst["t_complete"] = tc
+            dst["latency"] = tc - ti
+            for name in ("sector", "dev", "bytes", "tid", "comm", "op", "flags"):
+                dst[name] = ev[name][i]
+            self._fill += k
+            pos += k
+        return carry
 
     def finish(self) -> BlockIO:
         c = self.counts
@@ -727,9 +756,19 @@ def read_events(path: str | Path) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)
 
 
-def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16) -> BlockIO:
-    """Pair an events array (in cache-sized slices, exactly as the streaming reader does)."""
+def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool = False) -> BlockIO:
+    """Pair an events array (in cache-sized slices, exactly as the streaming reader does).
+
+    ``inplace`` lets the pairing mark flushes and data-less completions in ``events`` itself
+    (as the streaming reader does with its own chunks) instead of copying slices that hold them."""
     p = BlockPairer()
     for i in range(0, len(events), slice_size):
-        p.feed_events(events[i : i + slice_size], owned=False)
+        p.feed_events(events[i : i + slice_size], owned=inplace)
     return p.finish()
+
+
+def io_from_bundle(bundle: Any, **kw: Any) -> Any:
+    """The IO analysis of a bundle (see :func:`profiler.analyzers.iostats.io_from_bundle`)."""
+    from profiler.analyzers.iostats import io_from_bundle as _io_from_bundle
+
+    return _io_from_bundle(bundle, **kw)

@@ -101,7 +101,10 @@ def build_tree(
     gc.disable()
     try:
         if min_fraction > 0:
-            return _build_pruned(counts, root_name, min_fraction)
+            items = list(counts.items() if isinstance(counts, dict) else counts)
+            if not any("\x00" in k or "\x01" in k for k, _ in items):  # the separator trick needs them free
+                return _build_pruned(items, root_name, min_fraction)
+            counts = items
         return _build(counts, root_name)
     finally:
         if was_enabled:
@@ -109,35 +112,46 @@ def build_tree(
 
 
 def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, min_fraction: float) -> Node:
-    from bisect import bisect_right
+    # With "\x00" as the separator (it sorts before any character of a name) the sorted stack
+    # strings are in the order of their frame lists, stacks through one frame are contiguous,
+    # and every stack of such a run shares the same prefix, so a frame is a slice at a known
+    # offset and the end of its run one bisection away: no stack is ever split into frames.
+    from bisect import bisect_left
     from itertools import accumulate
 
-    items = [(st.split(";"), n) for st, n in (counts.items() if isinstance(counts, dict) else counts) if n > 0]
-    items.sort(key=lambda t: t[0])
-    stacks = [t[0] for t in items]
-    prefix = [0, *accumulate(t[1] for t in items)]
+    pairs = sorted(
+        (st.replace(";", "\x00"), n)
+        for st, n in (counts.items() if isinstance(counts, dict) else counts)
+        if n > 0
+    )
+    keys = [k for k, _ in pairs]
+    prefix = [0, *accumulate(n for _, n in pairs)]
     root = Node(root_name)
     root.total = prefix[-1]
     min_count = min_fraction * root.total
-    # (node, lo, hi, depth): stacks[lo:hi] all pass through node, which sits at `depth`
-    work = [(root, 0, len(stacks), 0)]
+    # (node, lo, hi, start): keys[lo:hi] all pass through node; their frames below it begin at
+    # offset `start` (the shared prefix, separator included)
+    work = [(root, 0, len(keys), 0)]
     while work:
-        node, lo, hi, d = work.pop()
-        # stacks that end here come first (a shorter list sorts before its extensions)
+        node, lo, hi, start = work.pop()
         i = lo
-        while i < hi and len(stacks[i]) == d:
+        # stacks that end at this node: exactly the prefix without its separator
+        while i < hi and len(keys[i]) < start:
             i += 1
         node.self_ = prefix[i] - prefix[lo]
         first = i
         while i < hi:
-            frame = stacks[i][d]
-            j = bisect_right(stacks, frame, i, hi, key=lambda s, d=d: s[d])
+            k = keys[i]
+            sep = k.find("\x00", start)
+            end_of_frame = len(k) if sep < 0 else sep
+            frame = k[start:end_of_frame]
+            j = bisect_left(keys, k[:end_of_frame] + "\x01", i + 1, hi)
             total = prefix[j] - prefix[i]
             if total >= min_count:
                 c = node.children[frame] = Node(frame)
                 c.total = total
                 c.offset = prefix[i] - prefix[first]
-                work.append((c, i, j, d + 1))
+                work.append((c, i, j, end_of_frame + 1))
             i = j
     return root
 
@@ -342,7 +356,8 @@ def _frame_name(symbol: str) -> str:
 
     if symbol.startswith(("_R", "_ZN")):
         symbol = demangle(symbol)
-    return tidy_args(fix_half_demangled_rust(symbol))
+    name: str = tidy_args(fix_half_demangled_rust(symbol))
+    return name
 
 
 @dataclass
@@ -362,13 +377,16 @@ def offcpu_folded(
     time_from: float | None = None,
     time_to: float | None = None,
     unit: float = 1e-6,
+    intervals: dict[tuple[int, int], float] | None = None,
 ) -> tuple[dict[str, int], OffCpuStats]:
     """Fold sched_switch samples into blocked time per stack, in `unit` seconds (µs default).
 
     A thread's blocked interval runs from its switch-out (the sample: its stack, its prev_state)
-    to its next switch-in (a sched_switch with next_pid = tid). When switch-ins were not recorded
-    (perf record -p only sees events in the target's own context), the interval ends at the
-    thread's next switch-out instead: an upper bound that includes its next run, noted in stats.
+    to its switch-in, taken from, in order: `intervals` ({(tid, off time in µs): on time}, the
+    collectors' offcpu.csv.gz), a ``PERF_RECORD_SWITCH IN`` record of the thread, or a
+    sched_switch with next_pid = tid. When none was recorded (perf record -p only sees events in
+    the target's own context), the interval ends at the thread's next switch-out instead: an
+    upper bound that includes its next run, noted in stats.
     Root frames: wait reason (when by_reason), then the thread name (or its pool).
     """
     from profiler.analyzers.knowledge import pool_of
@@ -377,26 +395,36 @@ def offcpu_folded(
     pending: dict[int, tuple[float, str, str, list[str]]] = {}  # tid -> (t_out, comm, state, frames)
     out: dict[str, int] = {}
 
-    def close(tid: int, t_in: float, exact: bool) -> None:
-        t_out, comm, state, frames = pending.pop(tid)
+    def emit(t_out: float, t_in: float, comm: str, state: str, frames: list[str]) -> bool:
         lo = t_out if time_from is None else max(t_out, time_from)
         hi = t_in if time_to is None else min(t_in, time_to)
         if hi <= lo:
-            return
+            return False
         width = round((hi - lo) / unit)
         if width <= 0:
-            return
-        if exact:
-            stats.with_switch_in += 1
-        else:
-            stats.upper_bound += 1
+            return False
         root = [wait_reason(state, frames)] if by_reason else []
         root.append((pool_of(comm) if pools else comm).replace(" ", "_"))
         key = ";".join(root + [_frame_name(n) for n in reversed(frames)])
         out[key] = out.get(key, 0) + width
+        return True
+
+    def close(tid: int, t_in: float, exact: bool) -> None:
+        t_out, comm, state, frames = pending.pop(tid)
+        if emit(t_out, t_in, comm, state, frames):
+            if exact:
+                stats.with_switch_in += 1
+            else:
+                stats.upper_bound += 1
 
     for s in samples:
-        if s.payload is None or s.time is None or "sched_switch" not in (s.event or ""):
+        if s.time is None or s.tid is None:
+            continue
+        if s.event == "PERF_RECORD_SWITCH":
+            if (s.payload or "").startswith("IN") and s.tid in pending:
+                close(s.tid, s.time, True)
+            continue
+        if s.payload is None or "sched_switch" not in (s.event or ""):
             continue
         m = _PREV.search(s.payload)
         if m is None:
@@ -413,11 +441,49 @@ def offcpu_folded(
         if prev_pid in pending:
             close(prev_pid, s.time, False)
         frames = [_symbol(f.symbol, f.dso) for f in s.frames]
+        # the tracepoint's own machinery sits on top of every stack: it says nothing
+        while frames and (frames[0].startswith("__traceiter_") or frames[0] == "__schedule"):
+            frames.pop(0)
+        if intervals is not None:
+            t_in = intervals.get((prev_pid, round(s.time * 1e6)))
+            if t_in is not None:
+                if emit(s.time, t_in, m.group("comm"), m.group("state"), frames):
+                    stats.with_switch_in += 1
+                continue
         pending[prev_pid] = (s.time, m.group("comm"), m.group("state"), frames)
     stats.open_at_end = len(pending)
     if stats.upper_bound and not stats.with_switch_in:
-        stats.notes.append(
-            "no switch-in events were recorded: each blocked interval ends at the thread's next "
-            "switch-out, an upper bound that includes the time it then ran"
-        )
+        stats.notes.append("widths are upper bounds (no switch-ins recorded: blocked until the next switch-out)")
     return out, stats
+
+
+def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}."""
+    import csv
+
+    out: dict[tuple[int, int], float] = {}
+    for row in csv.DictReader(lines):
+        try:
+            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+_PREEMPT_HINTS = ("irqentry_exit", "exit_to_user_mode", "preempt_schedule", "__cond_resched", "_cond_resched")
+
+
+def offcpu_by_reason(folded: dict[str, int]) -> dict[str, int]:
+    """Put a wait-reason root over folded off-CPU stacks that carry none (bcc's offcpu.folded.gz:
+    ``comm;user...;kernel_[k]...``; the state is not in the stack, so it is read from the frames)."""
+    out: dict[str, int] = {}
+    for stack, n in folded.items():
+        frames = stack.split(";")
+        leaf_first = [f[:-4] if f.endswith("_[k]") else f for f in reversed(frames[1:])]
+        reason = wait_reason("S", leaf_first)
+        if reason.startswith("other"):
+            joined = " ".join(leaf_first[:12])
+            reason = "preempted (runnable)" if any(h in joined for h in _PREEMPT_HINTS) else "other"
+        key = reason + ";" + stack
+        out[key] = out.get(key, 0) + n
+    return out

@@ -17,7 +17,7 @@ import io
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
 from profiler.analyzers.demangle import demangle
@@ -29,6 +29,7 @@ __all__ = [
     "Collapser",
     "collapse_text",
     "collapse_stream",
+    "collapse_file",
     "parse_folded",
     "write_folded",
     "format_folded",
@@ -482,7 +483,7 @@ class _Prefixed(io.RawIOBase):
 def open_binary(stream: IO[bytes]) -> IO[bytes]:
     """The same stream, decompressed when it starts with the gzip magic."""
     head = stream.read(2)
-    rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), 1 << 20)
+    rest: IO[bytes] = io.BufferedReader(_Prefixed(head, stream), 1 << 20)  # type: ignore[type-var]
     if head == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[return-value]
     return rest
@@ -525,28 +526,48 @@ def collapse_stream(stream: IO[bytes], opts: FoldOptions | None = None) -> Colla
 def parse_folded(lines: Iterable[str]) -> dict[str, int]:
     """Read ``stack count`` lines (FlameGraph's folded format); counts of equal stacks add up.
 
-    Differential files (``stack before after``) are read by `parse_folded_pairs`.
     Lines that do not end in a number are an error: they are not folded stacks.
     """
     from profiler.errors import InputError
 
     out: dict[str, int] = {}
-    for n, line in enumerate(lines, 1):
-        line = line.rstrip("\r\n")
-        if not line.strip() or line.startswith("#"):
-            continue
-        stack, _, count = line.rpartition(" ")
-        try:
-            value = int(count)
-        except ValueError:
+    get = out.get
+    for block in _blocks_of(lines):
+        for line in block.splitlines():
+            stack, _, count = line.rpartition(" ")
             try:
-                value = round(float(count))
+                value = int(count)
             except ValueError:
-                raise InputError(f"line {n} is not 'stack count': {line[:80]!r}") from None
-        if not stack:
-            raise InputError(f"line {n} is not 'stack count': {line[:80]!r}")
-        out[stack] = out.get(stack, 0) + value
+                if not line.strip() or line.startswith("#"):
+                    continue
+                try:
+                    value = round(float(count))
+                except ValueError:
+                    raise InputError(f"not 'stack count': {line[:80]!r}") from None
+            if not stack:
+                raise InputError(f"not 'stack count': {line[:80]!r}")
+            out[stack] = get(stack, 0) + value
     return out
+
+
+def _blocks_of(lines: Iterable[str], size: int = 1 << 22) -> Iterator[str]:
+    """Lines (or a text stream) regrouped into large blocks of whole lines."""
+    read = getattr(lines, "read", None)
+    if read is not None:
+        rest = ""
+        while True:
+            data = read(size)
+            if not data:
+                if rest:
+                    yield rest
+                return
+            data = rest + data
+            cut = data.rfind("\n") + 1
+            rest = data[cut:]
+            if cut:
+                yield data[:cut]
+    else:
+        yield "".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines)
 
 
 _FOLDED_LINE = re.compile(r"^\S.* \d+(?:\.\d+)?$")
@@ -570,3 +591,93 @@ def format_folded(counts: dict[str, int]) -> Iterator[str]:
 
 def write_folded(counts: dict[str, int], out: IO[str]) -> None:
     out.writelines(format_folded(counts))
+
+
+# ---------------------------------------------------------------------------------------------
+# Several processes for one large plain-text file
+
+PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _split_points(path: str, parts: int) -> list[int]:
+    """Byte offsets that cut the file at sample boundaries (just after a blank line)."""
+    import os
+
+    size = os.path.getsize(path)
+    points = [0]
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            f.seek(size * k // parts)
+            buf = f.read(1 << 20)
+            i = buf.find(b"\n\n")
+            if i < 0:
+                continue
+            points.append(f.tell() - len(buf) + i + 2)
+    points.append(size)
+    return sorted(set(points))
+
+
+def _fold_range(args: tuple[str, int, int, FoldOptions]) -> tuple[dict[str, int], int, int, int, float | None, float | None]:
+    path, start, end, opts = args
+    c = Collapser(opts)
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            data = f.read(min(1 << 22, left))
+            if not data:
+                break
+            left -= len(data)
+            c.feed(dec.decode(data))
+    c.feed(dec.decode(b"", final=True))
+    c.close()
+    return c.counts, c.samples, c.skipped, c.weird, c.first_time, c.last_time
+
+
+def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | None = None) -> Collapser:
+    """Fold a perf script file, in several processes when it is large, plain text and the host
+    has the cores; the result is the same as collapse_stream's (the first sample's event and time
+    are read up front, so every part filters the same way)."""
+    import os
+
+    opts = opts or FoldOptions()
+    n = workers if workers is not None else min(os.cpu_count() or 1, 4)
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if n < 2 or head == b"\x1f\x8b" or os.path.getsize(path) < PARALLEL_MIN_BYTES and workers is None:
+        with open(path, "rb") as f:
+            return collapse_stream(f, opts)
+    # settle what the first sample decides, so that every part decides the same
+    probe = Collapser(replace(opts, time_from=None, time_to=None, time_relative=False))
+    with open(path, "rb") as f:
+        for chunk in iter_decoded(f, chunk_size=1 << 16):
+            probe.feed(chunk)
+            if probe.first_time is not None or probe._event is not None and probe.samples:
+                break
+    probe.close()
+    event = opts.event_filter or probe._event
+    t0, t1 = opts.time_from, opts.time_to
+    if opts.time_relative and probe.first_time is not None:
+        t0 = probe.first_time + t0 if t0 is not None else None
+        t1 = probe.first_time + t1 if t1 is not None else None
+    part_opts = replace(opts, event_filter=event, time_from=t0, time_to=t1, time_relative=False)
+    points = _split_points(path, n)
+    jobs = [(path, a, b, part_opts) for a, b in zip(points, points[1:], strict=False) if b > a]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
+        results = list(pool.map(_fold_range, jobs))
+    out = Collapser(part_opts)
+    out._event = event
+    for counts, samples, skipped, weird, first, last in results:
+        for k, v in counts.items():
+            out.counts[k] = out.counts.get(k, 0) + v
+        out.samples += samples
+        out.skipped += skipped
+        out.weird += weird
+        if first is not None and (out.first_time is None or first < out.first_time):
+            out.first_time = first
+        if last is not None and (out.last_time is None or last > out.last_time):
+            out.last_time = last
+    return out

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers.blockio import iter_chunks, open_input
 from profiler.analyzers.iostats import group_percentiles
+
 from profiler.errors import InputError, UsageError
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -158,8 +158,12 @@ def panels(t: np.ndarray, lat: np.ndarray, groups: dict[str, np.ndarray], **kw: 
     """One heatmap per group (masks over t/lat), sharing time columns and latency rows."""
     t = np.asarray(t, dtype=np.float64)
     lat = np.asarray(lat, dtype=np.float64)
-    kw.setdefault("t0", float(t.min()) if len(t) else 0.0)
-    kw.setdefault("t1", float(t.max()) if len(t) else kw["t0"])
+    if kw.get("t0") is None:
+        kw["t0"] = float(t.min()) if len(t) else 0.0
+    if kw.get("t1") is None:
+        kw["t1"] = float(t.max()) if len(t) else kw["t0"]
+    if not groups:
+        groups = {"all IOs": np.ones(len(t), bool)}
     if kw.get("step") is None:
         kw["step"] = nice_step(max(kw["t1"] - kw["t0"], 1e-9))
     if kw.get("edges") is None:

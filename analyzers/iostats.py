@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers import blockio
 from profiler.analyzers.blockio import BlockIO
+
 from profiler.bundle import Bundle
 
 QUANTILES = (50.0, 95.0, 99.0)
@@ -237,6 +237,45 @@ class IoAnalysis:
     size_histogram: list[dict[str, int]]
     duration: float
     warnings: list[str] = field(default_factory=list)
+    target_tids: tuple[int, ...] = ()
+    target_comms: tuple[str, ...] = ()
+
+    # Per-IO columns by plain names (what metrics.py reads): arrays, one entry per paired IO.
+    @property
+    def issue(self) -> np.ndarray:
+        return np.asarray(self.block.ios["t_issue"])
+
+    @property
+    def latency(self) -> np.ndarray:
+        return np.asarray(self.block.ios["latency"])
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return np.asarray(self.block.ios["bytes"])
+
+    @property
+    def tid(self) -> np.ndarray:
+        return np.asarray(self.block.ios["tid"])
+
+    @property
+    def dev(self) -> np.ndarray:
+        """'254:0' per IO."""
+        u, inv = np.unique(self.block.ios["dev"], return_inverse=True)
+        return np.asarray([blockio.dev_name(int(d)) for d in u], dtype=object)[inv.ravel()]
+
+    @property
+    def op(self) -> np.ndarray:
+        """'read', 'write', 'flush', 'discard' or 'other' per IO."""
+        return np.asarray(blockio.OP_NAMES + ("other",) * (256 - len(blockio.OP_NAMES)), dtype=object)[self.block.ios["op"]]
+
+    @property
+    def comm(self) -> np.ndarray:
+        """The issuer's comm per IO."""
+        return self.block.comm_of(self.block.ios["comm"])
+
+    def split(self, by: str) -> dict[str, np.ndarray]:
+        """Masks over ``block.ios`` by 'op', 'device' or 'issuer' (with this capture's targets)."""
+        return split(self.block, by, target_tids=self.target_tids, target_comms=self.target_comms)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,7 +318,7 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
     return IoAnalysis(
         block=bio, series=series, overall=overall, by_op=by_op, by_device=by_device, by_issuer=by_issuer,
         top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blockio.OP_FLUSH]),
-        duration=duration, warnings=list(bio.warnings),
+        duration=duration, warnings=list(bio.warnings), target_tids=tuple(target_tids), target_comms=tuple(target_comms),
     )
 
 

@@ -35,7 +35,10 @@ from profiler.analyzers.knowledge import (
 STATE_KEYS = ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")
 _CLASS_TO_KEY = {procmod.DISK: "io", procmod.FUTEX: "futex", procmod.IDLE: "idle", procmod.SLEEP: "sleep",
                  procmod.OTHER: "other"}
-ACTIVE_CPU_SHARE = 0.05  # a thread is "active" if it ran at least 5% of its span or blocked on IO/futex while working
+ACTIVE_CPU_SHARE = 0.02  # a thread is "busy" if it ran at least 2% of its span...
+ACTIVE_DEMAND_SHARE = 0.2  # ...or wanted a CPU (ran or queued) at least 20% of it...
+ACTIVE_IO_SHARE = 0.2  # ...or sat in IO at least 20% of it...
+ACTIVE_SWITCH_RATE = 20.0  # ...or blocked and woke at least 20 times a second (a thread handing work on)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ThreadTime:
     samples: int
     blocked_syscalls: dict[str, int]  # syscall name -> samples blocked in it (io and futex classes)
     wchans: dict[str, int]
+    vcsw_rate: float | None = None  # voluntary context switches per second
 
     @property
     def cpu_share(self) -> float:
@@ -60,9 +64,18 @@ class ThreadTime:
     def active(self) -> bool:
         if self.span <= 0:
             return False
-        work = self.seconds["cpu"] + self.seconds["runnable"]
-        # Working threads, and threads stuck on IO (D state is never an idle pool parked on a condvar).
-        return work / self.span >= ACTIVE_CPU_SHARE or self.seconds["io"] / self.span >= 0.2
+        # Working threads, and threads stuck on IO (D state is never an idle pool parked on a
+        # condvar). Run-queue time alone does not count below 20%: on a busy host an idle worker
+        # that wakes up every 500 ms to re-check its condition queues for a while each time.
+        # A connection thread queued on a hot row uses almost no CPU yet wakes hundreds of
+        # times a second; an idle worker re-checking its condition wakes a few times, and a
+        # thread polling on a timer wakes often but waits on nothing (not futex, not IO).
+        span = self.span
+        return (self.seconds["cpu"] / span >= ACTIVE_CPU_SHARE
+                or (self.seconds["cpu"] + self.seconds["runnable"]) / span >= ACTIVE_DEMAND_SHARE
+                or self.seconds["io"] / span >= ACTIVE_IO_SHARE
+                or ((self.vcsw_rate or 0.0) >= ACTIVE_SWITCH_RATE
+                    and (self.seconds["futex"] + self.seconds["io"]) / span >= 0.3))
 
 
 @dataclass
@@ -71,6 +84,7 @@ class PoolMetrics:
     threads: int
     cpu_cores: float  # cores the pool used on average
     util: float  # cpu_cores / threads: PingCAP's "pool CPU vs pool size" ratio
+    demand: float  # (CPU + run-queue time) / thread time: how much the pool wants a CPU
     max_thread_util: float
     states: dict[str, float]  # share of the pool's thread time by class
     role: str | None = None
@@ -159,6 +173,7 @@ class TargetMetrics:
     blocked_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of blocked samples (io+futex)
     io_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of IO-blocked samples
     futex_threads: list[tuple[str, float]] = field(default_factory=list)  # pools with the most futex time among active
+    busy_vcsw_rate: float | None = None  # voluntary switches per second per busy thread
     wchans: list[tuple[str, float]] = field(default_factory=list)
     blkio_delay_share: float | None = None  # delayacct block IO wait / active thread time
     vcsw_rate: float | None = None
@@ -202,7 +217,8 @@ class Metrics:
     delayacct: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        out: dict[str, Any] = _jsonable(asdict(self))
+        return out
 
 
 def _jsonable(obj: Any) -> Any:
@@ -249,8 +265,11 @@ def thread_time(s: procmod.ThreadSeries, names: dict[int, str]) -> ThreadTime:
             w = s.wchans[i]
             if w:
                 wch[w] = wch.get(w, 0) + 1
+    vc = s.vcsw[~np.isnan(s.vcsw)]
+    vts = s.t[~np.isnan(s.vcsw)]
+    rate = float((vc[-1] - vc[0]) / (vts[-1] - vts[0])) if len(vc) >= 2 and vts[-1] > vts[0] else None
     return ThreadTime(pid=s.pid, tid=s.tid, comm=s.comm, pool=s.pool, span=span, seconds=secs, samples=n,
-                      blocked_syscalls=blocked, wchans=wch)
+                      blocked_syscalls=blocked, wchans=wch, vcsw_rate=rate)
 
 
 def _shares(secs: dict[str, float]) -> dict[str, float]:
@@ -371,6 +390,9 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
     for t in active:
         fut_by_pool[t.pool] = fut_by_pool.get(t.pool, 0) + t.seconds["futex"]
     tm.futex_threads = _top(fut_by_pool, 3)
+    rates = [t.vcsw_rate for t in active if t.vcsw_rate is not None]
+    if rates:
+        tm.busy_vcsw_rate = float(np.mean(rates))
     wch: dict[str, float] = {}
     for t in active or tts:
         for k, v in t.wchans.items():
@@ -393,6 +415,7 @@ def target_metrics(target: Any, pd: procmod.ProcData | None, host_cpus: int) -> 
         info = pool_info(kind, name)
         tm.pools.append(PoolMetrics(
             pool=name, threads=len(group), cpu_cores=cores, util=cores / len(group) if group else 0.0,
+            demand=(secs["cpu"] + secs["runnable"]) / max(1e-9, sum(secs.values())),
             max_thread_util=max(g.cpu_share for g in group), states=_shares(secs),
             role=info.role if info else None, knob=info.knob if info else None))
     tm.pools.sort(key=lambda p: (-p.cpu_cores, p.pool))
@@ -439,7 +462,8 @@ def _runtime_from_threads(comms: list[str], kind: str | None, process_comm: str 
         return "rust"
     if kind in ("tidb", "pd"):
         return "go"
-    return runtime_from_threads(comms, process_comm)
+    guess: str | None = runtime_from_threads(comms, process_comm)
+    return guess
 
 
 # --------------------------------------------------------------------------- system
@@ -636,11 +660,11 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
         m = _HEADER_TID.search(block[0])
         if tids and m is not None and int(m.group(2) or m.group(1)) not in tids:
             continue
-        key = tuple(block[1:])
-        stacks[key] = stacks.get(key, 0) + 1
+        stack = tuple(block[1:])
+        stacks[stack] = stacks.get(stack, 0) + 1
     counts: dict[str, int] = {}
-    for frames_text, n in stacks.items():
-        frames = [f for f in (ps.parse_frame(x) for x in frames_text) if f is not None]
+    for frame_lines, n in stacks.items():
+        frames = [f for f in (ps.parse_frame(x) for x in frame_lines) if f is not None]
         user = [f.symbol for f in frames if not (f.dso or "").startswith("[kernel") and f.symbol and f.symbol != "[unknown]"]
         user = [sym for sym in user if not sym.startswith(("__GI_", "syscall", "__lll_", "futex", "pthread_cond",
                                                            "__pthread", "___pthread", "__futex"))] or user

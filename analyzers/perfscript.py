@@ -47,6 +47,13 @@ The line variants it meets, each parsed by the code named next to it:
    of the frames: lines that do not match `_FRAME` are ignored.
 7. A last sample without its closing blank line, or cut mid-line (a truncated capture), is
    still yielded, with ``truncated=True``.
+8. Side-band records (``perf script --show-switch-events`` and friends), one line, no colon
+   after the record name (`_SIDEBAND`)::
+
+       python3 15047   627.111387: PERF_RECORD_SWITCH IN
+       python3 15047   627.111498: PERF_RECORD_SWITCH OUT preempt
+
+   yielded as samples whose event is the record name and whose payload is the rest.
 """
 
 from __future__ import annotations
@@ -106,6 +113,13 @@ _FRAME = re.compile(
     re.VERBOSE,
 )
 
+# Variant 8: side-band records.
+_SIDEBAND = re.compile(
+    r"""^\s*(?P<comm>.*?)\s+(?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+(?:\[(?P<cpu>\d+)\]\s+)?
+    (?P<time>\d+\.\d+):\s+(?P<event>PERF_RECORD_[A-Z_]+)\b\s*(?P<rest>.*?)\s*$""",
+    re.VERBOSE,
+)
+
 _OFFSET = re.compile(r"\+0x([0-9a-fA-F]*)$")
 
 # perf event modifiers: cpu-clock:pppH, cycles:u, instructions:uk
@@ -139,7 +153,21 @@ def parse_header(text: str, line: int = 0) -> Sample | None:
     """Parse one event header line (variants 3 and 4); None when it is not one."""
     m = _HEADER.match(text)
     if m is None:
-        return None
+        m = _SIDEBAND.match(text)
+        if m is None:
+            return None
+        g = m.group
+        return Sample(
+            comm=g("comm").strip(),
+            pid=int(g("pid")) if g("pid") is not None else None,
+            tid=int(g("tid")),
+            cpu=int(g("cpu")) if g("cpu") is not None else None,
+            time=float(g("time")),
+            period=None,
+            event=g("event"),
+            payload=g("rest"),
+            line=line,
+        )
     g = m.group
     pid = g("pid")
     cpu = g("cpu")
@@ -189,23 +217,26 @@ def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
             current = parse_header(line, n)
             if current is None:
                 skipping = True
-            elif current.frames:
+            elif current.frames or (current.event or "").startswith("PERF_RECORD_"):
                 # variant 4: a sample without call chain is one line, and perf prints no
-                # blank line after it
+                # blank line after it; variant 8 is one line too
                 yield current
                 current = None
             continue
-        if line[0] in " \t":
-            frame = parse_frame(line)
-            if frame is not None:
-                current.frames.append(frame)
-        else:
-            # A header with no blank line before it: perf never does this, but cut-and-pasted
-            # files do. Close the sample and start the next.
-            nxt = parse_header(line, n)
-            if nxt is not None:
-                yield current
-                current = nxt
+        frame = parse_frame(line) if line[0] in " \t" else None
+        if frame is not None:
+            current.frames.append(frame)
+            continue
+        # A header with no blank line before it: stack-less tracepoint samples and side-band
+        # records come one per line (padded comms start with spaces), and cut-and-pasted files
+        # lose blank lines. Close the sample and start the next.
+        nxt = parse_header(line, n)
+        if nxt is not None:
+            yield current
+            current = nxt
+            if nxt.frames or (nxt.event or "").startswith("PERF_RECORD_"):
+                yield nxt
+                current = None
     if current is not None:
         # The input ended inside a sample: no closing blank line, or cut in mid-line.
         # A frame line cut in mid-line fails _FRAME (no closing parenthesis) and is dropped.

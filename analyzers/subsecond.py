@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from profiler.analyzers.blockio import open_input
 from profiler.analyzers.perfscript import iter_samples
+
 
 @dataclass
 class SampleTimes:
@@ -93,3 +93,26 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
     row = np.minimum(((off - col) * rows).astype(np.int64), rows - 1)
     counts = np.bincount(col * rows + row, minlength=ncols * rows).reshape(ncols, rows)
     return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
+
+
+CPU_MEMBER = "cpu.perf.txt.gz"
+
+
+def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
+    """Time zero for --from/--to: the capture start (``manifest.clock.monotonic_start``) when
+    it precedes the samples, else None (then the first sample is used)."""
+    start = bundle.manifest.clock.monotonic_start
+    if start and (not len(t) or float(t.min()) >= start):
+        return float(start)
+    return None
+
+
+def from_bundle(bundle: Any, *, rows: int = 50) -> SubsecondHeatmap | None:
+    """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
+    if not bundle.has(CPU_MEMBER):
+        return None
+    with bundle.open_binary(CPU_MEMBER) as fh:
+        st = parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+    if not len(st.t):
+        return None
+    return subsecond_heatmap(st.t, rows=rows, t0=capture_origin(bundle, st.t))

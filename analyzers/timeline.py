@@ -112,7 +112,7 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
                             minlength=nb).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             per = np.where(ticks > 0, counts / np.maximum(ticks, 1), np.nan)
-        names = {procmod.RUNNING: "running or runnable", procmod.DISK: "blocked on IO", procmod.FUTEX: "futex (locks)",
+        names = {procmod.RUNNING: "running or runnable", procmod.DISK: "blocked on IO", procmod.FUTEX: "futex (locks, parked workers)",
                  procmod.IDLE: "idle (epoll, recv)", procmod.SLEEP: "sleep", procmod.OTHER: "other"}
         for cls, name in names.items():
             if np.nansum(per[cls]) > 0:

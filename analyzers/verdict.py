@@ -21,6 +21,9 @@ from profiler.analyzers.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
 from profiler.analyzers.metrics import Metrics, TargetMetrics
 
 CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
+# On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue
+# delay, a lock its own switches; plain CPU demand is the least specific.
+TIE_ORDER = ("memory", "lock_contention", "io_wait", "cpu", "not_saturated")
 PRIMARY = 0.5
 CONTRIBUTING = 0.35
 
@@ -70,6 +73,8 @@ THRESHOLDS: dict[str, Threshold] = {
     # locks
     "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
                             "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.switches": Threshold(50.0, 500.0, "switches/s per busy thread", "our measurements (sysbench one lock: ~15000/s; idle pool workers: < 5/s)",
+                               "voluntary context switches of the busy threads: contended locks block and wake often"),
     "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),
     # not saturated
     "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
@@ -185,9 +190,14 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay)"))
         sysu = m.system.cpu_util if m.system else None
         others = ""
+        ours = sum(t.cpu_cores or 0.0 for t in m.targets)  # the capture's targets are not "other processes"
         if sysu is not None and tm.cpu_cores is not None and m.system and m.system.ncpu:
-            if tm.cpu_cores < 0.5 * sysu * m.system.ncpu:
+            if ours < 0.3 * sysu * m.system.ncpu:
                 others = f"; the host's CPUs are {_pct(sysu)} busy, mostly with other processes"
+                # The target is a victim of its neighbours here: a cause of its own (a memory
+                # limit, an IO throttle, a lock) that also makes it queue must rank first, and a
+                # light target that merely queues behind them is not the bottleneck itself.
+                s *= 0.6
         parts.append((s, f"threads wait for a CPU: {_pct(tm.runq_share)} of their CPU demand is run-queue delay{others}",
                       "the CPUs are oversubscribed: move other work off the host, pin the target to dedicated cores, or add cores"))
     if tm.cpu_throttled_share is not None:
@@ -203,16 +213,27 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         parts.append((s, f"one thread is at a core's limit: {tm.hottest_thread} at {_pct(tm.max_thread_util)}",
                       "a single thread caps throughput: spread its work (more pool threads, partitions) or make it cheaper"))
     for p in tm.pools:
-        if p.cpu_cores < 0.2 or p.threads < 1:
+        if p.threads < 2 and not p.knob:
+            continue  # a lone unnamed thread is the hot-thread rule's business
+        if p.cpu_cores < 0.05 and p.demand * p.threads < 0.5:
             continue
-        s = ramp(p.util, "cpu.pool")
+        load = max(p.util, p.demand)
+        s = ramp(load, "cpu.pool")
         if s <= 0:
             continue
-        ev.append(_ev(f"pool_util[{p.pool}]", p.util, "cpu.pool", f"{p.cpu_cores:.2f} cores over {p.threads} threads"))
+        ev.append(_ev(f"pool_demand[{p.pool}]", load, "cpu.pool",
+                      f"{p.cpu_cores:.2f} cores over {p.threads} threads; running {_pct(p.states.get('cpu'))}, queued {_pct(p.states.get('runnable'))}"))
         rec = (TIKV_POOLS[p.pool].advice if p.knob and p.pool in TIKV_POOLS
                else f"the {p.pool} pool is saturated: give it more threads if its work is parallel")
+        if p.states.get("runnable", 0.0) > p.states.get("cpu", 0.0):
+            rec = (f"{p.pool} waits for a CPU more than it runs: the host's CPUs are oversubscribed, so "
+                   f"{'raising ' + p.knob if p.knob else 'more threads'} will not help until it gets CPU time "
+                   f"(dedicate cores, move other work off the host); then: {rec}")
         knob = f" (knob: {p.knob})" if p.knob else ""
-        parts.append((s, f"pool {p.pool} saturated: {_pct(p.util)} of its {p.threads} threads busy{knob}", rec))
+        queued = f", {_pct(p.states.get('runnable'))} of it queued for a CPU" if p.states.get("runnable", 0) > 0.2 else ""
+        s = s + 0.02 if s >= PRIMARY else s  # a named pool is a more precise cause than the run queue
+        parts.append((s, f"pool {p.pool} saturated: its {p.threads} thread{'s want' if p.threads > 1 else ' wants'} a CPU "
+                         f"{_pct(load)} of the time{queued}{knob}", rec))
     if not parts:
         return None
     best = max(parts, key=lambda x: x[0])
@@ -285,12 +306,16 @@ def rule_memory(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if tm.mem_failcnt_rate is not None and tm.mem_limit:
         pressure.append(ramp(tm.mem_failcnt_rate, "mem.failcnt") * 0.8)
         ev.append(_ev("cgroup_failcnt_per_s", tm.mem_failcnt_rate, "mem.failcnt"))
+    # Host-wide pressure (PSI, swap) counts fully only when the target shows a sign of its own
+    # (faults, a full cgroup, its own swap): on a shared host it is often someone else's.
+    own = ((majflt or 0.0) >= 10 or (tm.mem_usage_share or 0.0) >= 0.9 or (tm.swap or 0.0) > 0)
+    w = 0.7 if own else 0.3
     if m.system is not None:
         if "memory_some" in m.system.psi:
-            pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * 0.7)
+            pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * w)
             ev.append(_ev("psi_memory_some", m.system.psi["memory_some"], "mem.psi", "system-wide"))
         if m.system.swap_io_rate is not None:
-            pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * 0.7)
+            pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * w)
             ev.append(_ev("swap_pages_per_s", m.system.swap_io_rate, "mem.swap", "system-wide"))
     usage = 0.0
     if tm.mem_usage_share is not None:
@@ -323,6 +348,11 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     fut = tm.active_states.get("futex", 0.0)
     ev = [_ev("futex_wait_share", fut, "lock.futex", f"{tm.active_threads} busy threads")]
     score = ramp(fut, "lock.futex")
+    if tm.busy_vcsw_rate is not None:
+        # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
+        # makes its waiters block and wake constantly.
+        ev.append(_ev("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
+        score *= 0.4 + 0.6 * ramp(tm.busy_vcsw_rate, "lock.switches")
     if tm.active_threads < 2:
         score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
     if tm.vcsw_rate is not None and tm.active_threads:
@@ -418,7 +448,7 @@ def _label(c: float) -> str:
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     found = [f for f in (r(tm, m) for r in RULES) if f is not None]
     found.append(rule_not_saturated(tm, m, found))
-    found.sort(key=lambda f: (-f.score, CATEGORIES.index(f.category)))
+    found.sort(key=lambda f: (-round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]
     if best.category != "not_saturated" and best.score < PRIMARY:
         best = next(f for f in found if f.category == "not_saturated")
@@ -458,10 +488,8 @@ def compare_targets(m: Metrics) -> list[Imbalance]:
     for name, ts in sorted(groups.items()):
         if len(ts) < 2:
             continue
-        for metric, get, floor in (("cpu_cores", lambda t: t.cpu_cores, 0.05),
-                                   ("write_bps", lambda t: t.write_bps, 1 << 20),
-                                   ("read_bps", lambda t: t.read_bps, 1 << 20)):
-            vals = {t.label: get(t) for t in ts if get(t) is not None}
+        for metric, floor in (("cpu_cores", 0.05), ("write_bps", float(1 << 20)), ("read_bps", float(1 << 20))):
+            vals: dict[str, float] = {t.label: float(getattr(t, metric)) for t in ts if getattr(t, metric) is not None}
             if len(vals) < 2:
                 continue
             xs = sorted(vals.values())

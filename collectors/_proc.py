@@ -51,11 +51,12 @@ def spawn(
     stderr: IO[bytes] | int | None = subprocess.DEVNULL,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    stdin_pipe: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a helper that cannot outlive the profiler (own session, parent-death signal)."""
     proc = subprocess.Popen(
         argv,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,
@@ -211,6 +212,7 @@ class PerfCollector:
     backend = "perf"
     events: list[str] = []
     stop_timeout = 15.0
+    max_bytes: int | None = None  # bound on perf.data; None: unbounded (low-rate collectors)
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -219,6 +221,7 @@ class PerfCollector:
         self.errpath: Path | None = None
         self.died: str | None = None  # why perf ended before it was asked to
         self.stopping = False
+        self.capped: str | None = None  # why perf was stopped before the end of the capture
 
     # -- protocol
     def probe(self, ctx: CaptureContext) -> Probe:
@@ -240,7 +243,7 @@ class PerfCollector:
     def check_started(self, ctx: CaptureContext) -> None:
         """Called a moment after every collector started: perf fails fast on bad events,
         missing pids or permissions; raise with perf's own words if it did."""
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() not in (None, 0):
             msg = (tail(self.errpath) if self.errpath else "") or f"exit code {self.proc.returncode}"
             forget(self.proc)
             self.cleanup(ctx)
@@ -256,9 +259,19 @@ class PerfCollector:
         """Undo ``prepare`` (always called once perf is gone)."""
 
     def poll(self) -> str | None:
-        """None while perf runs; a word on how it ended once it has (self.died says why if badly)."""
+        """None while perf runs; a word on how it ended once it has (self.died says why if badly).
+
+        Also keeps the output bounded: past ``max_bytes`` of perf.data, perf is asked to stop
+        (it finishes its file properly) and the collector will say it stopped early.
+        """
         if self.proc is None:
             return "not started"
+        if (self.max_bytes and not self.stopping and self.capped is None
+                and self.proc.poll() is None and self.size() > self.max_bytes):
+            elapsed = time.monotonic() - (self.started or time.monotonic())
+            self.capped = (f"stopped early after {elapsed:.1f}s: perf.data reached {self.max_bytes >> 20} MiB "
+                           "(the bound that keeps long captures on busy targets finite)")
+            self.request_stop()
         rc = self.proc.poll()
         if rc is None:
             return None
@@ -312,6 +325,10 @@ class PerfCollector:
                     rec.status = PARTIAL
                 if rec.stats.get("samples") == 0 and rec.status == PARTIAL:
                     rec.status = FAILED
+            if self.capped:
+                rec.stats["stopped_early"] = True
+                if rec.status == OK:
+                    rec.status, rec.reason = PARTIAL, self.capped
             if lost and rec.status == OK:
                 rec.status, rec.reason = PARTIAL, f"perf lost {lost} events (buffer overrun)"
         except OSError as exc:

@@ -19,32 +19,33 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import gzip
 import itertools
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
-import threading
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from profiler.collectors import _proc
 from profiler.collectors.base import CaptureContext, Probe
 
-from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord
+from profiler.bundle import OK, PARTIAL, CollectorRecord
 
 OUTPUT = "block.trace.gz"
 EVENTS = ["block_rq_issue", "block_rq_complete"]
 OPTIONAL_EVENTS = ["block_rq_requeue", "block_rq_merge"]
-BUFFER_KB = 4096  # per CPU; the reader drains it continuously
+TOTAL_BUFFER_MB = 64  # ring buffer budget over all CPUs; the reader drains it continuously
 INSTANCE_PREFIX = "profiler-"
 _SEQ = itertools.count(1)
 _STALE = re.compile(r"^profiler-(\d+)-(\d+)$")
-# "  kworker/u8:2-1234    [001] d..1.  123.456789: block_rq_issue: ..." -> tid
-_TASK_TID = re.compile(rb"^\s*.*?-(\d+)\s+\[\d+\]")
+# "  kworker/u8:2-1234    [001] d..1.  123.456789: block_rq_issue: ..." -> the issuing tid
+_ISSUER = re.compile(rb"-(\d+)\s+\[\d+\][^\n]*? block_rq_issue:")
 
 
 def counter_argv(perf: str, out: Path) -> list[str]:
@@ -135,6 +136,15 @@ class TracefsInstance:
     def has(self, rel: str) -> bool:
         return os.path.exists(os.path.join(self.path, rel))
 
+    def entries(self) -> int:
+        """Events still waiting in the ring buffer, over every CPU."""
+        n = 0
+        with contextlib.suppress(OSError):
+            for cpu in os.listdir(os.path.join(self.path, "per_cpu")):
+                with contextlib.suppress(OSError):
+                    n += parse_cpu_stats(self.read(f"per_cpu/{cpu}/stats")).get("entries", 0)
+        return n
+
     def lost(self) -> int:
         """Events the ring buffer overwrote or dropped, over every CPU."""
         n = 0
@@ -172,28 +182,76 @@ class TracefsInstance:
                 atexit.unregister(self.remove)
 
 
+def tool(name: str) -> str | None:
+    """A coreutils-level helper (cat, gzip): from PATH, else where Debian keeps it."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/bin", "/bin"):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def buffer_kb_per_cpu(ncpu: int, total_mb: int = TOTAL_BUFFER_MB) -> int:
+    """Per-CPU ring size: a total budget spread over the CPUs, 1 to 8 MiB each."""
+    return max(1024, min(8192, total_mb * 1024 // max(1, ncpu)))
+
+
+class TraceCounter:
+    """Counts block events in ftrace text as it streams by (C-speed byte counts per chunk),
+    and the issues made by the targets' own threads."""
+
+    def __init__(self, events: list[str], is_target: Callable[[int], bool]) -> None:
+        self.needles = {ev: f" {ev}:".encode() for ev in events}
+        self.counts = {ev: 0 for ev in events}
+        self.is_target = is_target
+        self.target_issues = 0
+        self.carry = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.carry = data
+            return
+        self.carry = data[cut + 1:]
+        self._count(data[:cut + 1])
+
+    def close(self) -> None:
+        if self.carry:
+            self._count(self.carry)
+            self.carry = b""
+
+    def _count(self, data: bytes) -> None:
+        for ev, needle in self.needles.items():
+            self.counts[ev] += data.count(needle)
+        for m in _ISSUER.finditer(data):
+            if self.is_target(int(m.group(1))):
+                self.target_issues += 1
+
+
 class BlockIO:
     name = "block-io"
     backend = "tracefs"
 
-    def __init__(self, buffer_kb: int = BUFFER_KB, check_balance: bool = True) -> None:
+    def __init__(self, buffer_kb: int | None = None, check_balance: bool = True) -> None:
         self.buffer_kb = buffer_kb
         self.check_balance = check_balance
         self.rec = CollectorRecord(name=self.name, backend=self.backend)
         self.instance: TracefsInstance | None = None
-        self.thread: threading.Thread | None = None
-        self.stop_event = threading.Event()
-        self.counts = {e: 0 for e in EVENTS + OPTIONAL_EVENTS}
-        self.target_issues = 0
-        self.bytes_written = 0
-        self.error: BaseException | None = None
+        self.reader: subprocess.Popen[bytes] | None = None
+        self.gzip: subprocess.Popen[bytes] | None = None
+        self.out_tmp: Path | None = None
         self.counter: subprocess.Popen[bytes] | None = None
         self.counter_out: Path | None = None
         self.enabled: list[str] = []
         self._tgid: dict[int, int | None] = {}
+        self._pids: set[int] = set()
         self.counter_t0 = self.counter_t1 = self.trace_t0 = 0.0
         self.trace_t1: float | None = None
-        self._pids: set[int] = set()
+        self.died: str | None = None
+        self._tid_seen = 0.0
 
     # ---------------------------------------------------------------- protocol
     def probe(self, ctx: CaptureContext) -> Probe:
@@ -201,16 +259,23 @@ class BlockIO:
 
         root = host.tracefs_path()
         if root is None:
+            if host.tracefs_mounts():
+                return Probe(False, "permission denied: tracefs is mounted but only root can read it", "sudo profiler ...")
             return Probe(False, "tracefs is not mounted", host.MOUNT_TRACEFS)
         if not os.access(os.path.join(root, "instances"), os.W_OK):
             return Probe(False, "permission denied: creating a tracefs instance needs root", "sudo profiler ...")
         for ev in EVENTS:
             if not host.tracepoint_available(f"block:{ev}"):
                 return Probe(False, f"tracepoint block:{ev} is not available on this kernel")
+        for name in ("cat", "gzip"):
+            if tool(name) is None:
+                return Probe(False, f"{name} not found", "apt-get install coreutils gzip")
         return Probe(True)
 
     def argv(self, ctx: CaptureContext) -> list[str]:
-        return []  # in-process: tracefs files, no command line (the balance counter is in stats)
+        if self.instance is None:
+            return []
+        return [tool("cat") or "cat", os.path.join(self.instance.path, "trace_pipe")]
 
     def start(self, ctx: CaptureContext) -> None:
         from profiler.collectors import host
@@ -221,19 +286,30 @@ class BlockIO:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
         self._pids = set(ctx.pids)
+        self._learn_threads()
         inst = TracefsInstance(root, f"{INSTANCE_PREFIX}{os.getpid()}-{next(_SEQ)}")
         self.instance = inst
-        self.rec.stats["instance"] = inst.path
+        kb = self.buffer_kb or buffer_kb_per_cpu(os.cpu_count() or 1)
+        self.rec.stats.update({"instance": inst.path, "buffer_kb_per_cpu": kb})
         try:
             inst.create()
             inst.write("tracing_on", "0")
             inst.write("trace_clock", "mono")
-            inst.write("buffer_size_kb", str(self.buffer_kb))
+            inst.write("buffer_size_kb", str(kb))
             for ev in EVENTS + OPTIONAL_EVENTS:
                 if inst.has(f"events/block/{ev}/enable"):
                     self.enabled.append(ev)
                 elif ev in EVENTS:
                     raise RuntimeError(f"tracepoint block:{ev} is missing in the instance")
+            # The reader: cat drains trace_pipe, gzip -1 compresses, neither holds the GIL.
+            self.out_tmp = ctx.writer.path(f".{OUTPUT}.tmp")
+            with open(self.out_tmp, "wb") as out:
+                self.gzip = _proc.spawn([tool("gzip") or "gzip", "-1", "-c"], stdout=out,
+                                        stdin_pipe=True)
+            self.rec.argv = self.argv(ctx)
+            assert self.gzip.stdin is not None
+            self.reader = _proc.spawn(self.rec.argv, stdout=self.gzip.stdin)
+            self.gzip.stdin.close()
             if self.check_balance and shutil.which(ctx.perf):
                 self.counter_out = ctx.writer.root / ".block-io.count.tmp"
                 argv = counter_argv(ctx.perf, self.counter_out)
@@ -246,24 +322,29 @@ class BlockIO:
             inst.write("tracing_on", "1")
             self.trace_t0 = time.monotonic()
         except Exception:
-            self._teardown()
+            self._teardown(ctx)
             raise
-        self.rec.started = time.monotonic()
-        self.out_cm = ctx.writer.open_member(OUTPUT)
-        self.out = self.out_cm.__enter__()
+        self.rec.started = self.trace_t0
         self.rec.files = [OUTPUT]
-        self.thread = threading.Thread(target=self._reader, name="block-io-reader", daemon=True)
-        self.thread.start()
+
+    def _learn_threads(self) -> None:
+        """Remember the targets' thread ids while they live (IO is attributed after the capture)."""
+        self._tid_seen = time.monotonic()
+        for pid in self._pids:
+            with contextlib.suppress(OSError, ValueError):
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    self._tgid[int(tid)] = pid
 
     def poll(self) -> str | None:
-        if self.error is not None:
-            return f"reader failed: {self.error}"
-        if self.thread is not None and not self.thread.is_alive() and not self.stop_event.is_set():
-            return "reader ended"
-        return None
+        if time.monotonic() - self._tid_seen >= 1.0:
+            self._learn_threads()
+        for proc, what in ((self.reader, "the trace_pipe reader"), (self.gzip, "gzip")):
+            if proc is not None and proc.poll() is not None and self.trace_t1 is None and self.died is None:
+                self.died = f"{what} exited with code {proc.returncode} during the capture"
+        return self.died
 
     def size(self) -> int:
-        return self.bytes_written
+        return _proc.file_size(self.out_tmp) if self.out_tmp else 0
 
     def request_stop(self) -> None:
         """Stop the trace and its counter at the same moment (before the other collectors finish)."""
@@ -279,10 +360,10 @@ class BlockIO:
     def stop(self, ctx: CaptureContext) -> CollectorRecord:
         rec = self.rec
         try:
+            self.poll()
+            self._learn_threads()
             self.request_stop()
-            self.stop_event.set()
-            if self.thread is not None:
-                self.thread.join(30.0)
+            self._drain()
             rec.ended = time.monotonic()
             ring_lost = self.instance.lost() if self.instance is not None else 0
             counted = None
@@ -291,7 +372,16 @@ class BlockIO:
                 self.counter = None
                 if self.counter_out is not None and self.counter_out.exists():
                     counted = parse_counter(self.counter_out.read_text(errors="replace"))
-            trace = {e: n for e, n in self.counts.items() if e in self.enabled}
+            self._stop_pipeline()
+            assert self.out_tmp is not None
+            self.out_tmp.replace(ctx.writer.path(OUTPUT))
+            tc = TraceCounter(self.enabled, self._is_target)
+            with contextlib.suppress(OSError, EOFError, zlib.error):
+                with gzip.open(ctx.writer.path(OUTPUT), "rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        tc.feed(chunk)
+            tc.close()
+            trace = dict(tc.counts)
             ratio = 1.0
             if counted and self.counter_t1 > self.counter_t0 and self.trace_t1:
                 ratio = (self.trace_t1 - self.trace_t0) / (self.counter_t1 - self.counter_t0)
@@ -300,37 +390,58 @@ class BlockIO:
             rec.stats.update(stats)
             rec.stats["events"] = sum(trace.values())
             rec.stats["completions"] = trace.get("block_rq_complete", 0)
-            rec.stats["target_issues"] = self.target_issues
+            rec.stats["target_issues"] = tc.target_issues
             rec.stats["enabled"] = [f"block:{e}" for e in self.enabled]
-            if self.error is not None:
-                rec.status = PARTIAL
-                err = self.error
-                rec.reason = _proc.disk_reason(err) if isinstance(err, OSError) else f"reader failed: {err}"
-            elif why:
-                rec.status, rec.reason = PARTIAL, why
-            else:
-                rec.status = OK
+            reasons = [r for r in (self.died, why) if r]
+            rec.status = PARTIAL if reasons else OK
+            rec.reason = "; ".join(reasons) or None
+        except OSError as exc:
+            rec.status, rec.reason = PARTIAL, _proc.disk_reason(exc)
+            rec.ended = rec.ended or time.monotonic()
         finally:
-            self._teardown()
-        if rec.status == OK and not rec.files:
-            rec.status, rec.reason = FAILED, "no trace written"
+            self._teardown(ctx)
         return rec
 
     # ---------------------------------------------------------------- internals
-    def _teardown(self) -> None:
-        self.stop_event.set()
-        if self.thread is not None and self.thread.is_alive():
-            self.thread.join(10.0)
-        if getattr(self, "out_cm", None) is not None:
-            with contextlib.suppress(Exception):
-                self.out_cm.__exit__(None, None, None)
-            self.out_cm = None
+    def _drain(self, timeout: float = 10.0) -> None:
+        """After tracing_on=0, wait until the reader has emptied the ring buffer."""
+        if self.instance is None or self.reader is None:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.reader.poll() is None:
+            if self.instance.entries() == 0:
+                time.sleep(0.05)  # the last read may still be on its way to gzip
+                return
+            time.sleep(0.05)
+
+    def _stop_pipeline(self) -> None:
+        if self.reader is not None:
+            _proc.stop_process(self.reader, 2.0, first=signal.SIGTERM)
+            self.reader = None
+        if self.gzip is not None:
+            # gzip ends by itself at EOF (cat is gone); then it has flushed its trailer.
+            try:
+                self.gzip.wait(30.0)
+            except subprocess.TimeoutExpired:
+                pass
+            _proc.stop_process(self.gzip, 2.0, first=signal.SIGTERM)
+            self.gzip = None
+
+    def _teardown(self, ctx: CaptureContext) -> None:
+        if self.instance is not None and self.trace_t1 is None:
+            with contextlib.suppress(OSError):
+                self.instance.write("tracing_on", "0")
+        self._stop_pipeline()
         if self.counter is not None:
             _proc.stop_process(self.counter, 5.0)
             self.counter = None
         if self.counter_out is not None:
             with contextlib.suppress(OSError):
                 self.counter_out.unlink()
+        if self.out_tmp is not None and self.out_tmp.exists():
+            # an error before the rename: keep what was traced under its real name
+            with contextlib.suppress(OSError):
+                self.out_tmp.replace(ctx.writer.path(OUTPUT))
         if self.instance is not None:
             self.instance.remove()
 
@@ -348,58 +459,3 @@ class BlockIO:
                             break
             self._tgid[tid] = tgid
         return tgid in self._pids
-
-    def _count(self, data: bytes) -> None:
-        for line in data.split(b"\n"):
-            if b"block_rq_" not in line:
-                continue
-            for ev in self.enabled:
-                if f" {ev}:".encode() in line:
-                    self.counts[ev] += 1
-                    if ev == "block_rq_issue":
-                        m = _TASK_TID.match(line)
-                        if m and self._is_target(int(m.group(1))):
-                            self.target_issues += 1
-                    break
-
-    def _reader(self) -> None:
-        assert self.instance is not None
-        out: IO[bytes] = self.out
-        fd = -1
-        carry = b""
-        try:
-            fd = os.open(os.path.join(self.instance.path, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            draining_since: float | None = None
-            while True:
-                if self.stop_event.is_set() and draining_since is None:
-                    draining_since = time.monotonic()
-                poller.poll(50 if draining_since is not None else 200)
-                got_any = False
-                while True:
-                    try:
-                        chunk = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        break
-                    if not chunk:
-                        break
-                    got_any = True
-                    out.write(chunk)
-                    self.bytes_written += len(chunk)
-                    data = carry + chunk
-                    cut = data.rfind(b"\n")
-                    if cut >= 0:
-                        self._count(data[:cut])
-                        carry = data[cut + 1:]
-                    else:
-                        carry = data
-                if draining_since is not None and (not got_any or time.monotonic() - draining_since > 10):
-                    break
-            if carry:
-                self._count(carry)
-        except BaseException as exc:  # noqa: BLE001 - reported through poll()/stop()
-            self.error = exc
-        finally:
-            if fd >= 0:
-                os.close(fd)

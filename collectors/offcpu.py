@@ -84,6 +84,7 @@ class OffCpu(RecordCollector):
     events = ["sched:sched_switch"]
     output = OUTPUT
     fields = SCRIPT_FIELDS + ",trace"
+    max_bytes = 256 << 20  # a stack per context switch: ~30 MB/s on a server switching 100K times a second
 
     def __init__(self, keep_perf_data: bool = False, delayacct_path: str = DELAYACCT) -> None:
         super().__init__(keep_perf_data)

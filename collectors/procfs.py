@@ -193,11 +193,11 @@ def read_system(disks: list[str]) -> dict[str, Any]:
         f = line.split()
         if len(f) < 14 or f[2] not in disks:
             continue
-        v = [int(x) for x in f[3:14]]
+        n = [int(x) for x in f[3:14]]
         dd[f[2]] = {
-            "reads": v[0], "read_sectors": v[2], "read_ms": v[3], "writes": v[4],
-            "write_sectors": v[6], "write_ms": v[7], "in_flight": v[8], "io_ticks_ms": v[9],
-            "time_in_queue_ms": v[10],
+            "reads": n[0], "read_sectors": n[2], "read_ms": n[3], "writes": n[4],
+            "write_sectors": n[6], "write_ms": n[7], "in_flight": n[8], "io_ticks_ms": n[9],
+            "time_in_queue_ms": n[10],
         }
     rec["disks"] = dd
     return rec

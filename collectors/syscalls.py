@@ -206,6 +206,7 @@ class Pairing:
 class Syscalls(PerfCollector):
     name = "syscalls"
     events = EVENTS
+    max_bytes = 256 << 20  # two events per syscall: ~40 MB/s on a server making 200K syscalls a second
     mmap_pages = "1024"  # 4 MiB per CPU: syscall-heavy servers make tens of thousands of events a second
 
     def __init__(self, keep_perf_data: bool = False) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from profiler.bundle import (
 )
 from profiler.collectors import _proc, host
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
-from profiler.errors import Interrupted
+from profiler.errors import CapabilityError, Interrupted
 from profiler.targets import Target
 
 TICK = 0.1  # main loop period (s)
@@ -149,11 +150,15 @@ class Session:
     # ------------------------------------------------------------------ run
     def run(self) -> CaptureResult:
         manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
-        writer = BundleWriter(self.output, manifest, force=self.force)
+        try:
+            writer = BundleWriter(self.output, manifest, force=self.force)
+        except OSError as exc:
+            raise CapabilityError(f"cannot create the bundle at {self.output}: {exc.strerror or exc}") from None
         ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf)
         result = CaptureResult(manifest=manifest, output=self.output)
         load_proc: subprocess.Popen[bytes] | None = None
         load_info: LoadInfo | None = None
+        error: Exception | None = None
         with self._own_sigint():
             try:
                 try:
@@ -167,6 +172,9 @@ class Session:
                 except (Interrupted, KeyboardInterrupt):
                     self._sigint = True
                     result.stop_reason = "interrupted (Ctrl-C)"
+                except Exception as exc:  # noqa: BLE001 - finish the bundle, then let it propagate
+                    error = exc
+                    result.stop_reason = f"internal error: {type(exc).__name__}: {exc}"
                 if self._sigint:
                     result.interrupted = True
                     result.stop_reason = "interrupted (Ctrl-C)"
@@ -175,7 +183,10 @@ class Session:
                 # Finalization must finish even if Ctrl-C is pressed again.
                 self._sigint = False
                 try:
+                    if _isatty(self.progress) and self.started:
+                        self._write_status(f"stopping ({result.stop_reason}): symbolizing stacks, finishing files...")
                     self._stop_all(ctx)
+                    self._clear_progress()
                     if load_proc is not None and load_info is not None:
                         result.load_exit_code = self._stop_load(load_proc, load_info, writer)
                     elif load_info is not None:
@@ -185,6 +196,11 @@ class Session:
                     if killed:
                         result.stop_reason += f"; killed leftover helpers {killed}"
             self._finish(writer, manifest, result)
+            if error is not None:
+                with contextlib.suppress(OSError):
+                    writer.finish(FAILED if manifest.status == FAILED else PARTIAL,
+                                  "; ".join(filter(None, [result.stop_reason, manifest.reason])))
+                raise error
         result.records = list(manifest.collectors)
         return result
 
@@ -310,17 +326,22 @@ class Session:
         for c in self.started:
             state = states.get(c.name)
             size = _size(c)
-            word = "ok" if state is None else ("DIED" if state not in ("ended",) else "ended")
-            parts.append(f"{c.name} {word}" + (f" {_human_bytes(size)}" if size else ""))
-        line = f"\rcapturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
+            word = "" if state is None else (" ended" if state == "ended" else " DIED")
+            parts.append(f"{c.name}{word}" + (f" {_human_bytes(size)}" if size else ""))
+        line = f"capturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
+        self._write_status(line)
+
+    def _write_status(self, line: str) -> None:
+        width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
         with contextlib.suppress(OSError, ValueError):
-            self.progress.write(line[:200].ljust(80))
+            self.progress.write("\r" + line[:width].ljust(width))
             self.progress.flush()
 
     def _clear_progress(self) -> None:
         if _isatty(self.progress):
+            self._write_status("")
             with contextlib.suppress(OSError, ValueError):
-                self.progress.write("\r" + " " * 120 + "\r")
+                self.progress.write("\r")
                 self.progress.flush()
 
     # ------------------------------------------------------------------ stop

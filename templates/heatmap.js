@@ -1,12 +1,11 @@
-// Hover and range picking for profiler's heatmap SVGs. Data: HEATMAP, HEATMAP_KIND (set by the template).
-(function () {
+// Hover and range picking for profiler's heatmap SVGs: the body of function (D, KIND, svg), where
+// D is the data the template embeds, KIND "latency" or "subsecond", svg this drawing's root (also
+// when the SVG is inlined in an HTML report next to others: everything is looked up inside it).
   "use strict";
-  var svg = document.documentElement;
-  var details = document.getElementById("details");
-  var hl = document.getElementById("hl");
-  var selection = document.getElementById("selection");
+  var details = svg.querySelector(".details");
+  var hl = svg.querySelector(".hlbox");
+  var selection = svg.querySelector(".selection");
   var NS = "http://www.w3.org/2000/svg";
-  var D = HEATMAP;
 
   function fmtLat(s) {
     if (s === null || s === undefined) return "-";
@@ -78,7 +77,7 @@
     var per = D.rows;
     for (var i = Math.round(a * per); i < Math.round(b * per); i++) {
       var c = Math.floor(i / per), r = i % per;
-      var e = document.createElementNS(NS, "rect");
+      var e = svg.ownerDocument.createElementNS(NS, "rect");
       e.setAttribute("x", D.left + c * D.cw);
       e.setAttribute("y", D.top + r * D.ch);
       e.setAttribute("width", D.cw);
@@ -109,9 +108,9 @@
     } catch (e) { /* standalone file: nothing to tell */ }
   }
 
-  var hits = document.querySelectorAll(".hit");
+  var hits = svg.querySelectorAll(".hit");
   for (var i = 0; i < hits.length; i++) {
-    if (HEATMAP_KIND === "latency") {
+    if (KIND === "latency") {
       hits[i].addEventListener("mousemove", latencyHover);
     } else {
       hits[i].addEventListener("mousemove", subHover);
@@ -122,4 +121,3 @@
       if (!pick) say(" ");
     });
   }
-})();

@@ -187,6 +187,11 @@ WORKLOADS = {w.name: w for w in [
     Workload("idle-not-saturated", ["stress-ng", "--cpu", "1", "--cpu-load", "10", "--timeout", "120"],
              "not_saturated", "CPU well under capacity", "stress-ng --cpu 1 --cpu-load 10 (a light, mostly sleeping load)",
              target="children"),
+    Workload("tikv-shaped-raftstore-hot", [sys.executable, str(Path(__file__).parent / "workloads" / "tikv_shaped.py"),
+                                           "--duration", "120"],
+             "cpu", "pool raftstore saturated (raftstore.store-pool-size)",
+             "a TiKV-shaped process (tikv-server name, TiKV pool thread names) whose one raftstore thread burns CPU",
+             warmup=1.5),
     Workload("imbalance-three-peers", ["sh", "-c", "stress-ng --cpu 1 --cpu-load 40 --timeout 120 & "
                                        "stress-ng --cpu 1 --cpu-load 40 --timeout 120 & "
                                        "stress-ng --cpu 1 --cpu-load 8 --timeout 120 & wait"],

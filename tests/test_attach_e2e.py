@@ -1,4 +1,4 @@
-"""End to end: `profiler attach` / `profiler run` on real workloads this test starts, and the robustness cases.
+"""End to end: `profiler attach` / `profiler run` (perf backend) on real workloads this test starts, and the robustness cases.
 
 Needs root, perf and tracefs (CI has them). Each test bounds its workload in time and stops it by pid;
 afterwards no perf process that names the bundle may be left, no tracefs instance of ours, and
@@ -9,21 +9,27 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from profiler.collectors.base import CaptureOptions
+from profiler.collectors.offcpu import OffCpu
 
 from profiler.bundle import Bundle
 from profiler.cli import main
+from profiler.session import Session
+from profiler.targets import target_from_pid
 
 TRACEFS = "/sys/kernel/tracing"
 
@@ -99,7 +105,11 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     data = clean_state / "data"
     data.mkdir()
     with workload(fio(data, 12)) as proc:
-        rc = main(["attach", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report"])
+        time.sleep(0.5)
+        # fio forks its job process: attach to the whole family, as `--pid fio` would
+        pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        args = [a for pid in pids for a in ("--pid", str(pid))]
+        rc = main(["attach", "--backend", "perf", *args, "--duration", "3s", "-o", str(out), "--no-report"])
     assert rc == 0
     b = Bundle.open(out)
     m = b.manifest
@@ -140,7 +150,7 @@ def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:
     code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass\n"
     with workload([sys.executable, "-c", code]) as proc:
         t0 = time.monotonic()
-        rc = main(["attach", "--pid", str(proc.pid), "--duration", "60s", "-o", str(out), "--no-report"])
+        rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "60s", "-o", str(out), "--no-report"])
         took = time.monotonic() - t0
     assert rc == 0 and took < 30
     m = Bundle.open(out).manifest
@@ -152,7 +162,7 @@ def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:
 
 def _spawn_attach(out: Path, pid: int, duration: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "profiler", "attach", "--pid", str(pid), "--duration", duration,
+        [sys.executable, "-m", "profiler", "attach", "--backend", "perf", "--pid", str(pid), "--duration", duration,
          "-o", str(out), "--no-report"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )
@@ -245,7 +255,7 @@ def test_disk_full_keeps_a_readable_partial_bundle(clean_state: Path) -> None:
         out = mnt / "cap"
         code = "import os,time\nt=time.time()\nwhile time.time()-t<20: os.getppid(); time.sleep(0.00005)\n"
         with workload([sys.executable, "-c", code]) as proc:
-            rc = main(["attach", "--pid", str(proc.pid), "--duration", "4s", "-o", str(out), "--no-report"])
+            rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "4s", "-o", str(out), "--no-report"])
         assert rc in (0, 6)
         b = Bundle.open(out)
         assert b.manifest.status in ("partial", "running", "failed")
@@ -259,7 +269,7 @@ def test_run_wraps_a_load_and_passes_its_exit_code(clean_state: Path) -> None:
     out = clean_state / "cap"
     load = [sys.executable, "-c", "import sys,time; print('tps: 42'); time.sleep(1.5); sys.exit(4)"]
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"]) as proc:
-        rc = main(["run", "--pid", str(proc.pid), "-o", str(out), "--no-report", "--"] + load)
+        rc = main(["run", "--backend", "perf", "--pid", str(proc.pid), "-o", str(out), "--no-report", "--"] + load)
     assert rc == 4
     b = Bundle.open(out)
     assert b.manifest.load is not None and b.manifest.load.exit_code == 4
@@ -268,3 +278,91 @@ def test_run_wraps_a_load_and_passes_its_exit_code(clean_state: Path) -> None:
     assert b.manifest.options["stop_reason"] == "the load command exited"
     with gzip.open(out / "cpu.perf.txt.gz", "rt") as fh:
         fh.read()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare is not installed")
+def test_container_target_gets_symbols_through_its_own_root(clean_state: Path) -> None:
+    """A target whose binary exists only in its own mount namespace (as in a container)."""
+    mnt = clean_state / "ns-only"
+    mnt.mkdir()
+    py = os.path.realpath(sys.executable)  # the interpreter binary itself, not the venv's symlink
+    loop = "import time\nt=time.time()\nwhile time.time()-t<12: sum(range(1000))\n"
+    script = (f"mount -t tmpfs none {mnt} && cp {py} {mnt}/py && exec {mnt}/py -c '{loop}'")
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{proc.pid}/exe").endswith("/py"):
+                    break
+            time.sleep(0.1)
+        assert not (mnt / "py").exists()  # invisible from here: only the target's root has it
+        out = clean_state / "cap"
+        rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "3s", "-o", str(out), "--no-report",
+                   "--collector", "cpu-stacks"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rc == 0
+    b = Bundle.open(out)
+    assert b.manifest.targets[0].container is True
+    frames = [ln for ln in b.iter_lines("cpu.perf.txt.gz") if ln.startswith("\t") and f"({mnt}/py)" in ln]
+    assert frames, "no frame in the namespaced binary"
+    assert any("[unknown]" not in ln for ln in frames), "no symbol resolved through /proc/PID/root"
+
+
+def test_block_io_removes_instances_left_by_a_killed_profiler(clean_state: Path) -> None:
+    dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))
+    stale = Path(TRACEFS) / "instances" / f"profiler-{dead}-1"
+    stale.mkdir()
+    try:
+        out = clean_state / "cap"
+        with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]) as proc:
+            rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "1s", "-o", str(out), "--no-report",
+                       "--collector", "block-io"])
+        assert rc == 0
+        assert not stale.exists()
+    finally:
+        with contextlib.suppress(OSError):
+            stale.rmdir()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed")
+def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
+    """An unprivileged user: perf and tracefs collectors are skipped, saying why; the bundle is kept."""
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    shared = Path(tempfile.mkdtemp(prefix="profiler-collect-e2e-"))  # reachable by nobody, unlike tmp_path
+    os.chmod(shared, 0o777)
+    out = shared / "cap"
+    target = subprocess.Popen(nobody + [sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        proc = subprocess.run(nobody + [sys.executable, "-m", "profiler", "attach", "--backend", "perf",
+                                        "--pid", str(target.pid), "--duration", "1s", "-o", str(out), "--no-report"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    try:
+        assert proc.returncode in (0, 6), proc.stderr
+        assert "Traceback" not in proc.stderr
+        m = Bundle.open(out).manifest
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    for name in ("perf-stat", "cpu-stacks", "offcpu-stacks", "syscalls", "block-io"):
+        rec = m.collector(name)
+        assert rec is not None and rec.status == "skipped" and "permission denied" in (rec.reason or ""), (name, rec)
+    assert m.status in ("partial", "failed") and "permission denied" in (m.reason or "")
+
+
+def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: Path) -> None:
+    col = OffCpu()
+    col.max_bytes = 64 << 10
+    with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
+        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col],
+                progress=io.StringIO()).run()
+    b = Bundle.open(clean_state / "cap")
+    rec = b.manifest.collector("offcpu-stacks")
+    assert rec is not None and rec.status == "partial" and "stopped early" in (rec.reason or "")
+    assert rec.stats["samples"] > 0 and rec.stats["stopped_early"] is True
+    assert any("sched:sched_switch" in ln for ln in b.iter_lines("offcpu.perf.txt.gz"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from profiler.analyzers import blockio
 from profiler.analyzers.blockio import COMPLETE, ISSUE, MERGE, REQUEUE
 
@@ -230,3 +229,26 @@ def test_empty_and_foreign_input() -> None:
 
 def test_io_record_is_compact() -> None:
     assert blockio.IO_DTYPE.itemsize == 48
+
+
+def test_huge_sectors_take_the_general_sort() -> None:
+    big = (1 << 41) + 12345
+    lines = (
+        f"fio-1 [000] ..... 10.000000: block_rq_issue: 259,0 R 4096 () {big} + 8 [fio]\n"
+        f"fio-1 [000] ..... 10.000010: block_rq_issue: 259,0 R 4096 () {big + 8} + 8 [fio]\n"
+        f"<idle>-0 [000] ..s.. 10.000300: block_rq_complete: 259,0 R () {big + 8} + 8 [0]\n"
+        f"<idle>-0 [000] ..s.. 10.000400: block_rq_complete: 259,0 R () {big} + 8 [0]\n"
+    )
+    b = blockio.parse_block_text(lines)
+    assert b.counts.paired == 2
+    assert sorted(zip(b.ios["sector"].tolist(), np.round(b.ios["latency"], 6).tolist(), strict=True)) == [
+        (big, 0.0004), (big + 8, 0.00029)]
+
+
+def test_perf_script_without_cpu_column() -> None:
+    lines = (
+        "        mariadbd 10674   529.856766:    block:block_rq_issue: 254,0 WS 4096 () 27656648 + 8 0x2,0,4 [mariadbd]\n"
+        " kworker/1:1H-kb    44   529.863889: block:block_rq_complete: 254,0 WS () 27656648 + 8 0x2,0,4 [0]\n"
+    )
+    b = blockio.parse_block_text(lines)
+    assert b.counts.paired == 1 and int(b.ios["tid"][0]) == 10674

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
+import shutil
 import subprocess
 import sys
 import xml.dom.minidom
@@ -133,3 +135,36 @@ def test_perf_data_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert out == expected
     code, svg, _ = run(["flamegraph", str(data)], capsys)
     assert code == 0 and "python" in svg
+
+
+def test_bcc_offcpu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = Manifest(clock=ClockInfo(monotonic_start=1.0, wall_start=1.7e9, offset=1.7e9), status="ok")
+    w = BundleWriter(tmp_path / "bcc", m)
+    with w.open_member("offcpu.folded.gz") as fh:
+        fh.write(b"grpc-server-1;main;futex_wait_[k] 3000\ngrpc-server-2;main;futex_wait_[k] 2000\n")
+    w.finish("ok")
+    code, out, _ = run(["flamegraph", str(tmp_path / "bcc"), "--offcpu", "--folded", "--pools"], capsys)
+    assert code == 0 and out == "lock (futex);grpc-server;main;futex_wait_[k] 5000\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_svg_zoom_and_search_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The SVG's own script, run by a real browser offline: ?f= zooms, ?s= searches."""
+    svg = tmp_path / "m.svg"
+    code, _, _ = run(["flamegraph", str(DIR / "mariadb-sysbench.txt"), "-o", str(svg)], capsys)
+    assert code == 0
+    text = svg.read_text()
+    m = re.search(r'<g data-i="(\d+)" data-k="[\w-]+"><title>dispatch_command ', text)
+    assert m
+    url = f"file://{svg}?f={m.group(1)}&s=^Prepared"
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=90, check=False,
+    ).stdout
+    if not dom.strip():
+        pytest.skip("chromium produced no DOM here")
+    assert re.search(r'id="matched" class="" [^>]*>Matched: \d+\.\d\d% \(\d+ frames\)', dom)
+    assert re.search(r'id="unzoom" class=""', dom)  # zoomed: the reset button shows
+    assert 'class="hide"' in dom  # frames outside the zoomed one are hidden

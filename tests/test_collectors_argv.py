@@ -175,6 +175,25 @@ def test_block_balance_flags_lost_completions() -> None:
     assert why is not None and "lost 5" in why
 
 
+@pytest.mark.parametrize("split", [1, 13, 100_000])
+def test_trace_counter_counts_events_and_target_issues_across_chunks(split: int) -> None:
+    text = (b"   fio-7  [001] .....  10.000001: block_rq_issue: 254,0 RS 4096 () 8 + 8 be,0,4 [fio]\n"
+            b"  <idle>-0  [000] ..s1.  10.000101: block_rq_complete: 254,0 RS () 8 + 8 be,0,4 [0]\n"
+            b" kworker/0:1H-44 [000] .....  10.000201: block_rq_issue: 254,0 WS 4096 () 16 + 8 be,0,4 [kworker/0:1H]\n") * 3
+    tc = blockio.TraceCounter(["block_rq_issue", "block_rq_complete"], lambda tid: tid == 7)
+    for i in range(0, len(text), split):
+        tc.feed(text[i:i + split])
+    tc.close()
+    assert tc.counts == {"block_rq_issue": 6, "block_rq_complete": 3}
+    assert tc.target_issues == 3
+
+
+def test_ring_buffer_is_sized_from_a_total_budget() -> None:
+    assert blockio.buffer_kb_per_cpu(2) == 8192
+    assert blockio.buffer_kb_per_cpu(16) == 4096
+    assert blockio.buffer_kb_per_cpu(256) == 1024
+
+
 def test_block_counter_and_ring_stats_parsers() -> None:
     counted = blockio.parse_counter("# started on x\n\n725000,,block:block_rq_issue,1000,100.00,,\n"
                                     "724990,,block:block_rq_complete,1000,100.00,,\n")
@@ -187,7 +206,7 @@ def test_block_counter_and_ring_stats_parsers() -> None:
 def test_registry_lists_every_collector_once() -> None:
     cols = registry.default_collectors(CaptureOptions())
     names = [c.name for c in cols]
-    assert {"perf-stat", "procfs", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls"} <= set(names)
+    assert {"perf-stat", "cpu-stacks", "offcpu-stacks", "block-io", "syscalls", "procfs"} <= set(names)
     assert len(set(names)) == len(names)
     assert all(isinstance(c, Collector) for c in cols)
     assert [c.name for c in registry.by_name(CaptureOptions(), ["syscalls", "perf-stat"])] == ["perf-stat", "syscalls"]

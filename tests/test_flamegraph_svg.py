@@ -139,3 +139,31 @@ def test_many_unique_stacks_render(inverted: bool) -> None:
     svg = render(FlameGraph(build_tree(counts, min_fraction=0.1 / 1180)), SvgOptions(inverted=inverted))
     xml.dom.minidom.parseString(svg.encode())
     assert svg.count("<g data-i=") < 2000  # pruned to what can be seen
+
+
+def test_offcpu_switch_events_and_interval_csv() -> None:
+    from profiler.analyzers.flame import offcpu_by_reason, read_intervals
+
+    with open(SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt") as f:
+        counts, stats = offcpu_folded(iter_samples(f))
+    assert stats.with_switch_in == 6 and stats.upper_bound == 0 and not stats.notes
+    assert sum(counts.values()) > 0
+    # the collectors' offcpu.csv.gz gives each switch-out its switch-in
+    with open(SAMPLES / "perf-script" / "sched-switch-callchain.txt") as f:
+        samples = list(iter_samples(f))
+    first = samples[0]
+    assert first.time is not None and first.tid is not None
+    csv_lines = ["tid,comm,off,on,state\n", f"{first.tid},redis-server,{first.time:.6f},{first.time + 0.5:.6f},S\n"]
+    counts, stats = offcpu_folded(samples, intervals=read_intervals(csv_lines))
+    assert stats.with_switch_in >= 1
+    assert max(counts.values()) >= 500000  # that interval: 0.5 s in µs
+    bcc = offcpu_by_reason({"t;main;futex_wait_[k]": 5, "t;main;irqentry_exit_to_user_mode_[k]": 2, "t;x": 1})
+    assert bcc == {"lock (futex);t;main;futex_wait_[k]": 5, "preempted (runnable);t;main;irqentry_exit_to_user_mode_[k]": 2, "other;t;x": 1}
+
+
+def test_pruned_build_with_odd_names_matches_full_build() -> None:
+    counts = {"a;b": 5, "a;b\x00x;c": 3, "a;;c": 2, "a": 1, "a;b;c": 4, "a;bb": 1}
+    opts = SvgOptions(test_mode=True, min_width=1)
+    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)
+    counts.pop("a;b\x00x;c")
+    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)

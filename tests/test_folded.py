@@ -58,6 +58,9 @@ def test_options_match_reference() -> None:
     assert got == (DIR / "mariadb-sysbench.all-tid-addrs.folded").read_text()
     got = fold(DIR / "redis-benchmark.txt", include_pid=True)
     assert got == (DIR / "redis-benchmark.pid.folded").read_text()
+    # the collectors' field set: comm pid/tid [cpu] time: period event:
+    got = fold(DIR / "pid-tid-cpu-fields.txt", include_tid=True)
+    assert got == (DIR / "pid-tid-cpu-fields.tid.folded").read_text()
 
 
 def test_chunking_does_not_change_the_result() -> None:
@@ -153,3 +156,16 @@ def test_parse_folded_roundtrip_and_errors() -> None:
     assert not is_folded((DIR / "mariadb-sysbench.txt").read_text())
     with pytest.raises(InputError):
         parse_folded(["not folded\n"])
+
+
+@pytest.mark.parametrize("name", ["mariadb-sysbench.txt", "several-events.txt", "comm-with-spaces.txt", "blank-lines.txt"])
+def test_several_processes_fold_the_same(name: str) -> None:
+    from profiler.analyzers.folded import collapse_file
+
+    path = DIR / name
+    for opts in (FoldOptions(), FoldOptions(include_tid=True, time_relative=True, time_from=0.005, count_samples=True)):
+        with open(path, "rb") as f:
+            one = collapse_stream(f, opts)
+        many = collapse_file(str(path), opts, workers=3)
+        assert many.counts == one.counts
+        assert (many.samples, many.first_time) == (one.samples, one.first_time)

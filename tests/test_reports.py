@@ -136,3 +136,20 @@ def test_analyze_writes_report_html(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "verdict: MEMORY PRESSURE" in out and f"report: {dst / 'report.html'}" in out
     assert (dst / "report.html").read_text().startswith("<!doctype html>")
     assert main(["analyze", str(dst), "--no-html"]) == 0
+
+
+def test_timeline_is_one_axis(analysis) -> None:
+    tl = analysis.timeline
+    assert tl.t and tl.t == sorted(tl.t) and tl.step >= 1.0
+    for key, panel in tl.panels.items():
+        for name, values in panel.series.items():
+            assert len(values) == len(tl.t), (key, name)
+    cpu = tl.panels["cpu"].series
+    known = [v for vals in cpu.values() for v in vals if v is not None]
+    assert known and all(v >= 0 for v in known)
+    states = tl.panels["states"].series
+    # stacked thread counts never exceed the number of threads sampled
+    nthreads = sum(t.threads for t in analysis.metrics.targets)
+    for i in range(len(tl.t)):
+        total = sum(vals[i] or 0 for vals in states.values())
+        assert total <= nthreads + 0.01

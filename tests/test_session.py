@@ -152,3 +152,20 @@ def test_refuses_to_overwrite_without_force(tmp_path: Path, sleeper: subprocess.
     with pytest.raises(OutputExists):
         _session(tmp_path, sleeper.pid, [Ticker()]).run()
     assert (tmp_path / "cap" / "x").read_text() == "keep me"
+
+
+def test_an_unexpected_error_still_finishes_the_bundle(tmp_path: Path, sleeper: subprocess.Popen[bytes],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the capture loop (injected here) still leaves a finished bundle, then propagates."""
+    import profiler.session as session_mod
+
+    def bad_poll(c: object) -> str | None:
+        raise RuntimeError("bug in the loop")
+
+    monkeypatch.setattr(session_mod, "_poll", bad_poll)
+    with pytest.raises(RuntimeError):
+        _session(tmp_path, sleeper.pid, [Ticker()], duration=5).run()
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert m.status == "partial" and "bug in the loop" in (m.reason or "")
+    rec = m.collector("ticker")
+    assert rec is not None and rec.status == "ok" and rec.files == ["ticker.txt"]

@@ -30,6 +30,7 @@ EXPECTED = {
     "memory-thrash-cgroup": ("memory", ("cgroup memory limit", "major faults")),
     "idle-not-saturated": ("not_saturated", ()),
     "imbalance-three-peers": ("not_saturated", ()),
+    "tikv-shaped-raftstore-hot": ("cpu", ("pool raftstore", "raftstore.store-pool-size")),
 }
 
 RULE_OF = {"cpu": vmod.rule_cpu, "io_wait": vmod.rule_io_wait, "memory": vmod.rule_memory,

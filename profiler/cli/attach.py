@@ -66,8 +66,9 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     names = ", ".join(t.describe() for t in targets)
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
+    used, why = registry.backend_choice(options)
     session = Session(targets, out, options, chosen, force=force, load=load,
-                      extra_options={"keep_perf_data": keep_perf_data,
+                      extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()
     typer.echo(summary(result.manifest, out), err=False)
@@ -123,7 +124,7 @@ def command(
     frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
     call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr."),
     interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
-    backend: str = typer.Option("auto", "--backend", help="perf, bcc or auto (bcc where the host supports it)."),
+    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
     collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, cpu-stacks, offcpu-stacks, block-io, syscalls, procfs."),

@@ -16,7 +16,7 @@ from profiler.bundle import Bundle, looks_like_bundle
 from profiler.cli._common import check_output
 from profiler.cli.flamegraph import load, svg_options, write_output
 from profiler.errors import InputError, UsageError
-from profiler.renderers.flamegraph_svg import render
+from profiler.renderers.flamegraph_svg import format_amount, render
 
 HELP = """Compare two captures: differential flame graph, verdict and metric deltas.
 
@@ -85,7 +85,7 @@ def diff_flamegraph(
     graph = FlameGraph(
         root=root,
         title=title or "Differential Flame Graph (red grew, blue shrank)",
-        subtitle=f"{before} -> {after} · {how} · A x {scale:.3g} · {sa:,} -> {sb:,} {b.unit}",
+        subtitle=f"{before} -> {after} · {how} · A x {scale:.3g} · {format_amount(sa, b.unit)} -> {format_amount(sb, b.unit)}",
         unit=b.unit,
         differential=True,
     )
@@ -116,6 +116,8 @@ def command(
         write_output(lines, output, force)
         return
     write_output(render(graph, svg_options(width, min_width, inverted)), output, force)
+    if output is not None and str(output) != "-" and output.is_file():
+        typer.echo(f"profiler: wrote {output} ({graph.subtitle})", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -43,7 +43,7 @@ heatmap of a bundle's CPU samples (or of perf script text / perf.data of cpu-clo
 """
 
 BY = ("none", "op", "device", "issuer", "comm")
-PERF_FIELDS = "comm,tid,cpu,time,event,trace"
+PERF_FIELDS = "comm,tid,time,event,trace"  # no cpu: per-task recordings may lack it
 
 
 def _progress(msg: str) -> None:
@@ -101,8 +101,8 @@ def _open_text(input: str) -> tuple[IO[bytes], str]:
 def _sniff(fh: IO[bytes]) -> tuple[bytes, IO[bytes]]:
     """Peek at the start of a stream without losing it."""
     head = fh.read(1 << 16)
-    rest = io.BufferedReader(_Concat(head, fh))  # type: ignore[arg-type]
-    return head, rest  # type: ignore[return-value]
+    rest = io.BufferedReader(_Concat(head, fh))
+    return head, rest
 
 
 class _Concat(io.RawIOBase):
@@ -253,10 +253,8 @@ def command(
 
     if src.kind == "cpu":
         assert src.samples is not None
-        t0 = src.bundle.manifest.clock.monotonic_start if src.bundle and src.bundle.manifest.clock.monotonic_start else None
-        if t0 is not None and len(src.samples.t) and src.samples.t.min() < t0:
-            t0 = None
-        h = subsecond.subsecond_heatmap(src.samples.t, rows=rows if rows != 50 else 50, t0=t0)
+        t0 = subsecond.capture_origin(src.bundle, src.samples.t) if src.bundle else None
+        h = subsecond.subsecond_heatmap(src.samples.t, rows=rows, t0=t0)
         doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": src.name, **h.to_json()}
         svg_text = heatmap_svg.render_subsecond(
             h, title=title or "CPU samples: sub-second offset heatmap",

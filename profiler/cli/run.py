@@ -31,7 +31,7 @@ def command(
     frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
     call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),
     interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
-    backend: str = typer.Option("auto", "--backend", help="perf, bcc or auto."),
+    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
     collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable)."),

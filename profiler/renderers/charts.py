@@ -12,7 +12,7 @@ from html import escape
 
 PALETTE = ("#2f6fb0", "#d9822b", "#3a9a5b", "#b8434e", "#7b5ea7", "#8c6d3f", "#c75fa0", "#6b7a8f", "#b3a11a", "#17a2b8")
 STATE_COLOURS = {
-    "running or runnable": "#3a9a5b", "blocked on IO": "#d9822b", "futex (locks)": "#b8434e",
+    "running or runnable": "#3a9a5b", "blocked on IO": "#d9822b", "futex (locks, parked workers)": "#b8434e",
     "idle (epoll, recv)": "#c9d3df", "sleep": "#e3e7ec", "other": "#9aa5b1",
 }
 W, PAD_L, PAD_R, PAD_T, PAD_B = 1040, 56, 170, 10, 22
@@ -21,11 +21,11 @@ W, PAD_L, PAD_R, PAD_T, PAD_B = 1040, 56, 170, 10, 22
 def _nice_max(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
         return 1.0
-    exp = 10 ** math.floor(math.log10(v))
+    exp = 10.0 ** math.floor(math.log10(v))
     for m in (1, 2, 4, 6, 8, 10):  # quarters of these read well
         if m * exp >= v:
-            return m * exp
-    return 10 * exp
+            return float(m * exp)
+    return float(10 * exp)
 
 
 def _fmt_tick(v: float) -> str:

@@ -13,8 +13,11 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
+
 from markupsafe import Markup, escape
 
 from profiler.analyzers.flame import KINDS, FlameGraph, Node, diff_color, frame_color, frame_kind
@@ -37,6 +40,8 @@ class SvgOptions:
 
 @functools.cache
 def _env() -> jinja2.Environment:
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load),
         autoescape=True,
@@ -66,7 +71,8 @@ def clean(text: str) -> str:
     return _XML_BAD.sub("\ufffd", text)
 
 
-def _amount(value: float, unit: str) -> str:
+def format_amount(value: float, unit: str) -> str:
+    """12,345,678 ns -> "12.35 ms"; samples and events as counts."""
     if unit == "ns":
         for div, name in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
             if value >= div:
@@ -80,6 +86,11 @@ def _amount(value: float, unit: str) -> str:
     if unit == "samples" and value == 1:
         return "1 sample"
     return f"{value:,.0f} {unit}"
+
+
+def _fit(text: str, width: float, font_size: int) -> str:
+    room = int(width / (font_size * 0.59))
+    return text if len(text) <= room else text[: room - 1] + "\u2026"
 
 
 def _fmt(x: float) -> str:
@@ -139,12 +150,12 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         if graph.differential:
             fill = diff_color(node.delta, scale)
             change = node.delta / total * 100 if total else 0.0
-            tip = f"{name} ({_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%; {change:+.2f}% of all)"
+            tip = f"{name} ({format_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%; {change:+.2f}% of all)"
         else:
             if kind not in kinds_seen and depth > 0:
                 kinds_seen[kind] = frame_color(kind, kind)
             fill = frame_color(name, kind)
-            tip = f"{name} ({_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%)"
+            tip = f"{name} ({format_amount(node.total, graph.unit)}, {node.total / total * 100 if total else 0:.2f}%)"
         fit = int((w - 6) // font_w)
         if fit < 3:
             label = ""
@@ -185,7 +196,8 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         script=Markup("" if opts.test_mode else _script()),
         background=opts.background,
         title=clean(graph.title),
-        subtitle=clean(graph.subtitle) if graph.subtitle else None,
+        subtitle=_fit(clean(graph.subtitle), opts.width - 2 * pad, opts.font_size) if graph.subtitle else None,
+        subtitle_full=clean(graph.subtitle) if graph.subtitle else None,
         generator=GENERATOR,
         nframes=len(laid),
         min_width=opts.min_width,

@@ -16,7 +16,9 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from profiler.analyzers import heatmap as heatmap_model
 from profiler.analyzers.heatmap import Heatmap
+from profiler.analyzers.iostats import IoAnalysis
 from profiler.analyzers.subsecond import SubsecondHeatmap
 
 # light yellow -> orange -> red -> dark red (perceptually ordered, readable on white)
@@ -49,7 +51,8 @@ def _ramp(v: float) -> str:
             f = (v - a) / (b - a) if b > a else 0.0
             r, g, bl = (round(x + (y - x) * f) for x, y in zip(ca, cb, strict=True))
             return f"#{r:02x}{g:02x}{bl:02x}"
-    return "#%02x%02x%02x" % _STOPS[-1][1]
+    r, g, bl = _STOPS[-1][1]
+    return f"#{r:02x}{g:02x}{bl:02x}"
 
 
 def colour_levels(counts: np.ndarray, scale: str = "log") -> np.ndarray:
@@ -153,8 +156,8 @@ def _polyline_segments(xs: list[float], ys: list[float | None]) -> list[str]:
     if len(cur) > 1:
         segs.append(" ".join(cur))
     elif len(cur) == 1:  # a single column: a short tick so it is visible
-        x, y = cur[0].split(",")
-        segs.append(f"{float(x) - 3:.1f},{y} {float(x) + 3:.1f},{y}")
+        sx, sy = cur[0].split(",")
+        segs.append(f"{float(sx) - 3:.1f},{sy} {float(sx) + 3:.1f},{sy}")
     return segs
 
 
@@ -274,3 +277,32 @@ def render_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-seco
         legend=legend, maxc=int(h.counts.max()) if h.counts.size else 0, colour=colour, data=data,
         script=_load("heatmap.js"), total=h.total,
     )
+
+
+def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour: str = "log",
+              title: str = "Block IO latency heatmap", standalone: bool = True) -> str:
+    """The heatmap of an :class:`IoAnalysis` (what the HTML report embeds): one panel per
+    ``by`` group. ``standalone=False`` drops the XML declaration for inlining in HTML."""
+    ios = analysis.block.ios
+    groups = analysis.split(by) if by != "none" else {"all IOs": np.ones(len(ios), bool)}
+    panels = heatmap_model.panels(ios["t_complete"], ios["latency"], groups, log=log, t0=analysis.block.t_first)
+    lat = analysis.overall["latency"]
+    sub = (f"{len(ios)} IOs, p50 {fmt_latency(lat['p50'] or 0)}, p99 {fmt_latency(lat['p99'] or 0)}, "
+           f"max {fmt_latency(lat['max'] or 0)}") if len(ios) else "no IOs"
+    c = analysis.block.counts
+    svg = render(panels, title=title, subtitle=sub, colour=colour,
+                 totals={"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions})
+    if not standalone:
+        svg = svg.split("?>", 1)[1].lstrip()
+    return svg
+
+
+def render_svg(model: IoAnalysis | SubsecondHeatmap) -> str:
+    """The picture of an analysis model, as the HTML report asks for it (IO or CPU heatmap)."""
+    if isinstance(model, SubsecondHeatmap):
+        return render_subsecond(model)
+    return render_io(model)
+
+
+def render_subsecond_svg(model: SubsecondHeatmap) -> str:
+    return render_subsecond(model)

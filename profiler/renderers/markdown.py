@@ -51,10 +51,10 @@ def render(a: Analysis) -> str:
         if len(pools) < 2:
             continue
         out += [f"### Thread pools of {_cell(tm.label)}", "",
-                "| pool | threads | CPU (cores) | busy / size | IO wait | futex | idle | knob |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                "| pool | threads | CPU (cores) | busy / size | wants CPU | IO wait | futex | idle | knob |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for p in pools:
-            out.append(f"| {_cell(p.pool)} | {p.threads} | {p.cpu_cores:.2f} | {fmt.pct(p.util)} | {fmt.pct(p.states.get('io'))} | "
+            out.append(f"| {_cell(p.pool)} | {p.threads} | {p.cpu_cores:.2f} | {fmt.pct(p.util)} | {fmt.pct(p.demand)} | {fmt.pct(p.states.get('io'))} | "
                        f"{fmt.pct(p.states.get('futex'))} | {fmt.pct(p.states.get('idle', 0) + p.states.get('sleep', 0))} | {_cell(p.knob or '')} |")
         out.append("")
     s = m.system

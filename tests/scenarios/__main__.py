@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", type=Path, help="write the scoreboard as JSON here")
     run.add_argument("--no-attach", action="store_true", help="workloads and confirmation only")
     run.add_argument("--keep-bundles", type=Path, help="copy each bundle to DIR/scn-<name>/")
+    run.add_argument("--attach-arg", action="append", default=[], metavar="ARG",
+                     help="extra argument for profiler attach (repeatable), e.g. --attach-arg=-F49")
     args = ap.parse_args(argv)
 
     if args.cmd == "list":
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for s in chosen:
             r = run_scenario(s, args.window, attach=not args.no_attach, keep=args.keep_bundles,
-                             log=lambda m: print(m, file=sys.stderr, flush=True))
+                             log=lambda m: print(m, file=sys.stderr, flush=True),
+                             attach_args=tuple(args.attach_arg))
             results.append(r)
             print(f"{r.name}: {r.outcome} (expected {r.expected}, got {r.got}, "
                   f"label {'confirmed' if r.confirmed else 'unconfirmed'}, {r.seconds:.0f}s)"

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -111,9 +112,12 @@ def read_verdict(report: dict[str, Any], target_pid: int) -> tuple[str | None, A
     return v.get("category"), v.get("sub_cause"), v, targets
 
 
-def run_attach(bundle: Path, pid: int, window: float, logdir: Path) -> tuple[int, str, float]:
+def run_attach(bundle: Path, pid: int, window: float, logdir: Path,
+               extra: tuple[str, ...] = ()) -> tuple[int, str, float]:
     """Run `profiler attach`; returns (exit code, stderr tail, seconds). Killed if it overruns."""
-    argv = [*profiler_argv(), "attach", "--pid", str(pid), "--duration", f"{window:g}s", "-o", str(bundle)]
+    # --no-report: the verdict is read once, from `profiler report --format json`, below.
+    argv = [*profiler_argv(), "attach", "--pid", str(pid), "--duration", f"{window:g}s", "-o", str(bundle),
+            "--no-report", *extra]
     t0 = time.monotonic()
     with open(logdir / "attach.log", "wb") as log:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -134,16 +138,14 @@ def run_attach(bundle: Path, pid: int, window: float, logdir: Path) -> tuple[int
 class AttachRunner:
     """Starts attach in the background so our sampler runs over the same window."""
 
-    def __init__(self, bundle: Path, pid: int, window: float, logdir: Path) -> None:
+    def __init__(self, bundle: Path, pid: int, window: float, logdir: Path, extra: tuple[str, ...] = ()) -> None:
         self.result: tuple[int, str, float] | None = None
-        import threading
-
-        self._t = threading.Thread(target=self._go, args=(bundle, pid, window, logdir), daemon=True)
+        self._t = threading.Thread(target=self._go, args=(bundle, pid, window, logdir, extra), daemon=True)
         self._t.start()
 
-    def _go(self, bundle: Path, pid: int, window: float, logdir: Path) -> None:
+    def _go(self, bundle: Path, pid: int, window: float, logdir: Path, extra: tuple[str, ...]) -> None:
         try:
-            self.result = run_attach(bundle, pid, window, logdir)
+            self.result = run_attach(bundle, pid, window, logdir, extra)
         except Exception as exc:  # noqa: BLE001 - reported as the attach result
             self.result = (-1, f"{type(exc).__name__}: {exc}", 0.0)
 
@@ -154,7 +156,7 @@ class AttachRunner:
 
 
 def run_scenario(s: Scenario, window: float = 10.0, *, attach: bool = True, keep: Path | None = None,
-                 log: Any = None) -> Result:
+                 log: Any = None, attach_args: tuple[str, ...] = ()) -> Result:
     """Run one scenario; never raises for workload trouble (it becomes outcome 'error')."""
     say = log or (lambda msg: None)
     r = Result(s.name, s.category, s.sub_cause, s.programs, s.cause)
@@ -178,7 +180,7 @@ def run_scenario(s: Scenario, window: float = 10.0, *, attach: bool = True, keep
         before = {role: g.stats() for role, g in ctx.groups.items()}
         probe0 = started.probe() if started.probe else {}
         bundle = tmp / "bundle"
-        runner = AttachRunner(bundle, target, window, tmp) if attach else None
+        runner = AttachRunner(bundle, target, window, tmp, attach_args) if attach else None
         sampler = Sampler(target).start()
         time.sleep(window)
         obs = sampler.stop()
@@ -210,7 +212,9 @@ def run_scenario(s: Scenario, window: float = 10.0, *, attach: bool = True, keep
         if os.environ.get("SCENARIO_DEBUG"):
             traceback.print_exc()
     finally:
+        t1 = time.monotonic()
         r.cleanup = teardown(ctx)
+        r.attach["teardown_seconds"] = round(time.monotonic() - t1, 1)
         shutil.rmtree(tmp, ignore_errors=True)
         if tmp.exists():
             r.cleanup.append(f"temporary directory {tmp} left behind")
@@ -228,8 +232,10 @@ def _verdict(r: Result, bundle: Path, target: int, tmp: Path, keep: Path | None,
             shutil.rmtree(dest)
         shutil.copytree(bundle, dest)
         r.bundle = str(dest)
+    t0 = time.monotonic()
     p = subprocess.run([*profiler_argv(), "report", str(bundle), "--format", "json"], capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=600)
+    r.attach["report_seconds"] = round(time.monotonic() - t0, 1)
     if p.returncode != 0:
         r.error = f"report exit {p.returncode}: {p.stderr.strip()[-300:]}"
         return
@@ -246,7 +252,7 @@ def _verdict(r: Result, bundle: Path, target: int, tmp: Path, keep: Path | None,
             r.verdict["evidence"] = v["evidence"]
     else:
         r.error = "report has no verdict yet"
-    if s.sub_cause_words and sub is not None:
+    if s.sub_cause_words and sub is not None and cat == s.category:
         text = _sub_cause_text(sub)
         r.sub_cause_ok = any(w in text for w in s.sub_cause_words)
 

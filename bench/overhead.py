@@ -1,0 +1,206 @@
+"""What a capture costs a real server: sysbench oltp_point_select against MariaDB, with and without profiler.
+
+Starts its own MariaDB (a fresh datadir in a temporary directory, 127.0.0.1 on a random free
+port, a unix socket beside it), prepares sysbench tables, then runs pairs back to back:
+sysbench alone, then sysbench under ``profiler run --pid mariadbd`` with a given collector set
+(every default collector, then each collector alone). The ratio of each pair is
+``throughput with profiler / throughput alone``; the medians of those ratios are printed,
+with the median throughputs and the server's CPU time per transaction. An "A/A (none)" pair
+(two runs alone) measures the noise floor: a ratio is only meaningful beyond its spread. On a
+shared host the figures are noisy: use several rounds.
+
+    sudo python bench/overhead.py --rounds 3 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def which(name: str, *alts: str) -> str:
+    for n in (name, *alts):
+        p = shutil.which(n) or (f"/usr/sbin/{n}" if os.path.exists(f"/usr/sbin/{n}") else None)
+        if p:
+            return p
+    raise SystemExit(f"bench: {name} is not installed")
+
+
+@contextlib.contextmanager
+def mariadb(workdir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A private MariaDB server for the benchmark; always stopped and its files removed."""
+    datadir, sock = workdir / "data", workdir / "mysqld.sock"
+    install = which("mariadb-install-db", "mysql_install_db")
+    subprocess.run([install, "--no-defaults", f"--datadir={datadir}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
+    server = subprocess.Popen(
+        [which("mariadbd", "mysqld"), "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
+         f"--port={port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
+         "--innodb-buffer-pool-size=256M", "--skip-log-bin", "--max-connections=200",
+         f"--pid-file={workdir / 'mysqld.pid'}", f"--log-error={workdir / 'error.log'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"bench: mariadbd did not start (see {workdir / 'error.log'})")
+            time.sleep(0.2)
+        subprocess.run([which("mariadb", "mysql"), f"--socket={sock}", "-uroot", "-e",
+                        "CREATE DATABASE IF NOT EXISTS sbtest"], check=True)
+        yield server, str(sock)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def sysbench_argv(sock: str, threads: int, seconds: int, tables: int, size: int, verb: str, rate: int = 0) -> list[str]:
+    return [which("sysbench"), "oltp_point_select", "--db-driver=mysql", f"--mysql-socket={sock}",
+            "--mysql-user=root", "--mysql-db=sbtest", f"--tables={tables}", f"--table-size={size}",
+            f"--threads={threads}", f"--time={seconds}", f"--rate={rate}", "--report-interval=0", verb]
+
+
+_TPS = re.compile(r"transactions:\s+\d+\s+\(([\d.]+) per sec")
+
+
+def parse_tps(text: str) -> float:
+    m = _TPS.search(text)
+    if not m:
+        raise SystemExit(f"bench: cannot read sysbench output:\n{text[-2000:]}")
+    return float(m.group(1))
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_alone(argv: list[str], pid: int) -> tuple[float, float]:
+    """(transactions per second, server CPU seconds used)."""
+    c0 = cpu_seconds(pid)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    return parse_tps(out.stdout), cpu_seconds(pid) - c0
+
+
+def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str,
+                 backend: str = "perf") -> tuple[float, float, dict[str, str]]:
+    out = workdir / f"cap-{tag}"
+    cmd = [sys.executable, "-m", "profiler", "run", "--backend", backend, "--pid", str(pid), "-o", str(out),
+           "--force", "--no-report"]
+    for c in collectors:
+        cmd += ["--collector", c]
+    c0 = cpu_seconds(pid)
+    proc = subprocess.run(cmd + ["--"] + argv, capture_output=True, text=True, timeout=900)
+    cpu = cpu_seconds(pid) - c0
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: profiler run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    tps = parse_tps((out / "load.log").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
+    states = {c["name"]: c["status"] for c in manifest["collectors"]}
+    shutil.rmtree(out, ignore_errors=True)
+    return tps, cpu, states
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="pairs per configuration (default 3)")
+    ap.add_argument("--seconds", type=int, default=10, help="sysbench run length (default 10)")
+    ap.add_argument("--threads", type=int, default=4, help="sysbench threads (default 4)")
+    ap.add_argument("--rate", type=int, default=0,
+                    help="fixed sysbench rate (transactions/s; 0 = as fast as it goes). With a fixed rate the "
+                         "server's CPU per transaction is the robust figure on a shared host")
+    ap.add_argument("--tables", type=int, default=4)
+    ap.add_argument("--table-size", type=int, default=20000)
+    ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
+    ap.add_argument("--only", action="append", default=None,
+                    help="configurations to run: all, or a collector name (repeatable; default: all and each collector)")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("bench: run as root (perf and tracefs need it)")
+    sys.path.insert(0, str(ROOT))
+    from profiler.collectors.base import CaptureOptions
+    from profiler.collectors.registry import default_collectors
+
+    names = [c.name for c in default_collectors(CaptureOptions(backend=args.backend))]
+    # "A/A" pairs two runs alone: its spread is the noise floor the other ratios must beat.
+    configs: list[tuple[str, list[str]]] = [("A/A (none)", ["-"]), ("all", [])] + [(n, [n]) for n in names]
+    if args.only:
+        configs = [c for c in configs if c[0] in args.only]
+    with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:
+        work = Path(tmp)
+        with mariadb(work) as (server, sock):
+            base = dict(sock=sock, threads=args.threads, tables=args.tables, size=args.table_size)
+            subprocess.run(sysbench_argv(verb="prepare", seconds=1, **base), check=True,  # type: ignore[arg-type]
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            load = sysbench_argv(verb="run", seconds=args.seconds, rate=args.rate, **base)  # type: ignore[arg-type]
+            run_alone(sysbench_argv(verb="run", seconds=3, **base), server.pid)  # type: ignore[arg-type]  # warm up
+            results: dict[str, dict[str, list[float]]] = {
+                c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": []} for c in configs}
+            print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
+                  f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
+                  flush=True)
+            for r in range(args.rounds):
+                for name, cols in configs:
+                    alone, cpu_a = run_alone(load, server.pid)
+                    if cols == ["-"]:
+                        prof, cpu_p = run_alone(load, server.pid)
+                        states = {}
+                    else:
+                        prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
+                    # server CPU microseconds per transaction, alone and profiled
+                    us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
+                    us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)
+                    res = results[name]
+                    res["alone"].append(alone)
+                    res["profiled"].append(prof)
+                    res["ratio"].append(prof / alone)
+                    res["cpu_ratio"].append(us_p / us_a if us_a else 1.0)
+                    bad = {k: v for k, v in states.items() if v not in ("ok", "skipped")}
+                    print(f"round {r + 1} {name:14s} alone {alone:9.1f} tps {us_a:6.1f} us/tx  "
+                          f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}"
+                          + (f"  ({bad})" if bad else ""), flush=True)
+    print()
+    spread = results.get("A/A (none)", {}).get("ratio") or []
+    if spread:
+        print(f"noise floor (A/A ratios): min {min(spread):.3f} max {max(spread):.3f}")
+    print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'tps ratio':>10s} {'tps cost':>9s} "
+          f"{'server CPU/tx ratio':>20s}")
+    for name, res in results.items():
+        if not res["ratio"]:
+            continue
+        ratio = statistics.median(res["ratio"])
+        print(f"{name:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
+              f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
