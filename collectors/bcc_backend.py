@@ -3,9 +3,9 @@
 The bcc collectors replace the perf collectors of the same name (block-io, syscalls,
 offcpu-stacks) and add futex-waits, which only bcc can gather without kprobes. ``auto``
 takes bcc where :func:`profiler.collectors.bcc_common.bcc_status` says it works, else
-perf (once :data:`AUTO_USES_BCC` is on: see there); the choice and its reason are recorded
-in each bcc collector's stats and available to the session through
-``registry.backend_choice``.
+perf; the choice and its reason are recorded in each bcc collector's stats and, through
+``registry.backend_choice``, in the manifest's options (``backend_used``, ``backend_reason``).
+attach and run default to perf: auto and bcc are asked for.
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ from profiler.collectors.bcc_common import bcc_status
 from profiler.errors import CapabilityError, UsageError
 
 BACKENDS = ("perf", "bcc", "auto")
-
-# Whether ``auto`` takes bcc where it works. Off until the analyzers read the bcc backend's
-# files (block.hist.jsonl.gz, offcpu.folded.gz, futex.folded.gz): with it on, a default
-# capture on a bcc-capable host would lose the block IO and off-CPU figures of the report.
-# Turning it on is this one line; --backend bcc works either way.
-AUTO_USES_BCC = False
 
 
 def bcc_collectors() -> list[Any]:
@@ -41,8 +35,6 @@ def choose(requested: str) -> tuple[str, str]:
         raise UsageError(f"--backend {requested!r}: use one of {', '.join(BACKENDS)}")
     if requested == "perf":
         return "perf", "asked for --backend perf"
-    if requested == "auto" and not AUTO_USES_BCC:
-        return "perf", "auto: perf (the analyzers read the perf backend's files; --backend bcc aggregates in the kernel)"
     ok, reason, fix = bcc_status()
     if requested == "bcc":
         if not ok:

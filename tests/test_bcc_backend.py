@@ -395,22 +395,10 @@ def test_unknown_backend_is_a_usage_error():
         with_backend([], "ebpf")
 
 
-def test_backend_auto_keeps_perf_until_the_analyzers_read_bcc_files():
-    from profiler.collectors import bcc_backend
-
-    perf = [_Perf("perf-stat"), _Perf("block-io")]
-    if bcc_backend.AUTO_USES_BCC:
-        pytest.skip("auto uses bcc now: covered by the next test")
-    out, used, why = bcc_backend.with_backend(perf, "auto")
-    assert out == perf and used == "perf" and "--backend bcc" in why
-
-
 @requires_bcc
-def test_backend_auto_swaps_in_the_bcc_collectors_in_place(monkeypatch):
-    from profiler.collectors import bcc_backend
+def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
     from profiler.collectors.bcc_backend import with_backend
 
-    monkeypatch.setattr(bcc_backend, "AUTO_USES_BCC", True)
     perf = [_Perf("perf-stat"), _Perf("cpu-stacks"), _Perf("offcpu-stacks"), _Perf("block-io"), _Perf("syscalls")]
     out, used, why = with_backend(perf, "auto")
     assert used == "bcc" and why.startswith("auto:")
