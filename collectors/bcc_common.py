@@ -517,6 +517,7 @@ class BccCollector:
         if missed is None:
             return
         rec.stats["missed_events"] = missed
+        rec.stats["lost"] = int(rec.stats.get("lost") or 0) + missed
         events = rec.stats.get("events") or 0
         if missed and missed > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
             rec.status = PARTIAL
