@@ -261,7 +261,7 @@ class Session:
         writer.manifest.load = info
         logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
-            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT)
+            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT, new_session=False)
         except OSError as exc:
             logfh.write(f"profiler: cannot start {self.load_argv[0]}: {exc.strerror or exc}\n".encode())
             info.exit_code = 127
