@@ -22,11 +22,13 @@ import contextlib
 import io
 import re
 import subprocess
+from pathlib import Path
 from typing import IO
 
 from profiler.collectors import _proc
 from profiler.collectors._proc import pid_list, read_file, write_file
 from profiler.collectors.base import CaptureContext
+from profiler.collectors.duty import DutyCycle
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
 
 from profiler.bundle import CollectorRecord
@@ -42,17 +44,50 @@ DELAYACCT = "/proc/sys/kernel/task_delayacct"
 _LINE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):\s+(?P<rest>.*)$")
 _STATE = re.compile(r"\bprev_state=(\S+)")
 PAIR_FIELDS = "comm,tid,time,event,trace"
+WINDOW_SLACK = 0.05  # perf switches its events a little after we ask (s)
 
 
 class IntervalWriter:
     """Pairs each thread's switch-out (with its prev_state) with its next switch-in."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], windows: list[list[float]] | None = None) -> None:
         self.out = out
         self.pending: dict[int, tuple[float, str, str]] = {}  # tid -> (off time, state, comm)
         self.intervals = 0
         self.off_seconds = 0.0
+        # Traced windows of a duty-cycled capture: a thread still off the CPU when its window
+        # closed gets an interval cut at the window's end (its switch-in was not traced).
+        self.windows = windows or []
+        self.win = 0
+        self.cut = 0
         out.write("tid,comm,off,on,state\n")
+
+    def _write(self, tid: int, comm: str, t_off: float, t_on: float, state: str) -> None:
+        self.out.write(f"{tid},{_csv(comm)},{t_off:.6f},{t_on:.6f},{state}\n")
+        self.intervals += 1
+        self.off_seconds += max(0.0, t_on - t_off)
+
+    def _advance(self, t: float) -> None:
+        nxt = self.win + 1
+        while nxt < len(self.windows) and t >= self.windows[nxt][0] - WINDOW_SLACK:
+            end = self.windows[self.win][1]
+            for tid, (t_off, state, comm) in sorted(self.pending.items()):
+                self._write(tid, comm, t_off, max(t_off, end), state)
+                self.cut += 1
+            self.pending = {}
+            self.win = nxt
+            nxt += 1
+
+    def close(self) -> None:
+        """End of a duty-cycled capture: threads still off at the last window's end are cut there."""
+        if self.windows:
+            self._advance(float("inf"))
+            end = self.windows[-1][1]
+            for tid, (t_off, state, comm) in sorted(self.pending.items()):
+                if end > t_off:
+                    self._write(tid, comm, t_off, end, state)
+                    self.cut += 1
+            self.pending = {}
 
     def feed(self, line: str) -> None:
         m = _LINE.match(line)
@@ -60,6 +95,8 @@ class IntervalWriter:
             return
         rest = m.group("rest")
         tid = int(m.group("tid"))
+        if self.windows:
+            self._advance(float(m.group("time")))
         if rest.startswith("sched:sched_switch:"):
             sm = _STATE.search(rest)
             self.pending[tid] = (float(m.group("time")), sm.group(1) if sm else "?", m.group("comm"))
@@ -67,10 +104,7 @@ class IntervalWriter:
             got = self.pending.pop(tid, None)
             if got is not None:
                 t_off, state, comm = got
-                t_on = float(m.group("time"))
-                self.out.write(f"{tid},{_csv(comm)},{t_off:.6f},{t_on:.6f},{state}\n")
-                self.intervals += 1
-                self.off_seconds += max(0.0, t_on - t_off)
+                self._write(tid, comm, t_off, float(m.group("time")), state)
 
 
 def _csv(text: str) -> str:
@@ -86,17 +120,43 @@ class OffCpu(RecordCollector):
     fields = SCRIPT_FIELDS + ",trace"
     max_bytes = 256 << 20  # a stack per context switch: ~30 MB/s on a server switching 100K times a second
 
-    def __init__(self, keep_perf_data: bool = False, delayacct_path: str = DELAYACCT) -> None:
+    def __init__(self, keep_perf_data: bool = False, delayacct_path: str = DELAYACCT,
+                 duty: DutyCycle | None = None, full: bool = False) -> None:
+        """``full``: a stack on every context switch of the whole capture (``--collector
+        offcpu-trace``); otherwise the trace runs ``duty`` (default 1 s of every 10 s)."""
         super().__init__(keep_perf_data)
         self.delayacct_path = delayacct_path
         self.delayacct_was: str | None = None
+        self.duty = None if full else (duty or DutyCycle())
+
+    def fifo_path(self, ctx: CaptureContext) -> Path:
+        return ctx.writer.root / ".offcpu-stacks.ctl"
 
     def argv(self, ctx: CaptureContext) -> list[str]:
+        duty = self.duty.argv(self.fifo_path(ctx)) if self.duty else []
         return [ctx.perf, "record", "-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events",
-                "-k", "CLOCK_MONOTONIC", "--sample-cpu", "-N", "-B", "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+                "-k", "CLOCK_MONOTONIC", "--sample-cpu", "-N", "-B", *duty, "-p", pid_list(ctx.pids),
+                "-o", str(self.data_path(ctx))]
+
+    def start(self, ctx: CaptureContext) -> None:
+        super().start(ctx)
+        if self.duty is not None:
+            self.duty.start()
+
+    def poll(self) -> str | None:
+        if self.duty is not None and not self.stopping:
+            self.duty.tick()
+        return super().poll()
+
+    def request_stop(self) -> None:
+        if self.duty is not None:
+            self.duty.stop()
+        super().request_stop()
 
     def prepare(self, ctx: CaptureContext) -> None:
         super().prepare(ctx)
+        if self.duty is not None:
+            self.duty.prepare(self.fifo_path(ctx))
         was = read_file(self.delayacct_path)
         if was is not None and was.strip() == "0":
             try:
@@ -110,6 +170,8 @@ class OffCpu(RecordCollector):
 
     def cleanup(self, ctx: CaptureContext) -> None:
         super().cleanup(ctx)
+        if self.duty is not None:
+            self.duty.cleanup()
         if self.delayacct_was is not None:
             with contextlib.suppress(OSError):
                 write_file(self.delayacct_path, self.delayacct_was)
@@ -117,13 +179,22 @@ class OffCpu(RecordCollector):
 
     def after_script(self, ctx: CaptureContext, rec: CollectorRecord, counter: SampleCounter) -> None:
         super().after_script(ctx, rec, counter)
+        windows = None
+        if self.duty is not None:
+            self.duty.stop(rec.ended)
+            windows = self.duty.windows
+            rec.stats.update(self.duty.stats(self.started, rec.ended))
+            rec.stats["estimates"] = ("offcpu stacks and intervals cover the sampled windows only; "
+                                      "whole-capture blocked time is them / duty")
+        else:
+            rec.stats["sampled"] = False
         data = self.data_path(ctx)
         argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS, "--show-switch-events"]
         rec.stats["pair_argv"] = argv
         with ctx.writer.open_member(INTERVALS) as raw:
             rec.files.append(INTERVALS)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs = IntervalWriter(text)
+            pairs = IntervalWriter(text, windows)
             proc = _proc.spawn(argv, stdout=subprocess.PIPE)
             try:
                 assert proc.stdout is not None
@@ -131,8 +202,11 @@ class OffCpu(RecordCollector):
                     pairs.feed(line)
             finally:
                 _proc.stop_process(proc, 5.0)
+            pairs.close()
             text.flush()
             text.detach()
         rec.stats["intervals"] = pairs.intervals
         rec.stats["off_cpu_seconds"] = round(pairs.off_seconds, 6)
         rec.stats["open_at_end"] = len(pairs.pending)
+        if windows is not None:
+            rec.stats["cut_at_window_end"] = pairs.cut

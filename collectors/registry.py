@@ -35,13 +35,40 @@ def backend_choice(options: CaptureOptions) -> tuple[str, str]:
     return choose(options.backend)
 
 
+# Opt-in full traces: the same collector (same name, same files) tracing the whole capture
+# instead of duty-cycled windows. Costly on busy servers (docs/collectors.md "Overhead").
+FULL_TRACE = {"syscalls-trace": "syscalls", "offcpu-trace": "offcpu-stacks"}
+
+
+def _full(name: str, keep_perf_data: bool) -> Collector:
+    if name == "syscalls":
+        return Syscalls(keep_perf_data, full=True)
+    return OffCpu(keep_perf_data, full=True)
+
+
 def by_name(options: CaptureOptions, names: list[str], keep_perf_data: bool = False) -> list[Collector]:
-    """Only the named collectors (``--collectors``), in the default order."""
+    """Only the named collectors (``--collector``), in the default order.
+
+    ``syscalls-trace`` / ``offcpu-trace`` run that collector as a full trace of the whole
+    capture; given without any plain collector name they swap the full trace into the
+    default set (``--collector syscalls-trace`` = every default collector, syscalls traced in full).
+    """
     every = default_collectors(options, keep_perf_data)
     known = {c.name for c in every}
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if n not in known and n not in FULL_TRACE]
     if unknown:
         from profiler.errors import UsageError
 
-        raise UsageError(f"unknown collector {', '.join(unknown)}: choose from {', '.join(sorted(known))}")
-    return [c for c in every if c.name in names]
+        choices = sorted(known) + sorted(FULL_TRACE)
+        raise UsageError(f"unknown collector {', '.join(unknown)}: choose from {', '.join(choices)}")
+    full = {FULL_TRACE[n] for n in names if n in FULL_TRACE}
+    plain = {n for n in names if n in known}
+    wanted = (plain | full) if plain else known
+    out: list[Collector] = []
+    for c in every:
+        if c.name not in wanted:
+            continue
+        if c.name in full and c.backend == "perf":
+            c = _full(c.name, keep_perf_data)
+        out.append(c)
+    return out

@@ -36,6 +36,7 @@ from typing import IO
 from profiler.collectors import _proc
 from profiler.collectors._proc import PerfCollector, file_size, pid_list, tail
 from profiler.collectors.base import CaptureContext
+from profiler.collectors.duty import DutyCycle
 from profiler.collectors.perf_stat import interval_ms, summarize
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord
@@ -45,6 +46,7 @@ OUTPUT = "syscalls.csv"
 EVENTS = ["raw_syscalls:sys_enter", "raw_syscalls:sys_exit"]
 PAIR_FIELDS = "comm,tid,time,event,trace"
 HEADER = "time,tid,comm,syscall,count,total_ns\n"
+WINDOW_SLACK = 0.05  # perf switches its events a little after we ask (s)
 
 _UNISTD = {
     "x86_64": ["/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"],
@@ -134,11 +136,18 @@ class Pairing:
     first event of a later interval arrives: memory stays bounded by one interval's keys.
     """
 
-    def __init__(self, out: IO[str], t0: float, interval: float, names: dict[int, str]) -> None:
+    def __init__(self, out: IO[str], t0: float, interval: float, names: dict[int, str],
+                 windows: list[list[float]] | None = None) -> None:
         self.out = out
         self.t0 = t0
         self.interval = interval
         self.names = names
+        # Traced windows of a duty-cycled capture ([start, end], monotonic): a call still open when
+        # its window closed counts there with its time up to the window's end; an exit seen in a
+        # later window without its enter adds its time from that window's start (count 0).
+        self.windows = windows or []
+        self.win = 0
+        self.continued = 0
         self.open: dict[int, tuple[int, float]] = {}  # tid -> (nr, enter time)
         self.comm: dict[int, str] = {}
         self.bucket: int | None = None
@@ -165,7 +174,7 @@ class Pairing:
             self.rows += 1
         self.acc = {}
 
-    def _add(self, t: float, tid: int, nr: int, ns: int) -> None:
+    def _add(self, t: float, tid: int, nr: int, ns: int, count: int = 1) -> None:
         b = self._bucket(t)
         if self.bucket is None:
             self.bucket = b
@@ -173,9 +182,20 @@ class Pairing:
             self._flush()
             self.bucket = b
         slot = self.acc.setdefault((tid, nr), [0, 0])
-        slot[0] += 1
+        slot[0] += count
         slot[1] += ns
-        self.calls += 1
+        self.calls += count
+
+    def _advance(self, t: float) -> None:
+        """Past the end of the current window: close the calls it left open at its end."""
+        nxt = self.win + 1
+        while nxt < len(self.windows) and t >= self.windows[nxt][0] - WINDOW_SLACK:
+            end = self.windows[self.win][1]
+            for tid, (nr, te) in sorted(self.open.items()):
+                self._add(max(te, end - 1e-6), tid, nr, max(0, int(round((end - te) * 1e9))))
+            self.open = {}
+            self.win = nxt
+            nxt += 1
 
     def feed(self, line: str) -> None:
         got = parse_line(line)
@@ -184,11 +204,18 @@ class Pairing:
         comm, tid, t, enter, nr = got
         self.comm[tid] = comm
         self.last_time = max(self.last_time, t)
+        if self.windows:
+            self._advance(t)
         if enter:
             self.open[tid] = (nr, t)
             return
         started = self.open.pop(tid, None)
         if started is None or started[0] != nr:
+            if self.win > 0 and started is None:
+                # blocked since before this window opened: its time inside the window counts
+                self.continued += 1
+                self._add(t, tid, nr, max(0, int(round((t - self.windows[self.win][0]) * 1e9))), count=0)
+                return
             self.unpaired_exits += 1
             return
         self._add(t, tid, nr, max(0, int(round((t - started[1]) * 1e9))))
@@ -209,9 +236,13 @@ class Syscalls(PerfCollector):
     max_bytes = 256 << 20  # two events per syscall: ~40 MB/s on a server making 200K syscalls a second
     mmap_pages = "1024"  # 4 MiB per CPU: syscall-heavy servers make tens of thousands of events a second
 
-    def __init__(self, keep_perf_data: bool = False) -> None:
+    def __init__(self, keep_perf_data: bool = False, duty: DutyCycle | None = None, full: bool = False) -> None:
+        """``full``: trace every syscall of the whole capture (``--collector syscalls-trace``);
+        otherwise the enter/exit trace runs ``duty`` (default 1 s of every 10 s) and the rate
+        series stays exact."""
         super().__init__()
         self.keep_perf_data = keep_perf_data
+        self.duty = None if full else (duty or DutyCycle())
         self.rate_proc: subprocess.Popen[bytes] | None = None
         self.rate_err: Path | None = None
 
@@ -224,10 +255,21 @@ class Syscalls(PerfCollector):
                 "-o", str(ctx.writer.path(f".{RATE_OUTPUT}.tmp"))]
 
     def argv(self, ctx: CaptureContext) -> list[str]:
+        duty = self.duty.argv(self.fifo_path(ctx)) if self.duty else []
         return [ctx.perf, "record", "-e", ",".join(EVENTS), "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
-                "-N", "-B", "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+                "-N", "-B", *duty, "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+
+    def fifo_path(self, ctx: CaptureContext) -> Path:
+        return ctx.writer.root / ".syscalls.ctl"
+
+    def start(self, ctx: CaptureContext) -> None:
+        super().start(ctx)
+        if self.duty is not None:
+            self.duty.start()
 
     def prepare(self, ctx: CaptureContext) -> None:
+        if self.duty is not None:
+            self.duty.prepare(self.fifo_path(ctx))
         argv = self.rate_argv(ctx)
         self.rec.stats["rate_argv"] = argv
         self.rate_err = ctx.writer.root / ".syscalls-rate.stderr"
@@ -238,12 +280,16 @@ class Syscalls(PerfCollector):
         return file_size(self.errpath.parent / ".syscalls.perf.data") if self.errpath else 0
 
     def request_stop(self) -> None:
+        if self.duty is not None:
+            self.duty.stop()
         super().request_stop()
         if self.rate_proc is not None and self.rate_proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.rate_proc.send_signal(signal.SIGINT)
 
     def poll(self) -> str | None:
+        if self.duty is not None and not self.stopping:
+            self.duty.tick()
         state = super().poll()
         if state is None and self.rate_proc is not None and self.rate_proc.poll() not in (None, 0) \
                 and not self.stopping and self.died is None:
@@ -251,6 +297,8 @@ class Syscalls(PerfCollector):
         return state
 
     def cleanup(self, ctx: CaptureContext) -> None:
+        if self.duty is not None:
+            self.duty.cleanup()
         if self.rate_proc is not None:
             _proc.stop_process(self.rate_proc, 5.0)
             self.rate_proc = None
@@ -274,6 +322,16 @@ class Syscalls(PerfCollector):
             rows, _ = summarize(ctx.writer.path(RATE_OUTPUT).read_text(errors="replace"))
             rec.stats["rate_rows"] = rows
         # 2. the per-thread counts
+        windows = None
+        if self.duty is not None:
+            self.duty.stop(rec.ended)
+            windows = self.duty.windows
+            rec.stats.update(self.duty.stats(self.started, rec.ended))
+            rec.stats["estimates"] = ("syscalls.csv covers the sampled windows only: its counts and total_ns "
+                                      "are exact for them; whole-capture figures are them / duty "
+                                      "(syscalls-rate.csv is exact throughout)")
+        else:
+            rec.stats["sampled"] = False
         data = self.data_path(ctx)
         if not data.exists() or data.stat().st_size == 0:
             rec.status = PARTIAL if rec.files else FAILED
@@ -288,7 +346,7 @@ class Syscalls(PerfCollector):
         with ctx.writer.open_member(OUTPUT) as raw:
             rec.files.append(OUTPUT)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs = Pairing(text, t0, ctx.options.interval, names)
+            pairs = Pairing(text, t0, ctx.options.interval, names, windows)
             with open(errpath, "wb") as err:
                 proc = _proc.spawn(argv, stdout=subprocess.PIPE, stderr=err)
             try:
@@ -306,7 +364,7 @@ class Syscalls(PerfCollector):
         with contextlib.suppress(OSError):
             os.unlink(errpath)
         rec.stats.update({"calls": pairs.calls, "rows": pairs.rows, "blocked_at_end": still,
-                          "unpaired_exits": pairs.unpaired_exits})
+                          "unpaired_exits": pairs.unpaired_exits, "continued_into_window": pairs.continued})
         if self.keep_perf_data:
             data.replace(ctx.writer.path("syscalls.perf.data"))
             rec.files.append("syscalls.perf.data")
