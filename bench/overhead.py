@@ -118,8 +118,20 @@ def run_alone(argv: list[str], pid: int) -> tuple[float, float]:
     return parse_tps(out.stdout), cpu_seconds(pid) - c0
 
 
+def collector_cpu(manifest: dict) -> float:  # type: ignore[type-arg]
+    """CPU seconds the collectors' own processes used during the capture (perf, readers, the sampler)."""
+    total = 0.0
+    for c in manifest["collectors"]:
+        st = c.get("stats") or {}
+        for key in ("perf_cpu_seconds", "reader_cpu_seconds", "cpu_seconds"):
+            v = st.get(key)
+            if isinstance(v, (int, float)):
+                total += float(v)
+    return total
+
+
 def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str,
-                 backend: str = "perf") -> tuple[float, float, dict[str, str]]:
+                 backend: str = "perf") -> tuple[float, float, dict[str, str], float]:
     out = workdir / f"cap-{tag}"
     cmd = [sys.executable, "-m", "profiler", "run", "--backend", backend, "--pid", str(pid), "-o", str(out),
            "--force", "--no-report"]
@@ -133,8 +145,9 @@ def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path
     tps = parse_tps((out / "load.log").read_text())
     manifest = json.loads((out / "manifest.json").read_text())
     states = {c["name"]: c["status"] for c in manifest["collectors"]}
+    own = collector_cpu(manifest)
     shutil.rmtree(out, ignore_errors=True)
-    return tps, cpu, states
+    return tps, cpu, states, own
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 
     names = [c.name for c in default_collectors(CaptureOptions(backend=args.backend))]
     # "A/A" pairs two runs alone: its spread is the noise floor the other ratios must beat.
+    # "all" is the default capture; the full traces (opt-in) run only when asked for with --only.
     configs: list[tuple[str, list[str]]] = [("A/A (none)", ["-"]), ("all", [])] + [(n, [n]) for n in names]
+    full = {"syscalls-trace": "syscalls", "offcpu-trace": "offcpu-stacks"}  # alone, traced in full
+    configs += [(n, [c, n]) for n, c in full.items() if args.only and n in args.only]
     if args.only:
         configs = [c for c in configs if c[0] in args.only]
     with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:
@@ -171,18 +187,20 @@ def main(argv: list[str] | None = None) -> int:
             load = sysbench_argv(verb="run", seconds=args.seconds, rate=args.rate, **base)  # type: ignore[arg-type]
             run_alone(sysbench_argv(verb="run", seconds=3, **base), server.pid)  # type: ignore[arg-type]  # warm up
             results: dict[str, dict[str, list[float]]] = {
-                c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": []} for c in configs}
+                c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": [], "own": []} for c in configs}
             print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
                   f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
                   flush=True)
             for r in range(args.rounds):
                 for name, cols in configs:
                     alone, cpu_a = run_alone(load, server.pid)
+                    own = 0.0
                     if cols == ["-"]:
                         prof, cpu_p = run_alone(load, server.pid)
                         states = {}
                     else:
-                        prof, cpu_p, states = run_profiled(load, server.pid, cols, work, f"{name}-{r}", args.backend)
+                        prof, cpu_p, states, own = run_profiled(load, server.pid, cols, work, f"{name}-{r}",
+                                                                args.backend)
                     # server CPU microseconds per transaction, alone and profiled
                     us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
                     us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)
@@ -191,22 +209,29 @@ def main(argv: list[str] | None = None) -> int:
                     res["profiled"].append(prof)
                     res["ratio"].append(prof / alone)
                     res["cpu_ratio"].append(us_p / us_a if us_a else 1.0)
+                    res["own"].append(100.0 * own / args.seconds)
                     bad = {k: v for k, v in states.items() if v not in ("ok", "skipped")}
                     print(f"round {r + 1} {name:14s} alone {alone:9.1f} tps {us_a:6.1f} us/tx  "
-                          f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}"
+                          f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}  "
+                          f"collectors {100.0 * own / args.seconds:5.1f}% of a CPU"
                           + (f"  ({bad})" if bad else ""), flush=True)
     print()
-    spread = results.get("A/A (none)", {}).get("ratio") or []
-    if spread:
-        print(f"noise floor (A/A ratios): min {min(spread):.3f} max {max(spread):.3f}")
+    aa = results.get("A/A (none)", {})
+    if aa.get("ratio"):
+        print(f"noise floor (A/A): tps ratios {min(aa['ratio']):.3f}..{max(aa['ratio']):.3f}, "
+              f"server CPU/tx ratios {min(aa['cpu_ratio']):.3f}..{max(aa['cpu_ratio']):.3f}")
     print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'tps ratio':>10s} {'tps cost':>9s} "
-          f"{'server CPU/tx ratio':>20s}")
+          f"{'server CPU/tx ratio':>20s} {'collectors CPU':>15s}")
     for name, res in results.items():
         if not res["ratio"]:
             continue
         ratio = statistics.median(res["ratio"])
-        print(f"{name:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
-              f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f}")
+        label = "default (all)" if name == "all" else name
+        print(f"{label:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
+              f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f} "
+              f"{statistics.median(res['own']):13.1f} %")
+    print("(tps ratio: profiled/alone, median of pairs; server CPU/tx ratio: the server's own CPU per transaction, "
+          "profiled/alone; collectors CPU: what the collectors' own processes used, % of one CPU, during the capture)")
     return 0
 
 

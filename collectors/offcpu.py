@@ -28,8 +28,8 @@ from typing import IO
 from profiler.collectors import _proc
 from profiler.collectors._proc import pid_list, read_file, write_file
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.duty import DutyCycle
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
+from profiler.collectors.duty import DutyCycle
 
 from profiler.bundle import CollectorRecord
 
