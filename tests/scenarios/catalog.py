@@ -149,7 +149,8 @@ def idle_checks(max_cores: float, min_cores: float = 0.0, extra: tuple[tuple[str
             Check("target major faults/s", obs.majflt_per_s, "<=", 10.0),
         ]
         if min_cores:
-            out.append(Check("target CPU cores (busy at all)", obs.cpu_cores, ">=", min_cores))
+            out.append(Check("target CPU cores (got the CPU its load asks for)", obs.cpu_cores, ">=", min_cores,
+                             "below this the host's CPUs, not the light load, hold it back"))
         for key, op, threshold in extra:
             out.append(Check(key, obs.extra.get(key, 0.0), op, threshold))
         return out
@@ -349,7 +350,7 @@ def table_lock_checks(obs: Observation, st: Started) -> list[Check]:
     return [
         Check("MyISAM table locks waited/s", waited / secs, ">=", 100.0,
               "SHOW GLOBAL STATUS Table_locks_waited delta"),
-        Check("table locks that waited (share)", waited / max(total, 1.0), ">=", 0.3),
+        Check("table locks that waited (share)", waited / max(total, 1.0), ">=", 0.1),
         Check("mariadbd threads asleep in futex (mean)", obs.futex_waiting, ">=", 8.0, "/proc/TID wchan"),
         Check("mariadbd threads in D state (mean)", obs.io_blocked, "<=", 1.0),
     ]
@@ -441,8 +442,8 @@ def mariadb_rate_checks(obs: Observation, st: Started) -> list[Check]:
     secs = max(obs.seconds, 1e-6)
     return [
         *idle_checks(0.25)(obs, st),
-        Check("queries/s (load is running)", obs.extra.get("questions", 0.0) / secs, ">=", 50.0,
-              "SHOW GLOBAL STATUS Questions delta"),
+        Check("queries/s (the 10 tx/s asked for are served)", obs.extra.get("questions", 0.0) / secs, ">=", 100.0,
+              "SHOW GLOBAL STATUS Questions delta: 10 tx/s x 16 statements, less Poisson noise (--rate)"),
     ]
 
 
@@ -464,7 +465,7 @@ def fio_light_io(ctx: Ctx) -> Started:
 def fio_light_checks(obs: Observation, st: Started) -> list[Check]:
     return [
         *idle_checks(0.2)(obs, st),
-        Check("target read bytes/s (load is running)", obs.read_bytes_per_s, ">=", 20 * 4096 * 0.5,
+        Check("target read bytes/s (the 20 IOPS asked for are done)", obs.read_bytes_per_s, ">=", 20 * 4096 * 0.9,
               "/proc/PID/io read_bytes"),
     ]
 
@@ -539,7 +540,7 @@ SCENARIOS: list[Scenario] = [
              mariadb_rate_limited, mariadb_rate_checks, None, (), warmup=3),
     Scenario("stress-ng-light-cpu", "not_saturated", ("stress-ng",),
              "stress-ng cpu worker at 10% load (--cpu-load 10)",
-             stress_light_cpu, idle_checks(0.25, 0.03), None, (), warmup=2, fast=True),
+             stress_light_cpu, idle_checks(0.25, 0.08), None, (), warmup=2, fast=True),
     Scenario("fio-light-io", "not_saturated", ("fio",),
              "fio O_DIRECT random reads at 20 IOPS (--rate_iops=20), no throttle",
              fio_light_io, fio_light_checks, None, (), warmup=2),

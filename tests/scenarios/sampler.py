@@ -54,8 +54,9 @@ def process_counters(pid: int) -> dict[str, float] | None:
                     out["rss_bytes"] = int(line.split()[1]) * 1024
     except OSError:
         pass
-    # Context switches are per thread in /proc: sum the live threads.
+    # Context switches and schedstat are per thread in /proc: sum the live threads.
     out["vcsw"] = out["ivcsw"] = 0
+    out["run_ns"] = out["run_delay_ns"] = 0
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -69,6 +70,13 @@ def process_counters(pid: int) -> dict[str, float] | None:
                     elif line.startswith("nonvoluntary_ctxt_switches"):
                         out["ivcsw"] += int(line.split()[1])
         except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                run, delay = fh.read().split()[:2]
+                out["run_ns"] += int(run)
+                out["run_delay_ns"] += int(delay)
+        except (OSError, ValueError):
             pass
     return out
 
@@ -133,6 +141,9 @@ class Observation:
     write_bytes_per_s: float = 0.0
     syscr_per_s: float = 0.0
     vcsw_per_s: float = 0.0
+    # run-queue delay / (running + run-queue delay) of the target's threads (schedstat):
+    # how much of the CPU the target asked for it had to wait for.
+    runq_share: float = 0.0
     ivcsw_per_s: float = 0.0
     rss_bytes: float = 0.0
     host_busy: float = 0.0  # host CPU busy share, all cores, 0..1
@@ -159,6 +170,7 @@ class Observation:
             "write_bytes_per_s": round(self.write_bytes_per_s),
             "syscr_per_s": round(self.syscr_per_s, 1),
             "vcsw_per_s": round(self.vcsw_per_s, 1),
+            "runq_share": round(self.runq_share, 3),
             "ivcsw_per_s": round(self.ivcsw_per_s, 1),
             "rss_bytes": int(self.rss_bytes),
             "host_busy": round(self.host_busy, 3),
@@ -227,6 +239,9 @@ class Sampler:
             obs.majflt_per_s = (proc1["majflt"] - self._proc0["majflt"]) / secs
             for key in ("read_bytes", "write_bytes", "syscr"):
                 setattr(obs, f"{key}_per_s", (proc1.get(key, 0) - self._proc0.get(key, 0)) / secs)
+            run = proc1.get("run_ns", 0) - self._proc0.get("run_ns", 0)
+            delay = proc1.get("run_delay_ns", 0) - self._proc0.get("run_delay_ns", 0)
+            obs.runq_share = delay / (run + delay) if run + delay > 0 else 0.0
             obs.vcsw_per_s = (proc1.get("vcsw", 0) - self._proc0.get("vcsw", 0)) / secs
             obs.ivcsw_per_s = (proc1.get("ivcsw", 0) - self._proc0.get("ivcsw", 0)) / secs
             obs.rss_bytes = proc1.get("rss_bytes", 0)
