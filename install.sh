@@ -16,9 +16,9 @@ fi
 say() { printf '== %s\n' "$*"; }
 
 export DEBIAN_FRONTEND=noninteractive
-pkgs=(linux-perf python3-venv python3-pip procps util-linux gzip)
+pkgs=(linux-perf linux-libc-dev python3-venv python3-pip procps util-linux coreutils gzip)
 bcc_pkgs=(python3-bpfcc bpfcc-tools linux-headers-amd64)
-dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium)
+dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool)
 [ $dev -eq 1 ] && pkgs+=("${dev_pkgs[@]}")
 say "apt packages: ${pkgs[*]}"
 apt-get update -qq

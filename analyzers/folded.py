@@ -642,7 +642,13 @@ def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | Non
     import os
 
     opts = opts or FoldOptions()
-    n = workers if workers is not None else min(os.cpu_count() or 1, 4)
+    if workers is not None:
+        n = workers
+    else:
+        # only the cores nobody else is using: on a busy host more processes only add overhead
+        cores = os.cpu_count() or 1
+        idle = cores - os.getloadavg()[0]
+        n = max(1, min(cores, 4, int(idle + 0.5)))
     with open(path, "rb") as f:
         head = f.read(2)
     if n < 2 or head == b"\x1f\x8b" or os.path.getsize(path) < PARALLEL_MIN_BYTES and workers is None:

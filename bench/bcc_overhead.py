@@ -123,7 +123,8 @@ class Capture:
                 self.close()
                 raise RuntimeError(f"{mode} capture did not attach: {line!r}")
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Stop the capture; the bundle's size in bytes (what a capture leaves on disk)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -131,7 +132,9 @@ class Capture:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        size = sum(f.stat().st_size for f in Path(self.tmp).rglob("*") if f.is_file())
         shutil.rmtree(self.tmp, ignore_errors=True)
+        return size
 
 
 # --------------------------------------------------------------------------- workloads
@@ -236,6 +239,7 @@ class Fio:
 
 
 Result = dict[str, list[tuple[float, float]]]
+SIZES: dict[str, dict[str, list[int]]] = {}  # workload -> mode -> bundle bytes per run
 
 
 def run_redis(rounds: int, requests: int) -> Result:
@@ -250,7 +254,7 @@ def run_redis(rounds: int, requests: int) -> Result:
                 try:
                     res[mode].append(w.run())
                 finally:
-                    cap.close()
+                    SIZES.setdefault("redis", {}).setdefault(mode, []).append(cap.close())
                 rate, cpu = res[mode][-1]
                 print(f"  redis round {r + 1} {mode:<4} {rate:>10.0f} req/s {cpu:6.2f} us CPU/req",
                       file=sys.stderr, flush=True)
@@ -272,7 +276,7 @@ def run_fio(rounds: int, seconds: float) -> Result:
                     w.go(proc)
                     res[mode].append(w.result(proc))
                 finally:
-                    cap.close()
+                    SIZES.setdefault("fio", {}).setdefault(mode, []).append(cap.close())
                 rate, cpu = res[mode][-1]
                 print(f"  fio   round {r + 1} {mode:<4} {rate:>10.0f} IOPS  {cpu:6.2f} us CPU/IO",
                       file=sys.stderr, flush=True)
@@ -281,7 +285,7 @@ def run_fio(rounds: int, seconds: float) -> Result:
     return res
 
 
-def report(name: str, unit: str, res: Result) -> None:
+def report(name: str, unit: str, res: Result, sizes: dict[str, list[int]] | None = None) -> None:
     """Medians per mode; throughput ratios and the target's CPU per operation (less noisy on a shared host)."""
     rate = {m: statistics.median(x[0] for x in v) for m, v in res.items() if v}
     cpu = {m: statistics.median(x[1] for x in v) for m, v in res.items() if v}
@@ -293,6 +297,9 @@ def report(name: str, unit: str, res: Result) -> None:
           f"   bcc/perf {rate['bcc'] / rate['perf']:.3f}")
     print(f"  target CPU per op perf/none {cpu['perf'] / cpu['none']:.3f}   bcc/none {cpu['bcc'] / cpu['none']:.3f}"
           f"   bcc/perf {cpu['bcc'] / cpu['perf']:.3f}")
+    if sizes and sizes.get("perf") and sizes.get("bcc"):
+        p, b = statistics.median(sizes["perf"]), statistics.median(sizes["bcc"])
+        print(f"  bundle size       perf {p / 1e6:.2f} MB   bcc {b / 1e6:.3f} MB   bcc/perf {b / max(p, 1):.4f}")
 
 
 def main() -> int:
@@ -317,9 +324,9 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} CPUs, shared with other users (numbers are noisy; medians of interleaved runs)")
     print(f"perf side: {'profiler perf collectors' if perf_collectors() else 'the perf commands the perf backend runs'}")
     if args.workload in ("redis", "both"):
-        report("redis-server GET/SET", "req/s", run_redis(args.rounds, args.requests))
+        report("redis-server GET/SET", "req/s", run_redis(args.rounds, args.requests), SIZES.get("redis"))
     if args.workload in ("fio", "both"):
-        report("fio 4k O_DIRECT write + fdatasync", "IOPS", run_fio(args.rounds, args.seconds))
+        report("fio 4k O_DIRECT write + fdatasync", "IOPS", run_fio(args.rounds, args.seconds), SIZES.get("fio"))
     return 0
 
 

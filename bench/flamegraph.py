@@ -56,8 +56,9 @@ print(t3 - t2, t4 - t3, t5 - t4, t1 - t0)
 """
 
 
-def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False) -> tuple[float, int]:
-    """Wall seconds and max RSS (KiB) of one run (for a shell pipeline: the largest stage)."""
+def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False) -> tuple[float, int, float]:
+    """Wall seconds, max RSS (KiB) and CPU seconds (user + system, children included) of one
+    run. CPU time hardly depends on how busy the machine is; wall time does."""
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL  # noqa: SIM115
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, shell=shell)  # noqa: S603
@@ -68,29 +69,32 @@ def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {argv}\n{err[-500:]}")
-    return dt, ru.ru_maxrss
+    return dt, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
-def bench(cases: dict[str, list[str] | str], reps: int, shell: set[str] | None = None) -> dict[str, tuple[float, int]]:
-    """Run the cases interleaved (A B C A B C ...) and return median seconds and max RSS."""
+def bench(cases: dict[str, list[str] | str], reps: int, shell: set[str] | None = None) -> dict[str, tuple[float, int, float]]:
+    """Run the cases interleaved (A B C A B C ...): median wall s, max RSS, median CPU s."""
     shell = shell or set()
     times: dict[str, list[float]] = {k: [] for k in cases}
+    cpu: dict[str, list[float]] = {k: [] for k in cases}
     rss: dict[str, int] = dict.fromkeys(cases, 0)
     for _ in range(reps):
         for name, argv in cases.items():
-            dt, m = timed(argv, shell=name in shell)
+            dt, m, c = timed(argv, shell=name in shell)
             times[name].append(dt)
+            cpu[name].append(c)
             rss[name] = max(rss[name], m)
-    return {k: (statistics.median(v), rss[k]) for k, v in times.items()}
+    return {k: (statistics.median(v), rss[k], statistics.median(cpu[k])) for k, v in times.items()}
 
 
-def report(title: str, res: dict[str, tuple[float, int]], base: str, size_mb: float | None = None) -> None:
+def report(title: str, res: dict[str, tuple[float, int, float]], base: str, size_mb: float | None = None) -> None:
     print(f"\n## {title}")
-    print(f"{'':42} {'median s':>9} {'x ' + base[:14]:>16} {'MB/s':>8} {'max RSS MB':>11}")
+    print(f"{'':42} {'median s':>9} {'x ' + base[:14]:>16} {'MB/s':>8} {'CPU s':>7} {'CPU x':>6} {'max RSS MB':>11}")
     b = res[base][0]
-    for name, (t, m) in res.items():
+    bc = res[base][2] or 1e-9
+    for name, (t, m, c) in res.items():
         rate = f"{size_mb / t:8.0f}" if size_mb else f"{'':8}"
-        print(f"{name:42} {t:9.2f} {t / b:16.2f} {rate} {m / 1024:11.0f}")
+        print(f"{name:42} {t:9.2f} {t / b:16.2f} {rate} {c:7.2f} {c / bc:6.2f} {m / 1024:11.0f}")
 
 
 def ensure_text(perf_data: Path) -> Path:
@@ -137,7 +141,8 @@ def main() -> int:
     with open(text, "rb") as fh:
         nsamples = sum(1 for ln in fh if ln[:1] not in (b"\t", b"\n", b"#"))
     print(f"# flame graph benchmark: {size_mb:.0f} MB of perf script text, {nsamples:,} headers, {args.reps} interleaved runs each")
-    print(f"# host: {os.cpu_count()} CPUs, shared with other jobs: figures are medians, read the ratios")
+    print(f"# host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other jobs):")
+    print("# wall times are medians, read the ratios; CPU s (user+system, children included) barely depends on load")
 
     with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-") as tmp:
         work = Path(tmp)

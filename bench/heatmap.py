@@ -11,8 +11,11 @@ tracefs instance (the block.trace format of docs/bundle.md) and by `perf record`
 tracepoints (the perf.data / perf script path). Traces stay in that directory, never in the repo.
 
 `run` prints, side by side, medians over interleaved repeats:
-  - our parse, pairing and heatmap in IOs/s, and memory per IO (peak RSS growth / IOs);
-  - the whole path perf.data -> SVG (`profiler heatmap perf.data -o x.svg`) vs `perf script` alone;
+  - our parse, pairing and heatmap in IOs/s (wall clock and CPU time: the machine is shared),
+    and memory per IO (peak RSS growth / IOs), for ftrace text, perf script text and perf.data
+    read directly;
+  - the whole path perf.data -> SVG (`profiler heatmap perf.data -o x.svg`, which reads the
+    file directly) vs `perf script` alone;
   - a straightforward awk pairing script (the baseline the issue measured) on the same text.
 """
 
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         add("perf script alone (s)", _timed(["perf", "script", "-i", str(d / "perf.data")]))
         add("perf.data -> SVG, profiler heatmap (s)",
             _timed([py, "-m", "profiler", "heatmap", str(d / "perf.data"), "-o", str(svg), "--force"]))
-        for fmt, name in (("ftrace", "block.trace"), ("perf", "perf.txt")):
+        for fmt, name in (("ftrace", "block.trace"), ("perf", "perf.txt"), ("perf.data", "perf.data")):
             res = subprocess.run([py, str(inner), "inner", str(d / name)], capture_output=True, text=True, check=True)
             for line in res.stdout.splitlines():
                 key, _, val = line.partition("=")
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(f"whole path perf.data -> SVG / perf script alone: {whole:.2f}x wall (target <= 1.3x)")
     print(f"awk pairing: {ios / med['awk pairing of perf script text (s)']:.0f} IOs/s wall")
-    for fmt in ("ftrace", "perf"):
+    for fmt in ("ftrace", "perf", "perf.data"):
         print(f"{fmt}: parse {med[f'{fmt}: parse IOs/s (wall)']:.0f} IOs/s wall, {med[f'{fmt}: parse IOs/s (cpu)']:.0f} cpu; "
               f"pairing+heatmap {med[f'{fmt}: pair+heatmap IOs/s (wall)']:.0f} IOs/s wall, "
               f"{med[f'{fmt}: pair+heatmap IOs/s (cpu)']:.0f} cpu (target >= 2M); "
@@ -189,14 +192,15 @@ def inner(args: argparse.Namespace) -> int:
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # Streaming path first (what the CLI runs): its peak RSS growth is the memory we report.
+    direct = open(args.path, "rb").read(8) == b"PERFILE2"
     t, c = time.perf_counter(), time.process_time()
-    bio = blockio.read_block_trace(args.path)
+    bio = blockio.read_perf_data(args.path) if direct else blockio.read_block_trace(args.path)
     t_stream, c_stream = time.perf_counter() - t, time.process_time() - c
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     n = len(bio.ios)
     del bio
     t, c = time.perf_counter(), time.process_time()
-    events = blockio.read_events(args.path)
+    events = blockio.read_perf_data_events(args.path)[0] if direct else blockio.read_events(args.path)
     t_parse, c_parse = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     ios = blockio.pair_events(events, inplace=True).ios

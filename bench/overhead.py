@@ -47,6 +47,12 @@ def which(name: str, *alts: str) -> str:
     raise SystemExit(f"bench: {name} is not installed")
 
 
+def _die_with_parent() -> None:  # runs in the child: never leave a server behind if the bench is killed
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 @contextlib.contextmanager
 def mariadb(workdir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A private MariaDB server for the benchmark; always stopped and its files removed."""
@@ -61,7 +67,9 @@ def mariadb(workdir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
          f"--port={port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
          "--innodb-buffer-pool-size=256M", "--skip-log-bin", "--max-connections=200",
          f"--pid-file={workdir / 'mysqld.pid'}", f"--log-error={workdir / 'error.log'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a daemon of its own, as a real server is (own scheduler autogroup)
+        preexec_fn=_die_with_parent)
     try:
         deadline = time.monotonic() + 60
         while not sock.exists():

@@ -52,14 +52,22 @@ def spawn(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     stdin_pipe: bool = False,
+    new_session: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start a helper that cannot outlive the profiler (own session, parent-death signal)."""
+    """Start a helper that cannot outlive the profiler (parent-death signal).
+
+    Helpers get their own session (a terminal Ctrl-C reaches only the profiler, which stops
+    them in order). ``new_session=False`` is for the load command of ``profiler run``: a new
+    session would also put it in a new scheduler autogroup, which changes how it shares the
+    CPUs with the server it drives (measured: a third less sysbench throughput against a
+    MariaDB of the same session), so the load stays in ours.
+    """
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
-        start_new_session=True,
+        start_new_session=new_session,
         preexec_fn=_child_setup,
         env=env,
         cwd=cwd,
@@ -88,6 +96,16 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0, first: in
     finally:
         with _LIVE_LOCK:
             _LIVE.pop(proc.pid, None)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """user + system CPU seconds a live process has used (its own threads), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def forget(proc: subprocess.Popen[bytes]) -> None:
@@ -126,7 +144,11 @@ def run_to_file(
         err = errfh
     try:
         proc = spawn(argv, stdout=subprocess.PIPE, stderr=err)
-        timer = threading.Timer(timeout, lambda: proc.poll() is None and proc.kill())
+        def _kill_if_running() -> None:
+            if proc.poll() is None:
+                proc.kill()
+
+        timer = threading.Timer(timeout, _kill_if_running)
         timer.daemon = True
         timer.start()
         try:
@@ -285,9 +307,17 @@ class PerfCollector:
         msg = tail(self.errpath) if self.errpath else ""
         return f"perf exited with code {rc} during the capture" + (f": {msg}" if msg else "")
 
+    def note_cpu(self) -> None:
+        """Record the CPU time perf itself used during the capture (what the collector costs in user space)."""
+        if self.proc is not None and "perf_cpu_seconds" not in self.rec.stats:
+            used = cpu_seconds(self.proc.pid)
+            if used is not None:
+                self.rec.stats["perf_cpu_seconds"] = round(used, 2)
+
     def request_stop(self) -> None:
         """Ask perf to stop (SIGINT) without waiting, so every collector stops at the same moment."""
         self.stopping = True
+        self.note_cpu()
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGINT)
@@ -302,6 +332,7 @@ class PerfCollector:
         try:
             if self.proc is not None:
                 self.poll()  # notes a death that happened before the stop was asked for
+                self.note_cpu()
                 self.stopping = True
                 rc = stop_process(self.proc, self.stop_timeout)
                 if self.died is None and rc not in (0, -signal.SIGINT, 130, 2):

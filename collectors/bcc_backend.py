@@ -3,8 +3,9 @@
 The bcc collectors replace the perf collectors of the same name (block-io, syscalls,
 offcpu-stacks) and add futex-waits, which only bcc can gather without kprobes. ``auto``
 takes bcc where :func:`profiler.collectors.bcc_common.bcc_status` says it works, else
-perf; the choice and its reason go to the manifest (``options.backend_used`` and
-``options.backend_reason``) and ``profiler doctor`` shows the same reason.
+perf; the choice and its reason are recorded in each bcc collector's stats and, through
+``registry.backend_choice``, in the manifest's options (``backend_used``, ``backend_reason``).
+attach and run default to perf: auto and bcc are asked for.
 """
 
 from __future__ import annotations

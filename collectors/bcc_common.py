@@ -477,10 +477,12 @@ class BccCollector:
         self._stop.set()
         if self.bpf is None or self.end_ns:
             return
+        # the window ends before detaching: detaching waits for the kernel (an RCU grace period
+        # per tracepoint, 100 ms and more on a loaded host) and events keep arriving until done
+        self.end_ns = time.monotonic_ns()
         for tp, _fn in self.tracepoints:
             with contextlib.suppress(Exception):
                 self.bpf.detach_tracepoint(tp=tp.encode())
-        self.end_ns = time.monotonic_ns()
 
     # -- for subclasses
 
@@ -515,6 +517,7 @@ class BccCollector:
         if missed is None:
             return
         rec.stats["missed_events"] = missed
+        rec.stats["lost"] = int(rec.stats.get("lost") or 0) + missed
         events = rec.stats.get("events") or 0
         if missed and missed > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
             rec.status = PARTIAL

@@ -348,6 +348,10 @@ class BlockIO:
 
     def request_stop(self) -> None:
         """Stop the trace and its counter at the same moment (before the other collectors finish)."""
+        if self.trace_t1 is None:
+            used = [_proc.cpu_seconds(p.pid) for p in (self.reader, self.gzip) if p is not None]
+            if used and all(u is not None for u in used):
+                self.rec.stats["reader_cpu_seconds"] = round(sum(u for u in used if u is not None), 2)
         if self.instance is not None and self.trace_t1 is None:
             with contextlib.suppress(OSError):
                 self.instance.write("tracing_on", "0")

@@ -6,13 +6,12 @@ Each check is one line: a status word (ok, warn, fail, info), what was found, an
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import platform
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from profiler.collectors import host
+from profiler.collectors.bcc_common import bcc_status
 from profiler.targets import Target
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
@@ -40,10 +39,6 @@ class Check:
     def line(self) -> str:
         fix = f"  -> {self.fix}" if self.fix else ""
         return f"{self.status:<5} {self.name:<28} {self.detail}{fix}"
-
-
-def _headers_dir() -> str:
-    return f"/lib/modules/{platform.release()}/build"
 
 
 def host_checks(perf: str = "perf") -> list[Check]:
@@ -139,16 +134,10 @@ def host_checks(perf: str = "perf") -> list[Check]:
     cgv = host.cgroup_version()
     checks.append(Check("cgroups", OK if cgv else INFO, f"cgroup v{cgv}" if cgv else "no cgroup filesystem found"))
 
-    bcc_spec = importlib.util.find_spec("bcc")
-    headers = os.path.isdir(_headers_dir())
-    if bcc_spec is None:
-        checks.append(Check("bcc", INFO, "python bcc module not importable: the perf backend is used",
-                            "apt-get install python3-bpfcc bpfcc-tools (Debian); use a venv with --system-site-packages"))
-    elif not headers:
-        checks.append(Check("bcc", WARN, f"bcc importable but no kernel headers at {_headers_dir()}",
-                            "apt-get install linux-headers-amd64 && bash scripts/bcc-headers.sh"))
-    else:
-        checks.append(Check("bcc", OK, f"bcc importable, headers at {_headers_dir()}"))
+    # The same check `--backend auto` uses: bcc importable, headers, a tracepoint program loads.
+    ok, reason, fix = bcc_status()
+    checks.append(Check("bcc backend", OK if ok else INFO,
+                        reason + ("" if ok else ": the perf backend is used"), None if ok else fix))
     return checks
 
 

@@ -59,7 +59,7 @@ class CaptureResult:
 
 def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -261,7 +261,7 @@ class Session:
         writer.manifest.load = info
         logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
-            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT)
+            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT, new_session=False)
         except OSError as exc:
             logfh.write(f"profiler: cannot start {self.load_argv[0]}: {exc.strerror or exc}\n".encode())
             info.exit_code = 127

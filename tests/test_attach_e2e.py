@@ -269,7 +269,9 @@ def test_run_wraps_a_load_and_passes_its_exit_code(clean_state: Path) -> None:
     out = clean_state / "cap"
     load = [sys.executable, "-c", "import sys,time; print('tps: 42'); time.sleep(1.5); sys.exit(4)"]
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"]) as proc:
-        rc = main(["run", "--backend", "perf", "--pid", str(proc.pid), "-o", str(out), "--no-report", "--"] + load)
+        # the load's plumbing is under test here, not the system-wide collectors a busy host can upset
+        rc = main(["run", "--backend", "perf", "--pid", str(proc.pid), "-o", str(out), "--no-report",
+                   "--collector", "perf-stat", "--collector", "cpu-stacks", "--"] + load)
     assert rc == 4
     b = Bundle.open(out)
     assert b.manifest.load is not None and b.manifest.load.exit_code == 4
@@ -366,3 +368,27 @@ def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: 
     assert rec is not None and rec.status == "partial" and "stopped early" in (rec.reason or "")
     assert rec.stats["samples"] > 0 and rec.stats["stopped_early"] is True
     assert any("sched:sched_switch" in ln for ln in b.iter_lines("offcpu.perf.txt.gz"))
+
+
+def test_ctrl_c_during_run_stops_the_load_too(clean_state: Path) -> None:
+    out = clean_state / "cap"
+    marker = f"load-{os.getpid()}-{time.monotonic_ns()}"
+    with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]) as proc:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "profiler", "run", "--backend", "perf", "--pid", str(proc.pid), "-o", str(out),
+             "--no-report", "--collector", "perf-stat", "--", sys.executable, "-c",
+             f"import time  # {marker}\ntime.sleep(60)"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            _wait_running(out, {"perf-stat"})
+            run.send_signal(signal.SIGINT)
+            _, err = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert run.returncode == 130, err
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info.get("cmdline") or [])]
+    assert not left, f"the load outlived the capture: {left}"
+    m = Bundle.open(out).manifest
+    assert m.status == "partial" and m.load is not None and m.load.exit_code is not None

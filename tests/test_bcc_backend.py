@@ -423,11 +423,15 @@ def test_attach_backend_bcc_end_to_end(tmp_path):
         stop(proc)
     assert code == 0
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "ok"
     recs = {c["name"]: c for c in m["collectors"]}
     assert set(recs) == {"offcpu-stacks", "block-io", "syscalls", "futex-waits"}
     for rec in recs.values():
-        assert rec["backend"] == "bcc" and rec["status"] == "ok", rec
+        assert rec["backend"] == "bcc", rec
+        # partial only for a loss the collector measured and said (skipped events, lost stacks)
+        assert rec["status"] == "ok" or (rec["status"] == "partial" and any(
+            w in (rec["reason"] or "") for w in ("skipped our program", "lost stack"))), rec
+    assert m["status"] == ("ok" if all(r["status"] == "ok" for r in recs.values()) else "partial")
+    for rec in recs.values():
         assert rec["stats"]["backend_reason"] == "asked for --backend bcc"
         for f in rec["files"]:
             assert (out / f).is_file()

@@ -102,7 +102,7 @@ def summary(m: Manifest, out: Path) -> str:
 def _report(out: Path) -> None:
     """Analyze and render the terminal report when the analysis layer is installed."""
     try:
-        from profiler.analyzers import analysis  # type: ignore[attr-defined]  # noqa: F401
+        from profiler.analyzers import analysis  # noqa: F401
     except ImportError:
         return
     try:

@@ -173,6 +173,16 @@ def _load(input: str, *, cpu: bool, units_time: str, units_latency: str) -> _Sou
         return src
     if input != "-" and path.is_file() and _is_perf_data(path):
         src.name = path.name
+        if not cpu:
+            try:  # block events straight from the file: no perf script, no text
+                src.kind = "block"
+                src.bio = blockio.read_perf_data(path)
+            except blockio.PerfDataUnsupported:
+                src.bio = None
+            else:
+                if src.bio.counts.events == 0:
+                    raise InputError(f"{path} holds no block:block_rq_issue/complete events")
+                return src
         proc = _perf_script(path, None if cpu else PERF_FIELDS)
         try:
             if cpu:
@@ -298,11 +308,13 @@ def command(
         totals = {"paired": c.paired, "unpaired_issues": c.unpaired_issues, "unpaired_completions": c.unpaired_completions,
                   "requeues": c.requeues, "merges": c.merges, "dataless_completions": c.dataless_completions,
                   "lost_events": c.lost_events}
-        analysis = iostats.analyze_io(bio, target_tids=tids, target_comms=comms)
-        extra = {"counts": c.to_json(), "overall": analysis.overall, "by_op": analysis.by_op,
-                 "by_device": analysis.by_device, "by_issuer": analysis.by_issuer, "warnings": bio.warnings}
+        if as_json or (output is not None and output.suffix == ".json"):
+            analysis = iostats.analyze_io(bio, target_tids=tids, target_comms=comms)
+            extra = {"counts": c.to_json(), "overall": analysis.overall, "by_op": analysis.by_op,
+                     "by_device": analysis.by_device, "by_issuer": analysis.by_issuer, "warnings": bio.warnings}
+        p50, p99 = np.percentile(lat, [50, 99])
         kw["t0"] = bio.t_first
-        subtitle = f"{src.name}: {c.paired} IOs, p50 {_lat(analysis.overall['latency']['p50'])}, p99 {_lat(analysis.overall['latency']['p99'])}, max {_lat(analysis.overall['latency']['max'])}"
+        subtitle = f"{src.name}: {c.paired} IOs, p50 {_lat(float(p50))}, p99 {_lat(float(p99))}, max {_lat(float(lat.max()))}"
         for w in bio.warnings:
             typer.echo(f"profiler: warning: {w}", err=True)
     panels = heatmap.panels(t, lat, groups, **kw)
