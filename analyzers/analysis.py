@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.analyzers import _io_adapter, perfstat
 from profiler.analyzers import metrics as metmod
+from profiler.analyzers import perfstat
 from profiler.analyzers import procfs as procmod
 from profiler.analyzers import timeline as tlmod
 from profiler.analyzers import verdict as vmod
@@ -22,6 +23,9 @@ from profiler.analyzers import verdict as vmod
 from profiler import __version__
 
 SCHEMA = "profiler.report"
+# The off-CPU flame graph in the report is built from at most this many switches: a lock storm
+# records hundreds of thousands a second, and the report must come back in seconds.
+OFFCPU_MAX_SWITCHES = 20_000
 VERSION = 1
 
 
@@ -114,17 +118,29 @@ def _offcpu_flame(bundle: Any) -> Any:
     """Off-CPU flame graph model: blocked time by wait reason, then thread pool, then stack."""
     perfscript = importlib.import_module("profiler.analyzers.perfscript")
     flame = importlib.import_module("profiler.analyzers.flame")
-    counts, _stats = flame.offcpu_folded(perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz")),
-                                         by_reason=True, pools=True)
+    samples = perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz"))
+    seen = 0
+
+    def counted() -> Any:
+        nonlocal seen
+        for smp in itertools.islice(samples, OFFCPU_MAX_SWITCHES):
+            seen += 1
+            yield smp
+
+    counts, _stats = flame.offcpu_folded(counted(), by_reason=True, pools=True)
     if not counts:
         return None
     root = flame.build_tree(counts, min_fraction=0.0005)
-    return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool",
-                            unit="us")
+    notes = []
+    if seen >= OFFCPU_MAX_SWITCHES:
+        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches of the capture "
+                     f"(`profiler flamegraph BUNDLE --offcpu` draws them all)")
+    return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool"
+                            + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
 
 
 def _io_events(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.blockio", "io_from_bundle")
+    fn = _optional("profiler.analyzers.iostats", "io_from_bundle")
     return fn(bundle) if fn is not None else None
 
 
@@ -136,12 +152,12 @@ def _subsecond(bundle: Any) -> Any:
 _BUILDERS = (
     ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"), _cpu_flame),
     ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.flame",), _offcpu_flame),
-    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.blockio",), _io_events),
+    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.iostats",), _io_events),
     ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.subsecond",), _subsecond),
 )
 
 
-def _artifacts(bundle: Any, a: Analysis) -> None:
+def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
     """Flame graph and heatmap models from the other analyzers, when they are installed and the data exists."""
     for name, member, collector, modules, build in _BUILDERS:
         if not bundle.has(member):
@@ -151,7 +167,7 @@ def _artifacts(bundle: Any, a: Analysis) -> None:
             a.missing_artifacts[name] = f"{member} is in the bundle, but this build cannot draw it yet"
             continue
         try:
-            model = build(bundle)
+            model = io_model if name == "io_heatmap" and io_model is not None else build(bundle)
         except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
             a.missing_artifacts[name] = f"could not be built: {type(exc).__name__}: {exc}"
             continue
@@ -164,8 +180,16 @@ def _artifacts(bundle: Any, a: Analysis) -> None:
 def analyze(bundle: Any) -> Analysis:
     """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
     pd = procmod.load(bundle)
-    io = _io_adapter.parse(bundle.iter_lines("block.trace.gz")) if bundle.has("block.trace.gz") else None
+    io_model, io = None, None
+    io_error = None
+    if bundle.has("block.trace.gz"):
+        try:
+            io_model, io = metmod.load_io(bundle)
+        except Exception as exc:  # noqa: BLE001 - a broken trace must not sink the report
+            io_error = f"block.trace.gz could not be read: {type(exc).__name__}: {exc}"
     met = metmod.compute(bundle, pd, io)
+    if io_error:
+        met.warnings.append(io_error)
     cv = vmod.judge(met)
     m = bundle.manifest
     t0 = met.t0
@@ -185,5 +209,5 @@ def analyze(bundle: Any) -> Analysis:
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
     a = Analysis(bundle=str(bundle.root), manifest=_manifest_summary(bundle), verdict=cv, metrics=met, timeline=tl,
                  health=health, warnings=list(dict.fromkeys(warnings)))
-    _artifacts(bundle, a)
+    _artifacts(bundle, a, io_model)
     return a

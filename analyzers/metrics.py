@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers import _io_adapter, perfstat
+from profiler.analyzers import perfstat
 from profiler.analyzers import procfs as procmod
 from profiler.analyzers.knowledge import (
     TIKV_POOLS,
@@ -515,58 +515,65 @@ def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics
 # --------------------------------------------------------------------------- IO (block trace)
 
 
-def io_metrics(bundle: Any, target_tids: set[int], window: float,
-               events: _io_adapter.IOEvents | None = None) -> IOMetrics | None:
-    ev = events
-    source = "block.trace.gz" if events is not None else ""
-    try:
-        blockio = importlib.import_module("profiler.analyzers.blockio")
-        fn = getattr(blockio, "io_from_bundle", None)
-    except ImportError:
-        fn = None
-    if fn is not None and ev is None:
-        res = fn(bundle)
-        ev = _events_from_blockio(res)
-        source = "analyzers.blockio"
-    if ev is None and bundle.has("block.trace.gz"):
-        ev = _io_adapter.parse(bundle.iter_lines("block.trace.gz"))
-        source = "block.trace.gz"
+@dataclass
+class IOEvents:
+    """The per-IO columns the verdict and the timeline read (a view of analyzers.iostats.IoAnalysis)."""
+
+    t: np.ndarray  # issue time (monotonic s)
+    latency: np.ndarray  # seconds
+    dev: np.ndarray  # "254:0" per IO
+    op: np.ndarray  # read | write | flush | discard | other
+    nbytes: np.ndarray
+    tid: np.ndarray
+    comm: np.ndarray
+    unpaired: int = 0
+
+
+def io_events_from(res: Any) -> IOEvents | None:
+    """The view of the IO engineer's analysis (analyzers.iostats.IoAnalysis), or None."""
+    if res is None:
+        return None
+    counts = getattr(getattr(res, "block", None), "counts", None)
+    unpaired = int(getattr(counts, "unpaired_issues", 0) + getattr(counts, "unpaired_completions", 0)) if counts else 0
+    return IOEvents(t=np.asarray(res.issue, dtype=float), latency=np.asarray(res.latency, dtype=float),
+                    dev=np.asarray(res.dev, dtype=object), op=np.asarray(res.op, dtype=object),
+                    nbytes=np.asarray(res.bytes), tid=np.asarray(res.tid), comm=np.asarray(res.comm, dtype=object),
+                    unpaired=unpaired)
+
+
+def load_io(bundle: Any) -> tuple[Any, IOEvents | None]:
+    """The bundle's block IO, paired by analyzers.blockio/iostats: (IoAnalysis, its view) or (None, None)."""
+    if not bundle.has("block.trace.gz"):
+        return None, None
+    iostats = importlib.import_module("profiler.analyzers.iostats")
+    res = iostats.io_from_bundle(bundle)
+    return res, io_events_from(res)
+
+
+def io_metrics(ev: IOEvents | None, target_tids: set[int], window: float) -> IOMetrics | None:
     if ev is None or len(ev.latency) == 0:
         return None
     lat_ms = ev.latency * 1e3
-    span = window or (float(ev.t[-1] - ev.t[0]) if len(ev.t) > 1 else 1.0)
+    span = window or (float(ev.t.max() - ev.t.min()) if len(ev.t) > 1 else 1.0)
     mine = np.isin(ev.tid, list(target_tids)) if target_tids else np.zeros(len(ev.tid), bool)
     groups: list[IOGroup] = []
-    keys = sorted(set(zip(ev.dev, ev.op, strict=True)))
-    dev_a, op_a = np.asarray(ev.dev), np.asarray(ev.op)
+    keys = sorted(set(zip(ev.dev.tolist(), ev.op.tolist(), strict=True)))
     for dev, op in keys:
-        m = (dev_a == dev) & (op_a == op)
+        m = (ev.dev == dev) & (ev.op == op)
+        if not m.any():
+            continue
         la = lat_ms[m]
         groups.append(IOGroup(dev=dev, op=op, count=int(m.sum()), iops=float(m.sum()) / span,
                               bytes=int(ev.nbytes[m].sum()), p50_ms=float(np.percentile(la, 50)),
                               p95_ms=float(np.percentile(la, 95)), p99_ms=float(np.percentile(la, 99)),
                               max_ms=float(la.max()), target_share=float(mine[m].mean())))
     groups.sort(key=lambda g: (-g.count, g.dev, g.op))
-    issuers: dict[str, float] = {}
-    for c in ev.comm:
-        issuers[c] = issuers.get(c, 0) + 1
-    return IOMetrics(source=source, total=len(lat_ms), groups=groups, p50_ms=float(np.percentile(lat_ms, 50)),
+    names, counts = np.unique(ev.comm.astype(str), return_counts=True)
+    issuers = {str(n): float(c) for n, c in zip(names, counts, strict=True)}
+    return IOMetrics(source="block.trace.gz", total=len(lat_ms), groups=groups, p50_ms=float(np.percentile(lat_ms, 50)),
                      p99_ms=float(np.percentile(lat_ms, 99)), max_ms=float(lat_ms.max()),
                      target_share=float(mine.mean()) if target_tids else None,
-                     top_issuers=_top(issuers), unpaired=ev.unpaired_completions + ev.unpaired_issues)
-
-
-def _events_from_blockio(res: Any) -> _io_adapter.IOEvents | None:
-    """Adapt the heatmap engineer's IO model when it is in main (duck-typed on its arrays)."""
-    if res is None:
-        return None
-    try:
-        return _io_adapter.IOEvents(
-            t=np.asarray(res.issue), latency=np.asarray(res.latency), dev=[str(d) for d in res.dev],
-            op=[str(o) for o in res.op], nbytes=np.asarray(res.bytes), tid=np.asarray(res.tid),
-            comm=[str(c) for c in res.comm])
-    except AttributeError:
-        return None
+                     top_issuers=_top(issuers), unpaired=ev.unpaired)
 
 
 # --------------------------------------------------------------------------- syscalls and perf stat
@@ -684,6 +691,9 @@ def _source_status(bundle: Any, collector: str, files: tuple[str, ...]) -> str:
         if rec is not None and rec.status == "partial":
             return f"partial: {rec.reason or ''}".rstrip(": ")
         return "ok"
+    if rec is not None and rec.files:
+        # e.g. the bcc backend's in-kernel histograms: captured, but not the files the verdict reads
+        return f"other format: {rec.backend} wrote {', '.join(rec.files)} (not read by the verdict yet)"
     return "missing"
 
 
@@ -697,7 +707,7 @@ SOURCES = {
 }
 
 
-def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: _io_adapter.IOEvents | None = None) -> Metrics:
+def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: IOEvents | None = None) -> Metrics:
     m = bundle.manifest
     if pd is None:
         pd = procmod.load(bundle)
@@ -724,7 +734,12 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: _io_adap
     if not window and m.ended and m.clock.monotonic_start:
         window = m.ended - m.clock.monotonic_start
     sysm = system_metrics(pd, host_cpus)
-    iom = io_metrics(bundle, all_tids, window, io_events)
+    if io_events is None and bundle.has("block.trace.gz"):
+        try:
+            io_events = load_io(bundle)[1]
+        except Exception as exc:  # noqa: BLE001 - a broken trace lowers confidence, never crashes
+            warnings.append(f"block.trace.gz could not be read: {type(exc).__name__}: {exc}")
+    iom = io_metrics(io_events, all_tids, window)
     if iom is not None and sysm is not None:
         pass
     # the targets' share of disk bytes (procfs IO counters vs diskstats)

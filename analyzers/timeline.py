@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from profiler.analyzers import perfstat
 from profiler.analyzers import procfs as procmod
-from profiler.analyzers._io_adapter import IOEvents
+from profiler.analyzers.metrics import IOEvents
 
 MAX_POINTS = 300
 

@@ -113,8 +113,8 @@ def context(a: Analysis) -> dict[str, Any]:
     for name, title, module, attrs in (
         ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph_svg", ("render",)),
         ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph_svg", ("render",)),
-        ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap", ("render_svg", "render")),
-        ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap", ("render_subsecond_svg",)),
+        ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap_svg", ("render_svg",)),
+        ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap_svg", ("render_subsecond_svg",)),
     ):
         svg, why = _artifact_svg(a, name, module, attrs)
         pictures.append({"name": name, "title": title, "svg": svg, "why": why})
