@@ -66,8 +66,10 @@ def _artifact_svg(a: Analysis, name: str, module: str, attrs: tuple[str, ...]) -
     m = re.search(r'<svg[^>]*\sheight="(\d+)', svg)
     height = int(m.group(1)) + 8 if m else 600
     # srcdoc is an attribute: escape() makes the SVG text safe inside it; the frame renders it.
+    # The SVG keeps its viewBox and scales to the frame's width (no horizontal scrolling).
+    doc = "<style>html,body{margin:0}svg{display:block;width:100%;height:auto}</style>" + svg
     return Markup(f'<iframe class="artifact" sandbox="allow-scripts" style="height:{min(height, 1400)}px" '
-                  f'srcdoc="{escape(svg)}"></iframe>'), None
+                  f'srcdoc="{escape(doc)}"></iframe>'), None
 
 
 def context(a: Analysis) -> dict[str, Any]:
