@@ -361,6 +361,13 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if tm.offcpu_futex_stacks:
         frames, n = tm.offcpu_futex_stacks[0]
         bits.append(f"top futex wait stack: {frames} ({n} switches)")
+    elif tm.futex_wait_stacks:
+        frames, secs = tm.futex_wait_stacks[0]
+        bits.append(f"top futex wait stack: {frames} ({secs:.2f} s waited)")
+    if tm.futex_wait_s is not None and m.window > 0:
+        # bcc's in-kernel futex totals: threads waiting at once (thread-seconds per second)
+        ev.append(_ev("futex_waiting_threads", tm.futex_wait_s / m.window, None,
+                      f"{tm.futex_waits or 0} futex waits, {tm.futex_wait_s:.2f} thread-s (bcc futex-waits)", "threads"))
     if len(tm.futex_threads) > 1 or (tm.futex_threads and tm.futex_threads[0][0] != tm.comm):
         bits.append("futex time by pool: " + ", ".join(f"{p} {_pct(s)}" for p, s in tm.futex_threads))
     kernel_locks = [w for w, _ in tm.wchans if "rwsem" in w or "mutex" in w]
