@@ -430,7 +430,8 @@ def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding, runner_u
     if primary.category == "io_wait":
         if m.sources.get("block-io") != "ok":
             c *= 0.9
-            why.append("no block IO trace: device latency from /proc/diskstats only")
+            why.append("no block IO trace: device latency from /proc/diskstats only" if m.io is None else
+                       f"block IO {m.sources.get('block-io', 'missing').split(':')[0]}: some IOs are missing from the latencies")
         if m.delayacct is False:
             c *= 0.95
             why.append("task_delayacct was off: no block-IO delay accounting")
