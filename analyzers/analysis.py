@@ -212,6 +212,22 @@ def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
             a.artifacts[name] = model
 
 
+def _syscall_counts(bundle: Any) -> tuple[Any, Any] | None:
+    """(interval start, calls) rows of syscalls.csv, every target together."""
+    import csv
+
+    import numpy as np
+
+    t, n = [], []
+    for row in csv.DictReader(bundle.iter_lines("syscalls.csv")):
+        try:
+            t.append(float(row["time"]))
+            n.append(float(row["count"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return (np.asarray(t), np.asarray(n)) if t else None
+
+
 def analyze(bundle: Any) -> Analysis:
     """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
     pd = procmod.load(bundle)
@@ -236,8 +252,18 @@ def analyze(bundle: Any) -> Analysis:
     rec = m.collector("perf-stat")
     srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None
     srec = m.collector("syscalls")
+    io_hist = None
+    if io is None and bundle.has("block.hist.jsonl.gz"):
+        seen = len(bundle.warnings)
+        try:
+            io_hist = importlib.import_module("profiler.analyzers.bcc_hist").read_block_hist(bundle)
+        except Exception:  # noqa: BLE001 - compute() already warned about a broken file
+            io_hist = None
+        del bundle.warnings[seen:]  # compute() reported them already
+    scounts = _syscall_counts(bundle) if srate is None and bundle.has("syscalls.csv") else None
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=io, stat=stat, stat_start=rec.started if rec else None,
-                     syscall_rate=srate, syscall_start=srec.started if srec else None)
+                     syscall_rate=srate, syscall_start=srec.started if srec else None, io_hist=io_hist,
+                     syscall_counts=scounts)
     health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
     warnings = list(met.warnings)
     if m.status != "ok":

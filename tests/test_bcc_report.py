@@ -22,11 +22,11 @@ from profiler.analyzers import analysis as anmod
 from profiler.analyzers import bcc_hist as bh
 from profiler.analyzers import histheatmap
 from profiler.analyzers import metrics as metmod
-from profiler.renderers import html as htmlmod
-from profiler.renderers import json as jsonmod
 
 from profiler.bundle import Bundle, BundleWriter, ClockInfo, Manifest
 from profiler.cli import main
+from profiler.renderers import html as htmlmod
+from profiler.renderers import json as jsonmod
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bcc"
 LOCK = SAMPLES / "lock-contend-python"
@@ -145,6 +145,11 @@ def test_lock_sample_names_the_futex_stack_and_draws_the_offcpu_flame_graph() ->
     assert "lock (futex)" in flame.root.children  # wait reason roots over the kernel's folded stacks
     assert flame.root.children["lock (futex)"].total > 0.5 * flame.root.total
     assert set(a.artifacts) >= {"offcpu_flame", "io_heatmap", "cpu_flame"} and not a.missing_artifacts
+    # the timeline draws IO and syscall rates from the aggregates (no per-IO events, no syscalls-rate.csv)
+    tl = d["timeline"]["panels"]
+    assert {"io_iops", "io_latency", "syscalls"} <= set(tl)
+    iops = [v for v in tl["io_iops"]["series"]["IOPS"] if v is not None]
+    assert sum(iops) * a.timeline.step == pytest.approx(d["io"]["total"])  # every histogram IO is in one bucket
 
 
 def test_fio_sample_verdict_has_io_evidence_from_the_histograms() -> None:
