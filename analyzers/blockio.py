@@ -785,7 +785,7 @@ def io_from_bundle(bundle: Any, **kw: Any) -> Any:
 # `perf script`.
 
 _PERF_MAGIC = b"PERFILE2"
-_RECORD_SAMPLE, _RECORD_LOST, _RECORD_COMPRESSED = 9, 2, 81
+_RECORD_SAMPLE, _RECORD_LOST, _RECORD_FINISHED_ROUND, _RECORD_COMPRESSED = 9, 2, 68, 81
 _S_IP, _S_TID, _S_TIME, _S_ADDR, _S_READ, _S_CALLCHAIN, _S_ID, _S_CPU, _S_PERIOD = 1, 2, 4, 8, 16, 32, 64, 128, 256
 _S_STREAM_ID, _S_RAW, _S_IDENTIFIER = 512, 1024, 1 << 16
 _FEAT_TRACING_DATA, _FEAT_EVENT_DESC = 1, 12
@@ -804,11 +804,23 @@ def _tp_formats(blob: bytes) -> dict[str, dict[str, tuple[int, int]]]:
     return out
 
 
-def read_perf_data_events(path: str | Path, comms: _CommTable | None = None, *, chunk: int = 64 << 20) -> tuple[np.ndarray, int]:
-    """Block events of a perf.data in time order, and the number of lost events it records."""
+def read_perf_data_events(path: str | Path, comms: _CommTable | None = None) -> tuple[np.ndarray, int]:
+    """All block events of a perf.data in time order, and the number of lost events it records."""
+    lost: list[int] = [0]
+    parts = list(iter_perf_data(path, comms if comms is not None else _CommTable(), lost))
+    return (np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)), lost[0]
+
+
+def iter_perf_data(path: str | Path, comms: _CommTable, lost_box: list[int], *, chunk: int = 4 << 20) -> Iterator[np.ndarray]:
+    """Block events of a perf.data in time-ordered batches (streaming; ``lost_box[0]`` counts LOST).
+
+    perf writes its per-CPU buffers in rounds ended by FINISHED_ROUND records; an event written
+    after round R is never older than the newest event of round R-1 (the rule perf script's
+    own ordering relies on). So once R rounds are read, everything up to the newest time of
+    rounds <= R-2 is final: it is sorted and handed on, the rest waits.
+    """
     import struct
 
-    comms = comms if comms is not None else _CommTable()
     try:
         fh = open(path, "rb")
     except OSError as exc:
@@ -870,12 +882,14 @@ def read_perf_data_events(path: str | Path, comms: _CommTable | None = None, *, 
         for ev in ("block_rq_issue", "block_rq_complete"):
             if ev not in fmts or not need <= set(fmts[ev]):
                 raise PerfDataUnsupported(f"no format for {ev} in the tracing data")
-        # walk the records: keep the offsets of samples
+        # walk the records: keep the offsets of samples and of round ends
         offsets: list[int] = []
-        lost = 0
         hdr = struct.Struct("<IHH").unpack_from
         u64 = struct.Struct("<Q").unpack_from
-        parts_ev: list[np.ndarray] = []
+        pend_ev = np.zeros(0, EVENT_DTYPE)
+        pend_rnd = np.zeros(0, np.int64)
+        rounds = 0  # FINISHED_ROUND records seen so far
+        t_safe = -np.inf
         fh.seek(data_off)
         left = data_sz
         rest = b""
@@ -887,6 +901,7 @@ def read_perf_data_events(path: str | Path, comms: _CommTable | None = None, *, 
                 break
             p, end = 0, len(buf)
             offsets = []
+            round_ends: list[int] = []
             while p + 8 <= end:
                 typ, _, rsz = hdr(buf, p)
                 if rsz < 8:
@@ -895,27 +910,39 @@ def read_perf_data_events(path: str | Path, comms: _CommTable | None = None, *, 
                     break
                 if typ == _RECORD_SAMPLE:
                     offsets.append(p)
+                elif typ == _RECORD_FINISHED_ROUND:
+                    round_ends.append(p)
                 elif typ == _RECORD_LOST:
-                    lost += u64(buf, p + 16)[0]
+                    lost_box[0] += u64(buf, p + 16)[0]
                 elif typ == _RECORD_COMPRESSED:
                     raise PerfDataUnsupported("compressed perf.data (perf record -z)")
                 p += rsz
             rest = buf[p:]
             if offsets:
-                parts_ev.append(_perf_samples(buf, np.asarray(offsets, dtype=np.int64), kind_of_id, fmts,
-                                              o_tid, o_time, o_raw, comms))
+                offs = np.asarray(offsets, dtype=np.int64)
+                rnd = rounds + np.searchsorted(np.asarray(round_ends, dtype=np.int64), offs)
+                ev, keep = _perf_samples(buf, offs, kind_of_id, fmts, o_tid, o_time, o_raw, comms)
+                pend_ev = np.concatenate([pend_ev, ev])
+                pend_rnd = np.concatenate([pend_rnd, rnd[keep]])
+            rounds += len(round_ends)
+            old_rounds = pend_rnd <= rounds - 2
+            if old_rounds.any():
+                t_safe = max(t_safe, float(pend_ev["t"][old_rounds].max()))
+            ready = pend_ev["t"] <= t_safe
+            if ready.any():
+                out = pend_ev[ready]
+                yield out[np.argsort(out["t"], kind="stable")]
+                pend_ev, pend_rnd = pend_ev[~ready], pend_rnd[~ready]
             if not data:
                 break
-    ev = np.concatenate(parts_ev) if parts_ev else np.zeros(0, EVENT_DTYPE)
-    ev = ev[np.argsort(ev["t"], kind="stable")]  # perf.data is in per-CPU buffer order
-    return ev, lost
+    if len(pend_ev):
+        yield pend_ev[np.argsort(pend_ev["t"], kind="stable")]
 
 
 def _perf_samples(buf: bytes, offs: np.ndarray, kind_of_id: dict[int, int], fmts: dict[str, dict[str, tuple[int, int]]],
-                  o_tid: int, o_time: int, o_raw: int, comms: _CommTable) -> np.ndarray:
+                  o_tid: int, o_time: int, o_raw: int, comms: _CommTable) -> tuple[np.ndarray, np.ndarray]:
+    """Decode the block samples among the sample records at ``offs``; also which ones they were."""
     b = np.frombuffer(buf, np.uint8)
-    if len(b) < 16:
-        return np.zeros(0, EVENT_DTYPE)
     u = np.ndarray(shape=(len(b) - 7,), dtype="<u8", buffer=b, strides=(1,))
     ids = u[offs + 8]
     uid, inv = np.unique(ids, return_inverse=True)
@@ -925,7 +952,7 @@ def _perf_samples(buf: bytes, offs: np.ndarray, kind_of_id: dict[int, int], fmts
     n = len(offs)
     ev = np.zeros(n, EVENT_DTYPE)
     if not n:
-        return ev
+        return ev, keep
     ev["kind"] = kind
     ev["t"] = u[offs + o_time].astype(np.float64) / 1e9
     ev["tid"] = (u[offs + o_tid] >> _U64(32)).astype(np.int64) if o_tid >= 0 else -1
@@ -980,14 +1007,15 @@ def _perf_samples(buf: bytes, offs: np.ndarray, kind_of_id: dict[int, int], fmts
                 start = int(r[first_i[ui]] + coff)
                 cid[ui] = comms.intern(bytes(buf[start : start + 16]).split(b"\0")[0])
             ev["comm"][sel] = cid[cinv.ravel()]
-    return ev
+    return ev, keep
 
 
 def read_perf_data(path: str | Path) -> BlockIO:
     """Pair the block events of a perf.data read directly (see :func:`read_perf_data_events`)."""
     p = BlockPairer()
-    ev, lost = read_perf_data_events(path, p.comms)
-    p.counts.lost_events += lost
-    for i in range(0, len(ev), 1 << 16):
-        p.feed_events(ev[i : i + (1 << 16)])
+    lost = [0]
+    for batch in iter_perf_data(path, p.comms, lost):
+        for i in range(0, len(batch), 1 << 16):
+            p.feed_events(batch[i : i + (1 << 16)])
+    p.counts.lost_events += lost[0]
     return p.finish()

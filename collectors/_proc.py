@@ -266,7 +266,9 @@ class PerfCollector:
         """Called a moment after every collector started: perf fails fast on bad events,
         missing pids or permissions; raise with perf's own words if it did."""
         if self.proc is not None and self.proc.poll() not in (None, 0):
-            msg = (tail(self.errpath) if self.errpath else "") or f"exit code {self.proc.returncode}"
+            rc = self.proc.returncode
+            msg = (tail(self.errpath) if self.errpath else "") or (
+                f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}")
             forget(self.proc)
             self.cleanup(ctx)
             raise RuntimeError(f"perf exited at once: {msg}")

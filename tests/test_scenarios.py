@@ -24,6 +24,12 @@ from tests.scenarios.scoreboard import render, summarize
 
 FAST = [s for s in SCENARIOS if s.fast]
 WINDOW = float(os.environ.get("SCENARIO_WINDOW", "5"))
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+# Scenarios whose verdict is known to be wrong today, with the evidence; the test marks them
+# xfail (with this reason) instead of failing, and passes as soon as the verdict is right.
+# Keep this list short and current: the scoreboard (docs/scenarios.md) is the record.
+KNOWN_MISSES: dict[str, str] = {}
 
 
 # ---------------------------------------------------------------------------------------
@@ -144,9 +150,48 @@ def test_fast_scenario(name: str) -> None:
     assert r.error is None or r.error == "report has no verdict yet", r.error
     if r.verdict is None:
         return  # the verdict engine is not in this build yet: the workload part stands
-    assert r.got == s.category, (
-        f"verdict {r.got} (sub-cause {r.got_sub_cause}), expected {s.category}; "
-        f"evidence from /proc: {evidence}; verdict evidence: {r.verdict.get('evidence')}")
+    why = (f"verdict {r.got} (sub-cause {r.got_sub_cause}), expected {s.category}; "
+           f"evidence from /proc: {evidence}; host load {r.observation.get('host_load1')}")
+    if r.got != s.category and name in KNOWN_MISSES:
+        pytest.xfail(f"{KNOWN_MISSES[name]}: {why}")
+    assert r.got == s.category, why
+
+
+# ---------------------------------------------------------------------------------------
+# samples/scn-*: real bundles from these scenarios, post-mortem (no perf, no root needed)
+
+
+def _scenario_samples() -> list[str]:
+    return sorted(p.name for p in SAMPLES.glob("scn-*") if (p / "manifest.json").is_file())
+
+
+@pytest.mark.parametrize("sample", _scenario_samples())
+def test_scenario_sample_renders_with_the_right_verdict(sample: str, tmp_path: Path) -> None:
+    import json
+
+    from profiler.cli import main
+
+    s = BY_NAME[sample.removeprefix("scn-")]
+    out = tmp_path / "report.json"
+    assert main(["report", str(SAMPLES / sample), "--format", "json", "-o", str(out)]) == 0
+    report = json.loads(out.read_text())
+    cat, sub, _, targets = read_verdict(report, 0)
+    assert targets and all(t["verdict"]["category"] in CATEGORIES for t in targets)
+    for fmt in ("html",):
+        dest = tmp_path / f"report.{fmt}"
+        assert main(["report", str(SAMPLES / sample), "--format", fmt, "-o", str(dest)]) == 0
+        assert dest.stat().st_size > 200
+    if cat != s.category and sample in KNOWN_MISSES:
+        pytest.xfail(f"{KNOWN_MISSES[sample]}: verdict {cat} ({sub})")
+    assert cat == s.category, f"{sample}: verdict {cat} ({sub}), expected {s.category}"
+    if s.sub_cause_words:
+        assert any(w in str(sub).lower() for w in s.sub_cause_words), sub
+
+
+def test_every_scenario_sample_has_a_readme_line() -> None:
+    readme = (SAMPLES / "README.md").read_text() if (SAMPLES / "README.md").exists() else ""
+    for sample in _scenario_samples():
+        assert f"scn-{sample.removeprefix('scn-')}" in readme, f"samples/README.md says nothing about {sample}"
 
 
 def test_no_scenario_leaves_a_temporary_directory() -> None:

@@ -324,6 +324,8 @@ def command(
     }
     short = {"paired": totals.get("paired", totals.get("ios")), "unpaired issues": totals.get("unpaired_issues", 0),
              "unpaired completions": totals.get("unpaired_completions", 0)}
+    if totals.get("lost_events"):
+        short["lost events"] = totals["lost_events"]
     svg_text = heatmap_svg.render(panels, title=title or "Block IO latency heatmap", subtitle=subtitle, colour=colour,
                                   totals=short)
     _emit(doc, svg_text, output, as_json)

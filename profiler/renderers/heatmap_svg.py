@@ -294,8 +294,10 @@ def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour:
     sub = (f"{len(ios)} IOs, p50 {fmt_latency(lat['p50'] or 0)}, p99 {fmt_latency(lat['p99'] or 0)}, "
            f"max {fmt_latency(lat['max'] or 0)}") if len(ios) else "no IOs"
     c = analysis.block.counts
-    svg = render(panels, title=title, subtitle=sub, colour=colour,
-                 totals={"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions})
+    totals: dict[str, Any] = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
+    if c.lost_events:
+        totals["lost events"] = c.lost_events
+    svg = render(panels, title=title, subtitle=sub, colour=colour, totals=totals)
     if not standalone:
         svg = svg.split("?>", 1)[1].lstrip()
     return svg
