@@ -115,7 +115,7 @@ def context(a: Analysis) -> dict[str, Any]:
     for name, title, module, attrs in (
         ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph_svg", ("render",)),
         ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph_svg", ("render",)),
-        ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap_svg", ("render_svg",)),
+        ("io_heatmap", "IO latency heatmap", "profiler.renderers.histheatmap_svg", ("render_svg",)),
         ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap_svg", ("render_subsecond_svg",)),
     ):
         svg, why = _artifact_svg(a, name, module, attrs)
