@@ -139,6 +139,26 @@ def _offcpu_flame(bundle: Any) -> Any:
                             + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
 
 
+def _bcc_offcpu_flame(bundle: Any) -> Any:
+    """Off-CPU flame graph of a bcc capture: offcpu.folded.gz, blocked time summed in the kernel per stack."""
+    folded = importlib.import_module("profiler.analyzers.folded")
+    flame = importlib.import_module("profiler.analyzers.flame")
+    knowledge = importlib.import_module("profiler.analyzers.knowledge")
+    pooled: dict[str, int] = {}
+    for stack, ns in folded.parse_folded(bundle.iter_lines("offcpu.folded.gz")).items():
+        comm, sep, rest = stack.partition(";")
+        key = knowledge.pool_of(comm).replace(" ", "_") + sep + rest
+        pooled[key] = pooled.get(key, 0) + ns
+    # microseconds, as the perf backend's off-CPU graph counts them
+    counts = {k: round(v / 1000) for k, v in flame.offcpu_by_reason(pooled).items() if v >= 500}
+    if not counts:
+        return None
+    root = flame.build_tree(counts, min_fraction=0.0005)
+    return flame.FlameGraph(root=root, title="Off-CPU", unit="us",
+                            subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
+                            notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
+
+
 def _io_events(bundle: Any) -> Any:
     fn = _optional("profiler.analyzers.iostats", "io_from_bundle")
     return fn(bundle) if fn is not None else None
@@ -149,10 +169,20 @@ def _subsecond(bundle: Any) -> Any:
     return fn(bundle) if fn is not None else None
 
 
+def _bcc_io_heatmap(bundle: Any) -> Any:
+    fn = _optional("profiler.analyzers.histheatmap", "from_bundle")
+    return fn(bundle) if fn is not None else None
+
+
+# (artifact, member, collector, modules it needs, builder); the first member the bundle has wins:
+# the perf backend's per-event files, else the bcc backend's in-kernel aggregates.
 _BUILDERS = (
     ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"), _cpu_flame),
     ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.flame",), _offcpu_flame),
+    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"),
+     _bcc_offcpu_flame),
     ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.iostats",), _io_events),
+    ("io_heatmap", "block.hist.jsonl.gz", "block-io", ("profiler.analyzers.histheatmap",), _bcc_io_heatmap),
     ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.subsecond",), _subsecond),
 )
 
@@ -160,14 +190,19 @@ _BUILDERS = (
 def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
     """Flame graph and heatmap models from the other analyzers, when they are installed and the data exists."""
     for name, member, collector, modules, build in _BUILDERS:
+        if name in a.artifacts or name in a.missing_artifacts:
+            continue  # an earlier source of the same artifact decided
         if not bundle.has(member):
+            others = [m for n, m, *_ in _BUILDERS if n == name and m != member]
+            if any(bundle.has(m) for m in others):
+                continue  # the other backend's file is there: its builder draws it
             a.missing_artifacts[name] = f"not captured ({metmod._source_status(bundle, collector, (member,))})"
             continue
         if any(importlib.util.find_spec(mod) is None for mod in modules):
             a.missing_artifacts[name] = f"{member} is in the bundle, but this build cannot draw it yet"
             continue
         try:
-            model = io_model if name == "io_heatmap" and io_model is not None else build(bundle)
+            model = io_model if member == "block.trace.gz" and io_model is not None else build(bundle)
         except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
             a.missing_artifacts[name] = f"could not be built: {type(exc).__name__}: {exc}"
             continue
@@ -175,6 +210,22 @@ def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
             a.missing_artifacts[name] = f"{member} holds no samples for it"
         else:
             a.artifacts[name] = model
+
+
+def _syscall_counts(bundle: Any) -> tuple[Any, Any] | None:
+    """(interval start, calls) rows of syscalls.csv, every target together."""
+    import csv
+
+    import numpy as np
+
+    t, n = [], []
+    for row in csv.DictReader(bundle.iter_lines("syscalls.csv")):
+        try:
+            t.append(float(row["time"]))
+            n.append(float(row["count"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return (np.asarray(t), np.asarray(n)) if t else None
 
 
 def analyze(bundle: Any) -> Analysis:
@@ -201,8 +252,18 @@ def analyze(bundle: Any) -> Analysis:
     rec = m.collector("perf-stat")
     srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None
     srec = m.collector("syscalls")
+    io_hist = None
+    if io is None and bundle.has("block.hist.jsonl.gz"):
+        seen = len(bundle.warnings)
+        try:
+            io_hist = importlib.import_module("profiler.analyzers.bcc_hist").read_block_hist(bundle)
+        except Exception:  # noqa: BLE001 - compute() already warned about a broken file
+            io_hist = None
+        del bundle.warnings[seen:]  # compute() reported them already
+    scounts = _syscall_counts(bundle) if srate is None and bundle.has("syscalls.csv") else None
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=io, stat=stat, stat_start=rec.started if rec else None,
-                     syscall_rate=srate, syscall_start=srec.started if srec else None)
+                     syscall_rate=srate, syscall_start=srec.started if srec else None, io_hist=io_hist,
+                     syscall_counts=scounts)
     health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
     warnings = list(met.warnings)
     if m.status != "ok":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import importlib
 import io
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -199,6 +200,11 @@ class TargetMetrics:
     syscall_rate: float | None = None
     perf: dict[str, float] = field(default_factory=dict)  # task_clock_cpus, cs_rate, migrations_rate, majflt_rate
     offcpu_futex_stacks: list[tuple[str, int]] = field(default_factory=list)  # (top frames, count)
+    # the bcc backend's in-kernel totals (futex.summary.json, futex.folded.gz, offcpu.summary.json)
+    futex_wait_s: float | None = None  # thread-seconds waited in futex (timed-out waits included)
+    futex_waits: int | None = None
+    futex_wait_stacks: list[tuple[str, float]] = field(default_factory=list)  # (top frames, seconds waited)
+    offcpu_states: dict[str, float] = field(default_factory=dict)  # runnable/sleep/disk/other thread-seconds
     exited: bool = False
 
 
@@ -680,6 +686,81 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
+# --------------------------------------------------------------------------- the bcc backend's aggregates
+
+
+def io_metrics_from_hist(bundle: Any, target_tids: set[int], window: float) -> IOMetrics | None:
+    """IOMetrics from the bcc backend's in-kernel histograms (block.hist.jsonl.gz), ops named as in block.trace.gz."""
+    bcc_hist = importlib.import_module("profiler.analyzers.bcc_hist")
+    h = bcc_hist.read_block_hist(bundle)
+    if h is None:
+        return None
+    d = bcc_hist.io_summary(h, target_tids or None, window or None)
+    if not d["total"]:
+        return None
+    groups = [IOGroup(**{**g, "op": bcc_hist.OP_NAMES.get(g["op"], g["op"])}) for g in d["groups"]]
+    return IOMetrics(source=d["source"], total=d["total"], groups=groups, p50_ms=d["p50_ms"], p99_ms=d["p99_ms"],
+                     max_ms=d["max_ms"], target_share=d["target_share"], top_issuers=list(d["top_issuers"]),
+                     unpaired=d["unpaired"])
+
+
+def _read_json(bundle: Any, name: str) -> Any:
+    return json.loads("\n".join(bundle.iter_lines(name)))
+
+
+# libc/runtime frames that say "a futex wait" and not which lock: skipped when naming a stack
+_FUTEX_PLUMBING = ("__GI_", "syscall", "__lll_", "futex", "pthread_cond", "__pthread", "___pthread", "__futex",
+                   "[unknown]", "[lost user stack]")
+
+
+def _stack_key(frames: list[str]) -> str:
+    """The innermost three meaningful frames, innermost first (as offcpu_futex_stacks names them)."""
+    inner = list(reversed(frames))
+    user = [f for f in inner if not f.startswith(_FUTEX_PLUMBING)] or [f for f in inner if f] or []
+    return " <- ".join(user[:3]) or "(no user stack)"
+
+
+def bcc_lock_metrics(bundle: Any, tm: TargetMetrics, pid: int, tids: set[int], comms: set[str] | None,
+                     limit: int = 5) -> None:
+    """Futex waits and off-CPU state totals of one target from the bcc backend's summaries.
+
+    The summaries list threads by tid (per-target totals are exact); the folded stacks carry
+    only the thread's comm, so with several targets a stack counts for the target whose
+    threads have that comm (``comms``; None: the only target, every stack is its own).
+    """
+    def mine(th: dict[str, Any]) -> bool:
+        return int(th.get("pid", -1)) == pid or int(th.get("tid", -1)) in tids
+
+    if bundle.has("futex.summary.json"):
+        fs = _read_json(bundle, "futex.summary.json")
+        ths = [th for th in fs.get("threads") or [] if mine(th)]
+        if ths:
+            tm.futex_wait_s = sum(float(th.get("wait_ns", 0)) for th in ths) / 1e9
+            tm.futex_waits = sum(int(th.get("waits", 0)) for th in ths)
+        elif comms is None:
+            tm.futex_wait_s = float(fs.get("wait_ns", 0)) / 1e9
+            tm.futex_waits = int(fs.get("waits", 0))
+    if bundle.has("futex.folded.gz"):
+        folded = importlib.import_module("profiler.analyzers.folded")
+        by_key: dict[str, float] = {}
+        for stack, ns in folded.parse_folded(bundle.iter_lines("futex.folded.gz")).items():
+            frames = stack.split(";")
+            if comms is not None and frames[0] not in comms:
+                continue
+            key = _stack_key(frames[1:])
+            by_key[key] = by_key.get(key, 0.0) + ns / 1e9
+        tm.futex_wait_stacks = sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    if bundle.has("offcpu.summary.json"):
+        os_ = _read_json(bundle, "offcpu.summary.json")
+        scale = 1e9 if os_.get("unit", "ns") == "ns" else 1.0
+        states = ("runnable", "sleep", "disk", "other")
+        ths = [th for th in os_.get("threads") or [] if mine(th)]
+        if ths:
+            tm.offcpu_states = {k: sum(float(th.get(k, 0)) for th in ths) / scale for k in states}
+        elif comms is None and isinstance(os_.get("by_state"), dict):
+            tm.offcpu_states = {k: float(os_["by_state"].get(k, 0)) / scale for k in states}
+
+
 # --------------------------------------------------------------------------- the whole capture
 
 
@@ -701,8 +782,8 @@ SOURCES = {
     "procfs": ("procfs", ("proc.jsonl.gz",)),
     "perf-stat": ("perf-stat", ("stat.csv",)),
     "cpu-stacks": ("cpu-stacks", ("cpu.perf.txt.gz",)),
-    "offcpu": ("offcpu-stacks", ("offcpu.perf.txt.gz",)),
-    "block-io": ("block-io", ("block.trace.gz",)),
+    "offcpu": ("offcpu-stacks", ("offcpu.perf.txt.gz", "offcpu.folded.gz")),
+    "block-io": ("block-io", ("block.trace.gz", "block.hist.jsonl.gz")),
     "syscalls": ("syscalls", ("syscalls.csv", "syscalls-rate.csv")),
 }
 
@@ -729,6 +810,12 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: IOEvents
         syscall_metrics(bundle, tm, tids, tm.window)
         unsupported = perf_metrics(bundle, tm, single) or unsupported
         tm.offcpu_futex_stacks = offcpu_futex_stacks(bundle, tids)
+        comms = {s.comm for s in pd.threads_of(t.pid)} if pd is not None else set()
+        comms |= {th.comm for th in t.threads if getattr(th, "comm", None)}
+        try:
+            bcc_lock_metrics(bundle, tm, t.pid, tids, comms if not single else None)
+        except Exception as exc:  # noqa: BLE001 - a broken summary lowers confidence, never crashes
+            warnings.append(f"futex/off-CPU summaries could not be read: {type(exc).__name__}: {exc}")
         targets.append(tm)
     window = max((t.window for t in targets), default=0.0)
     if not window and m.ended and m.clock.monotonic_start:
@@ -740,6 +827,11 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: IOEvents
         except Exception as exc:  # noqa: BLE001 - a broken trace lowers confidence, never crashes
             warnings.append(f"block.trace.gz could not be read: {type(exc).__name__}: {exc}")
     iom = io_metrics(io_events, all_tids, window)
+    if iom is None and io_events is None and bundle.has("block.hist.jsonl.gz"):
+        try:
+            iom = io_metrics_from_hist(bundle, all_tids, window)
+        except Exception as exc:  # noqa: BLE001 - broken histograms lower confidence, never crash
+            warnings.append(f"block.hist.jsonl.gz could not be read: {type(exc).__name__}: {exc}")
     if iom is not None and sysm is not None:
         pass
     # the targets' share of disk bytes (procfs IO counters vs diskstats)

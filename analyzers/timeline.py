@@ -74,7 +74,11 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
 
 def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, t1: float | None,
           io: IOEvents | None = None, stat: perfstat.PerfStat | None = None, stat_start: float | None = None,
-          syscall_rate: perfstat.PerfStat | None = None, syscall_start: float | None = None) -> Timeline:
+          syscall_rate: perfstat.PerfStat | None = None, syscall_start: float | None = None,
+          io_hist: Any = None, syscall_counts: tuple[np.ndarray, np.ndarray] | None = None) -> Timeline:
+    """The timeline panels. ``io_hist``: the bcc backend's block IO histograms (analyzers.bcc_hist.BlockHist),
+    drawn when there are no per-IO events; ``syscall_counts``: (interval start, calls) from
+    syscalls.csv, drawn when there is no syscalls-rate.csv (the bcc backend writes none)."""
     if t0 is None or t1 is None or t1 <= t0:
         return Timeline(t=[], step=1.0, t0=t0)
     span = t1 - t0
@@ -184,6 +188,8 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
         tl.panels["io_latency"] = lat
         cnt = np.bincount(idx, minlength=len(edges) - 1) / step
         tl.panels["io_iops"] = Panel("Block IO completions (trace)", "IO/s", {"IOPS": _clean(cnt.astype(float))})
+    elif io_hist is not None and io_hist.slots:
+        _hist_panels(tl, io_hist, edges, step)
     for ps_, start, key, title in ((syscall_rate, syscall_start, "syscalls", "Syscalls (raw_syscalls:sys_enter)"),):
         if ps_ is None or start is None:
             continue
@@ -196,6 +202,11 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
                 p.series[ev] = _clean(_level_per_bucket(ends, rates, edges))
         if p.series:
             tl.panels[key] = p
+    if "syscalls" not in tl.panels and syscall_counts is not None and len(syscall_counts[0]):
+        st, sc = syscall_counts
+        idx = np.clip(np.searchsorted(edges, st, side="right") - 1, 0, len(edges) - 2)
+        rate = np.bincount(idx, weights=sc, minlength=len(edges) - 1) / step
+        tl.panels["syscalls"] = Panel("Syscalls (syscalls.csv counts, the targets)", "calls/s", {"calls": _clean(rate)})
     if stat is not None and stat_start is not None:
         tc = stat.series("task-clock")
         cs = stat.series("context-switches")
@@ -211,3 +222,28 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
             tl.panels["cpu"] = Panel("CPU used (perf stat task-clock)", "cores",
                                      {"targets": _clean(_level_per_bucket(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), edges))})
     return tl
+
+
+def _hist_panels(tl: Timeline, h: Any, edges: np.ndarray, step: float) -> None:
+    """IO latency and completions per timeline bucket from in-kernel histograms (a slot counts
+    in the bucket where it starts; percentiles interpolated inside a histogram bucket)."""
+    from profiler.analyzers import bcc_hist
+
+    n = len(edges) - 1
+    merged: list[dict[int, int]] = [{} for _ in range(n)]
+    top = [0] * n
+    cnt = np.zeros(n)
+    for s in h.slots:
+        b = int(np.clip(np.searchsorted(edges, s.t, side="right") - 1, 0, n - 1))
+        cnt[b] += s.count
+        top[b] = max(top[b], s.max_ns)
+        for k, c in s.buckets.items():
+            merged[b][k] = merged[b].get(k, 0) + c
+    p50 = np.full(n, np.nan)
+    p99 = np.full(n, np.nan)
+    for b in range(n):
+        if merged[b]:
+            p50[b] = (bcc_hist.quantile_ns(merged[b], 50, h.sub_bits, top[b]) or np.nan) / 1e6
+            p99[b] = (bcc_hist.quantile_ns(merged[b], 99, h.sub_bits, top[b]) or np.nan) / 1e6
+    tl.panels["io_latency"] = Panel("Block IO latency (bcc histograms)", "ms", {"p50": _clean(p50), "p99": _clean(p99)})
+    tl.panels["io_iops"] = Panel("Block IO completions (bcc histograms)", "IO/s", {"IOPS": _clean(cnt / step)})

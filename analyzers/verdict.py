@@ -361,6 +361,13 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if tm.offcpu_futex_stacks:
         frames, n = tm.offcpu_futex_stacks[0]
         bits.append(f"top futex wait stack: {frames} ({n} switches)")
+    elif tm.futex_wait_stacks:
+        frames, secs = tm.futex_wait_stacks[0]
+        bits.append(f"top futex wait stack: {frames} ({secs:.2f} s waited)")
+    if tm.futex_wait_s is not None and m.window > 0:
+        # bcc's in-kernel futex totals: threads waiting at once (thread-seconds per second)
+        ev.append(_ev("futex_waiting_threads", tm.futex_wait_s / m.window, None,
+                      f"{tm.futex_waits or 0} futex waits, {tm.futex_wait_s:.2f} thread-s (bcc futex-waits)", "threads"))
     if len(tm.futex_threads) > 1 or (tm.futex_threads and tm.futex_threads[0][0] != tm.comm):
         bits.append("futex time by pool: " + ", ".join(f"{p} {_pct(s)}" for p, s in tm.futex_threads))
     kernel_locks = [w for w, _ in tm.wchans if "rwsem" in w or "mutex" in w]
@@ -423,7 +430,8 @@ def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding, runner_u
     if primary.category == "io_wait":
         if m.sources.get("block-io") != "ok":
             c *= 0.9
-            why.append("no block IO trace: device latency from /proc/diskstats only")
+            why.append("no block IO trace: device latency from /proc/diskstats only" if m.io is None else
+                       f"block IO {m.sources.get('block-io', 'missing').split(':')[0]}: some IOs are missing from the latencies")
         if m.delayacct is False:
             c *= 0.95
             why.append("task_delayacct was off: no block-IO delay accounting")

@@ -7,7 +7,10 @@ var svg, frames, details, unzoombtn, searchbtn, matchedtxt, W, PAD, FONT, FONTW,
 var currentSearch = null;
 
 function init(evt) {
-  svg = document.documentElement;
+  // The SVG's own root: the document itself when opened as a file, the inline <svg> when a
+  // report embeds it in an HTML document (there documentElement is <html>).
+  svg = (evt && evt.target && evt.target.tagName === "svg") ? evt.target
+      : (document.documentElement.tagName === "svg" ? document.documentElement : document.querySelector("svg"));
   frames = document.getElementById("frames");
   details = document.getElementById("details").firstChild;
   unzoombtn = document.getElementById("unzoom");

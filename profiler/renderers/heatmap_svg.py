@@ -162,13 +162,17 @@ def _polyline_segments(xs: list[float], ys: list[float | None]) -> list[str]:
 
 
 def render(panels: list[Heatmap], *, title: str = "Block IO latency heatmap", subtitle: str = "",
-           colour: str = "log", totals: dict[str, Any] | None = None, percentile_lines: bool = True) -> str:
-    """One SVG with a panel per heatmap; all panels share columns and rows."""
+           colour: str = "log", totals: dict[str, Any] | None = None, percentile_lines: bool = True,
+           max_cell_width: float = 14.0) -> str:
+    """One SVG with a panel per heatmap; all panels share columns and rows.
+
+    ``max_cell_width``: the widest a column is drawn (px); few wide columns (the bcc backend's
+    1 s slots) read better wider than the default."""
     if not panels:
         raise ValueError("nothing to draw")
     first = panels[0]
     ncols, nrows = first.ncols, first.nrows
-    cw = min(14.0, max(2.0, 960.0 / ncols))
+    cw = min(max_cell_width, max(2.0, 960.0 / ncols))
     panel_h = 300.0 if len(panels) <= 2 else 190.0
     ch = min(14.0, max(2.0, panel_h / nrows))
     panel_h = ch * nrows

@@ -66,8 +66,10 @@ def _artifact_svg(a: Analysis, name: str, module: str, attrs: tuple[str, ...]) -
     m = re.search(r'<svg[^>]*\sheight="(\d+)', svg)
     height = int(m.group(1)) + 8 if m else 600
     # srcdoc is an attribute: escape() makes the SVG text safe inside it; the frame renders it.
+    # The SVG keeps its viewBox and scales to the frame's width (no horizontal scrolling).
+    doc = "<style>html,body{margin:0}svg{display:block;width:100%;height:auto}</style>" + svg
     return Markup(f'<iframe class="artifact" sandbox="allow-scripts" style="height:{min(height, 1400)}px" '
-                  f'srcdoc="{escape(svg)}"></iframe>'), None
+                  f'srcdoc="{escape(doc)}"></iframe>'), None
 
 
 def context(a: Analysis) -> dict[str, Any]:
@@ -113,7 +115,7 @@ def context(a: Analysis) -> dict[str, Any]:
     for name, title, module, attrs in (
         ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph_svg", ("render",)),
         ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph_svg", ("render",)),
-        ("io_heatmap", "IO latency heatmap", "profiler.renderers.heatmap_svg", ("render_svg",)),
+        ("io_heatmap", "IO latency heatmap", "profiler.renderers.histheatmap_svg", ("render_svg",)),
         ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap_svg", ("render_subsecond_svg",)),
     ):
         svg, why = _artifact_svg(a, name, module, attrs)

@@ -540,7 +540,9 @@ SCENARIOS: list[Scenario] = [
              mariadb_rate_limited, mariadb_rate_checks, None, (), warmup=3),
     Scenario("stress-ng-light-cpu", "not_saturated", ("stress-ng",),
              "stress-ng cpu worker at 10% load (--cpu-load 10)",
-             stress_light_cpu, idle_checks(0.25, 0.08), None, (), warmup=2, fast=True),
+             # stress-ng's --cpu-load duty cycle delivered 0.066-0.1 core of its nominal 0.1 here;
+             # half of it still proves the light load runs (run-queue share is in the observation).
+             stress_light_cpu, idle_checks(0.25, 0.05), None, (), warmup=2, fast=True),
     Scenario("fio-light-io", "not_saturated", ("fio",),
              "fio O_DIRECT random reads at 20 IOPS (--rate_iops=20), no throttle",
              fio_light_io, fio_light_checks, None, (), warmup=2),
