@@ -127,7 +127,10 @@ def _offcpu_flame(bundle: Any) -> Any:
             seen += 1
             yield smp
 
-    counts, _stats = flame.offcpu_folded(counted(), by_reason=True, pools=True)
+    # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled (duty-cycled)
+    # capture from closing a switch-out with the next window's switch-out.
+    intervals = flame.read_intervals(bundle.iter_lines("offcpu.csv.gz")) if bundle.has("offcpu.csv.gz") else None
+    counts, _stats = flame.offcpu_folded(counted(), by_reason=True, pools=True, intervals=intervals)
     if not counts:
         return None
     root = flame.build_tree(counts, min_fraction=0.0005)

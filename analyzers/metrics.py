@@ -605,6 +605,10 @@ def syscall_metrics(bundle: Any, tm: TargetMetrics, tids: set[int], window: floa
                 continue
         tot_t = sum(times.values())
         span = window or 1.0
+        # A duty-cycled trace (the default) covers only its windows: rates are per traced second.
+        rec = bundle.manifest.collector("syscalls")
+        if rec is not None and rec.stats.get("sampled") and rec.stats.get("sampled_seconds"):
+            span = float(rec.stats["sampled_seconds"]) or span
         top = sorted(counts, key=lambda k: (-(times.get(k, 0.0)), -counts[k], k))[:8]
         tm.syscall_top = [(k, counts[k] / span, (times.get(k, 0.0) / tot_t) if tot_t else 0.0) for k in top]
         if counts:

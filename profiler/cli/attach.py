@@ -127,7 +127,7 @@ def command(
     backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, cpu-stacks, offcpu-stacks, block-io, syscalls, procfs."),
+    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
 ) -> None:
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend)
     capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,

@@ -34,7 +34,7 @@ def command(
     backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable)."),
+    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable); syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
 ) -> None:
     if not load:
         raise UsageError("no load command: put it after --, e.g. profiler run --pid tikv -o cap -- sysbench ... run")
