@@ -170,8 +170,11 @@ def bcc_version() -> str:
 
 
 def program_source(name: str) -> str:
-    """The text of collectors/bpf/NAME (shipped as package data)."""
-    return (importlib.resources.files("profiler.collectors") / "bpf" / name).read_text(encoding="utf-8")
+    """The text of collectors/bpf/NAME (shipped as package data), with ``#include "common.h"``
+    replaced by the shared helpers' text (bcc compiles one string, so the include is done here)."""
+    bpf = importlib.resources.files("profiler.collectors") / "bpf"
+    text = (bpf / name).read_text(encoding="utf-8")
+    return text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
 
 
 def compile_program(name: str, defines: dict[str, int | str]) -> Any:

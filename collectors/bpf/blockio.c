@@ -85,12 +85,7 @@ BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot pat
 // cfg: 0 = capture start (ns, CLOCK_MONOTONIC), slots count from it
 BPF_ARRAY(cfg, u64, 1);
 
-static __always_inline void bump(u32 idx)
-{
-    u64 *v = counters.lookup(&idx);
-    if (v)
-        (*v)++;
-}
+#include "common.h"
 
 // floor(log2(v)) for v > 0, without loops (the verifier likes straight lines)
 static __always_inline u32 ilog2_u64(u64 v)

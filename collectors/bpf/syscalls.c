@@ -44,23 +44,9 @@ BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot pat
 // cfg: 0 = capture start (ns, CLOCK_MONOTONIC)
 BPF_ARRAY(cfg, u64, 1);
 
-static __always_inline void bump(u32 idx)
-{
-    u64 *v = counters.lookup(&idx);
-    if (v)
-        (*v)++;
-}
+#define HAVE_TARGETS
+#include "common.h"
 
-// Is this process a target? A compare chain when the collector passes TARGET_TEST (a few
-// targets: about 80 ns cheaper per event than a hash lookup), else the `targets` hash.
-static __always_inline int is_target(u32 tgid)
-{
-#ifdef TARGET_TEST
-    return TARGET_TEST(tgid);
-#else
-    return targets.lookup(&tgid) != 0;
-#endif
-}
 
 int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 {
