@@ -663,22 +663,39 @@ def _futex_blocks(lines: Any) -> Any:
         yield block
 
 
-def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tuple[str, int]]:
-    """Top user frames of the targets' threads switching out inside futex (sched_switch stacks)."""
+def futex_stacks_by_tid(bundle: Any) -> dict[int, dict[tuple[str, ...], int]]:
+    """One pass over offcpu.perf.txt.gz: per thread, how often each futex stack switched out.
+
+    Identical stacks are only counted here (a lock storm is millions of the same switch); they are
+    parsed once, per target, in top_futex_stacks.
+    """
+    out: dict[int, dict[tuple[str, ...], int]] = {}
     if not bundle.has("offcpu.perf.txt.gz"):
+        return out
+    for block in _futex_blocks(bundle.iter_lines("offcpu.perf.txt.gz")):
+        m = _HEADER_TID.search(block[0])
+        tid = int(m.group(2) or m.group(1)) if m is not None else -1
+        stacks = out.setdefault(tid, {})
+        stack = tuple(block[1:])
+        stacks[stack] = stacks.get(stack, 0) + 1
+    return out
+
+
+def top_futex_stacks(by_tid: dict[int, dict[tuple[str, ...], int]], tids: set[int],
+                     limit: int = 5) -> list[tuple[str, int]]:
+    """Top user frames of the given threads switching out inside futex (all threads if tids is empty)."""
+    if not by_tid:
         return []
     try:
         ps = importlib.import_module("profiler.analyzers.perfscript")
     except ImportError:
         return []
-    # Identical stacks are counted first and parsed once: a lock storm is millions of the same switch.
     stacks: dict[tuple[str, ...], int] = {}
-    for block in _futex_blocks(bundle.iter_lines("offcpu.perf.txt.gz")):
-        m = _HEADER_TID.search(block[0])
-        if tids and m is not None and int(m.group(2) or m.group(1)) not in tids:
+    for tid, per in by_tid.items():
+        if tids and tid != -1 and tid not in tids:
             continue
-        stack = tuple(block[1:])
-        stacks[stack] = stacks.get(stack, 0) + 1
+        for stack, n in per.items():
+            stacks[stack] = stacks.get(stack, 0) + n
     counts: dict[str, int] = {}
     for frame_lines, n in stacks.items():
         frames = [f for f in (ps.parse_frame(x) for x in frame_lines) if f is not None]
@@ -688,6 +705,11 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
         key = " <- ".join(user[:3]) or "(kernel only)"
         counts[key] = counts.get(key, 0) + n
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tuple[str, int]]:
+    """Top user frames of the targets' threads switching out inside futex (sched_switch stacks)."""
+    return top_futex_stacks(futex_stacks_by_tid(bundle), tids, limit)
 
 
 # --------------------------------------------------------------------------- the bcc backend's aggregates
@@ -806,6 +828,7 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: IOEvents
     single = len(m.targets) == 1
     unsupported: list[str] = []
     all_tids: set[int] = set()
+    futex_by_tid = futex_stacks_by_tid(bundle)  # read once for every target
     for t in m.targets:
         tm = target_metrics(t, pd, host_cpus)
         tids = {s.tid for s in pd.threads_of(t.pid)} if pd is not None else set()
@@ -813,7 +836,7 @@ def compute(bundle: Any, pd: procmod.ProcData | None = None, io_events: IOEvents
         all_tids |= tids
         syscall_metrics(bundle, tm, tids, tm.window)
         unsupported = perf_metrics(bundle, tm, single) or unsupported
-        tm.offcpu_futex_stacks = offcpu_futex_stacks(bundle, tids)
+        tm.offcpu_futex_stacks = top_futex_stacks(futex_by_tid, tids)
         comms = {s.comm for s in pd.threads_of(t.pid)} if pd is not None else set()
         comms |= {th.comm for th in t.threads if getattr(th, "comm", None)}
         try:
