@@ -67,25 +67,53 @@ SYSCALL_LIST = ",".join(f"syscalls:sys_enter_{n}" for n in (
     "nanosleep").split())
 
 
-def configs(d: Path) -> dict[str, list[str] | None]:
+def configs(d: Path) -> dict[str, list[list[str]] | None]:
+    """Each configuration: the perf commands run together on the workload. ``{pid}`` is the
+    workload's pid, ``{tids}`` a tracepoint filter range over its threads (pid..pid+7: its two
+    threads are created right after it starts); ``{ctl}`` a control fifo of the command's own,
+    held open with nothing written (events stay off, as in a duty cycle's gaps). A command with
+    ``-a`` runs system-wide; the others get ``-p {pid}``."""
     def rec(*a: str) -> list[str]:
-        return ["perf", "record", *a, "-k", "CLOCK_MONOTONIC", "-N", "-B", "-o", str(d / "p.data")]
+        return ["perf", "record", *a, "-k", "CLOCK_MONOTONIC", "-N", "-B", "-o", "{out}"]
 
-    ctl = ["-D", "-1", "--control", f"fifo:{d / 'ctl'}"]
-    stat = ["perf", "stat", "-I", "1000", "-x", ",", "-o", str(d / "s.csv"), "-e"]
+    ctl = ["-D", "-1", "--control", "fifo:{ctl}"]
+    stat = ["perf", "stat", "-I", "1000", "-x", ",", "-o", "{out}", "-e"]
+    sw = "task-clock,context-switches,cpu-migrations,page-faults,major-faults,cycles,instructions,cache-misses"
+    off_a = ["-a", "-e", "sched:sched_switch/call-graph=fp/", "--filter", "prev_pid >= {pid} && prev_pid <= {pid7}",
+             "-e", "sched:sched_switch/call-graph=no/", "--filter", "next_pid >= {pid} && next_pid <= {pid7}"]
+    sys_a = ["-a", "-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "--filter",
+             "common_pid >= {pid} && common_pid <= {pid7}", "-m", "1024"]
+    old_default = [stat + [sw], stat + ["raw_syscalls:sys_enter"],
+                   rec("-e", "cpu-clock", "-F", "99", "--call-graph", "fp", "--sample-cpu"),
+                   rec("-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events", *ctl),
+                   rec("-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "-m", "1024", *ctl)]
     return {
         "none": None,
-        "perf-stat (default events)": stat + ["task-clock,context-switches,cpu-migrations,page-faults,major-faults,"
-                                               "cycles,instructions,cache-misses"],
-        "syscall rate (counting)": stat + ["raw_syscalls:sys_enter"],
-        "14 syscalls counted": stat + [SYSCALL_LIST],
-        "syscall trace (full)": rec("-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "-m", "1024"),
-        "syscall trace (off)": rec("-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "-m", "1024", *ctl),
-        "offcpu trace (full)": rec("-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events", "--sample-cpu"),
-        "offcpu no stacks": rec("-e", "sched:sched_switch", "--switch-events", "--sample-cpu"),
-        "offcpu trace (off)": rec("-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events", *ctl),
-        "cpu-stacks 99 Hz": rec("-e", "cpu-clock", "-F", "99", "--call-graph", "fp", "--sample-cpu"),
+        "perf-stat (default events)": [stat + [sw]],
+        "perf-stat task-clock only": [stat + ["task-clock"]],
+        "syscall rate (counting)": [stat + ["raw_syscalls:sys_enter"]],
+        "syscall rate -a filtered": [["perf", "stat", "-a", "-I", "1000", "-x", ",", "-o", "{out}", "-e",
+                                      "raw_syscalls:sys_enter", "--filter", "common_pid >= {pid} && common_pid <= {pid7}"]],
+        "14 syscalls counted": [stat + [SYSCALL_LIST]],
+        "syscall trace (full)": [rec("-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "-m", "1024")],
+        "syscall trace (off)": [rec("-e", "raw_syscalls:sys_enter,raw_syscalls:sys_exit", "-m", "1024", *ctl)],
+        "syscall trace -a (full)": [rec(*sys_a)],
+        "syscall trace -a (off)": [rec(*sys_a, *ctl)],
+        "offcpu trace (full)": [rec("-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events", "--sample-cpu")],
+        "offcpu no stacks": [rec("-e", "sched:sched_switch", "--switch-events", "--sample-cpu")],
+        "offcpu trace (off)": [rec("-e", "sched:sched_switch", "--call-graph", "fp", "--switch-events", *ctl)],
+        "offcpu -a filtered (full)": [rec(*off_a)],
+        "offcpu -a filtered (off)": [rec(*off_a, *ctl)],
+        "cpu-stacks 99 Hz": [rec("-e", "cpu-clock", "-F", "99", "--call-graph", "fp", "--sample-cpu")],
+        "cpu-stacks -a 99 Hz": [rec("-a", "-e", "cpu-clock", "-F", "99", "--call-graph", "fp", "--sample-cpu")],
+        "old default set": old_default,
     }
+
+
+def _sub(arg: str, subs: dict[str, str]) -> str:
+    for k, v in subs.items():
+        arg = arg.replace(k, v)
+    return arg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,32 +133,37 @@ def main(argv: list[str] | None = None) -> int:
         d = Path(tmp)
         (d / "w.c").write_text(WORKLOAD_C)
         subprocess.run(["gcc", "-O2", "-pthread", "-o", str(d / "w"), str(d / "w.c")], check=True)
-        os.mkfifo(d / "ctl")
         cfg = configs(d)
         if args.only:
             cfg = {k: v for k, v in cfg.items() if k == "none" or k in args.only}
         print(f"# host cpus {os.cpu_count()} (shared host: noisy); {args.rounds} rounds of {args.seconds}s", flush=True)
         for r in range(args.rounds):
             for wl in wls:
-                for name, cmd in cfg.items():
+                for name, cmd_set in cfg.items():
                     w = subprocess.Popen([str(d / "w"), wl, str(args.seconds), "1"], stdout=subprocess.PIPE, text=True)
-                    p, ctl = None, None
+                    procs: list[subprocess.Popen[bytes]] = []
+                    fds: list[int] = []
                     try:
-                        if cmd:
-                            p = subprocess.Popen(cmd + ["-p", str(w.pid)], stdout=subprocess.DEVNULL,
-                                                 stderr=subprocess.DEVNULL)
-                            if "--control" in cmd:
-                                ctl = os.open(d / "ctl", os.O_RDWR)  # held open, nothing written: events stay off
+                        for i, cmd in enumerate(cmd_set or []):
+                            fifo = d / f"ctl{i}"
+                            if not fifo.exists():
+                                os.mkfifo(fifo)
+                            subs = {"{pid}": str(w.pid), "{pid7}": str(w.pid + 7), "{ctl}": str(fifo),
+                                    "{out}": str(d / f"out{i}")}
+                            argv = [_sub(a, subs) for a in cmd] + ([] if "-a" in cmd else ["-p", str(w.pid)])
+                            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                            if any("--control" == a for a in cmd):
+                                fds.append(os.open(fifo, os.O_RDWR))  # held open, nothing written: events stay off
                         out = w.communicate(timeout=args.seconds + 30)[0].split()
                     finally:
                         if w.poll() is None:
                             w.kill()
                             w.wait()
-                        if p is not None:
+                        for p in procs:
                             p.send_signal(signal.SIGINT)
                             p.wait()
-                        if ctl is not None:
-                            os.close(ctl)
+                        for fd in fds:
+                            os.close(fd)
                     ns = float(out[1])
                     res.setdefault((wl, name), []).append(ns)
                     print(f"round {r + 1} {wl:8s} {name:28s} {ns:9.1f} ns/op", flush=True)

@@ -1,14 +1,20 @@
 """Syscalls of the targets (capture layer) -> syscalls-rate.csv and syscalls.csv.
 
-Two perf processes on the targets:
+``perf record -a -e raw_syscalls:sys_enter --filter '<targets' thread ids>' -e
+raw_syscalls:sys_exit --filter ...`` (no stacks), duty-cycled (collectors/duty.py: 1 s of every
+10 s by default, ``--collector syscalls-trace`` for all of it); at stop a stack-less ``perf script
+--pid`` pass pairs every enter with its thread's exit -> syscalls.csv
+(``time,tid,comm,syscall,count,total_ns`` per interval, per thread, per syscall). A syscall is
+counted in the interval where it returned; one still blocked when the capture ended (an idle
+``epoll_wait``) is counted up to the last event, in the last interval. The syscall rate is
+that of the traced windows (counts / sampled seconds).
 
-- ``perf stat -I <ms> -x, -e raw_syscalls:sys_enter -p PIDS`` -> syscalls-rate.csv: the rate per
-  interval, exact and cheap (counted in the kernel).
-- ``perf record -e raw_syscalls:sys_enter,raw_syscalls:sys_exit -p PIDS`` (no stacks); at stop a
-  stack-less ``perf script`` pass pairs every enter with its thread's exit -> syscalls.csv
-  (``time,tid,comm,syscall,count,total_ns`` per interval, per thread, per syscall). A syscall
-  is counted in the interval where it returned; one still blocked when the capture ended
-  (an idle ``epoll_wait``) is counted up to the last event, in the last interval.
+The events live on the CPUs with a kernel filter on the thread id (collectors/scope.py), not on
+the targets' threads: per-thread events (and the per-thread ``perf stat`` rate counter this
+collector ran before) are switched with the thread at every context switch, which cost a
+switch-heavy MariaDB ~8% of its throughput here. The filter holds the threads the targets have
+when the capture starts (``untraced_threads`` in the manifest counts those started later). Older bundles may hold ``syscalls-rate.csv``
+(that counter's series); the analyzers still read it.
 
 Syscall names come from the kernel's own table for this machine (the uapi ``unistd_64.h``
 that linux-libc-dev installs, or ``ausyscall --dump``); numbers without a name are written
@@ -27,7 +33,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -37,7 +42,7 @@ from profiler.collectors import _proc
 from profiler.collectors._proc import PerfCollector, file_size, pid_list, tail
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
-from profiler.collectors.perf_stat import interval_ms, summarize
+from profiler.collectors.scope import thread_ids, tracepoint_filter, untraced_threads, with_descendants
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord
 
@@ -238,26 +243,23 @@ class Syscalls(PerfCollector):
 
     def __init__(self, keep_perf_data: bool = False, duty: DutyCycle | None = None, full: bool = False) -> None:
         """``full``: trace every syscall of the whole capture (``--collector syscalls-trace``);
-        otherwise the enter/exit trace runs ``duty`` (default 1 s of every 10 s) and the rate
-        series stays exact."""
+        otherwise the enter/exit trace runs ``duty`` (default 1 s of every 10 s)."""
         super().__init__()
         self.keep_perf_data = keep_perf_data
         self.duty = None if full else (duty or DutyCycle())
-        self.rate_proc: subprocess.Popen[bytes] | None = None
-        self.rate_err: Path | None = None
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(".syscalls.perf.data")
 
-    def rate_argv(self, ctx: CaptureContext) -> list[str]:
-        return [ctx.perf, "stat", "-I", str(interval_ms(ctx.options.interval)), "-x", ",",
-                "-e", "raw_syscalls:sys_enter", "-p", pid_list(ctx.pids),
-                "-o", str(ctx.writer.path(f".{RATE_OUTPUT}.tmp"))]
-
     def argv(self, ctx: CaptureContext) -> list[str]:
         duty = self.duty.argv(self.fifo_path(ctx)) if self.duty else []
-        return [ctx.perf, "record", "-e", ",".join(EVENTS), "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
-                "-N", "-B", *duty, "-p", pid_list(ctx.pids), "-o", str(self.data_path(ctx))]
+        self.traced = thread_ids(ctx.pids)
+        filt = tracepoint_filter(["common_pid"], self.traced)
+        events: list[str] = []
+        for ev in EVENTS:
+            events += ["-e", ev, "--filter", filt]
+        return [ctx.perf, "record", "-a", *events, "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
+                "-N", "-B", *duty, "-o", str(self.data_path(ctx))]
 
     def fifo_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.root / ".syscalls.ctl"
@@ -270,11 +272,6 @@ class Syscalls(PerfCollector):
     def prepare(self, ctx: CaptureContext) -> None:
         if self.duty is not None:
             self.duty.prepare(self.fifo_path(ctx))
-        argv = self.rate_argv(ctx)
-        self.rec.stats["rate_argv"] = argv
-        self.rate_err = ctx.writer.root / ".syscalls-rate.stderr"
-        with open(self.rate_err, "wb") as err:
-            self.rate_proc = _proc.spawn(argv, stderr=err)
 
     def size(self) -> int:
         return file_size(self.errpath.parent / ".syscalls.perf.data") if self.errpath else 0
@@ -283,53 +280,27 @@ class Syscalls(PerfCollector):
         if self.duty is not None:
             self.duty.stop()
         super().request_stop()
-        if self.rate_proc is not None and self.rate_proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.rate_proc.send_signal(signal.SIGINT)
 
     def poll(self) -> str | None:
         if self.duty is not None and not self.stopping:
             self.duty.tick()
-        state = super().poll()
-        if state is None and self.rate_proc is not None and self.rate_proc.poll() not in (None, 0) \
-                and not self.stopping and self.died is None:
-            self.died = f"perf stat (syscall rate) exited with code {self.rate_proc.returncode}"
-        return state
+        return super().poll()
 
     def cleanup(self, ctx: CaptureContext) -> None:
         if self.duty is not None:
             self.duty.cleanup()
-        if self.rate_proc is not None:
-            _proc.stop_process(self.rate_proc, 5.0)
-            self.rate_proc = None
-        for p in (self.rate_err, ctx.writer.path(f".{RATE_OUTPUT}.tmp")):
-            if p is not None:
-                with contextlib.suppress(OSError):
-                    p.unlink()
         if not self.keep_perf_data:
             with contextlib.suppress(OSError):
                 self.data_path(ctx).unlink()
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
-        # 1. the rate series
-        if self.rate_proc is not None:
-            _proc.stop_process(self.rate_proc, 5.0)
-            self.rate_proc = None
-        tmp = ctx.writer.path(f".{RATE_OUTPUT}.tmp")
-        if tmp.exists():
-            tmp.replace(ctx.writer.path(RATE_OUTPUT))
-            rec.files.append(RATE_OUTPUT)
-            rows, _ = summarize(ctx.writer.path(RATE_OUTPUT).read_text(errors="replace"))
-            rec.stats["rate_rows"] = rows
-        # 2. the per-thread counts
         windows = None
         if self.duty is not None:
             self.duty.stop(rec.ended)
             windows = self.duty.windows
             rec.stats.update(self.duty.stats(self.started, rec.ended))
             rec.stats["estimates"] = ("syscalls.csv covers the sampled windows only: its counts and total_ns "
-                                      "are exact for them; whole-capture figures are them / duty "
-                                      "(syscalls-rate.csv is exact throughout)")
+                                      "are exact for them; rates are per sampled second")
         else:
             rec.stats["sampled"] = False
         data = self.data_path(ctx)
@@ -339,7 +310,7 @@ class Syscalls(PerfCollector):
             return
         names = syscall_names()
         rec.stats["syscall_table"] = "kernel uapi table" if names else "not found: numbers only"
-        argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS]
+        argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS, "--pid", pid_list(with_descendants(ctx.pids))]
         rec.stats["pair_argv"] = argv
         errpath = ctx.writer.root / ".syscalls.script.stderr"
         t0 = self.started or time.monotonic()
@@ -363,6 +334,7 @@ class Syscalls(PerfCollector):
             rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         with contextlib.suppress(OSError):
             os.unlink(errpath)
+        rec.stats["untraced_threads"] = untraced_threads(ctx.pids, getattr(self, "traced", []) or ctx.pids)
         rec.stats.update({"calls": pairs.calls, "rows": pairs.rows, "blocked_at_end": still,
                           "unpaired_exits": pairs.unpaired_exits, "continued_into_window": pairs.continued})
         if self.keep_perf_data:

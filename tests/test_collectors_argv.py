@@ -50,13 +50,24 @@ def test_perf_stat_summary_reads_not_supported_rows() -> None:
 def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
     ctx.options.call_graph = mode
     ctx.options.frequency = 49
-    argv = cpu_stacks.CpuStacks().argv(ctx)
-    assert argv[:4] == ["perf", "record", "-e", "cpu-clock"]
+    col = cpu_stacks.CpuStacks()
+    col.system_wide = lambda: True  # type: ignore[method-assign]
+    argv = col.argv(ctx)
+    # on the CPUs, not the targets' threads (no timer re-armed at each of their context switches)
+    assert argv[:5] == ["perf", "record", "-a", "-e", "cpu-clock:I"] and "-p" not in argv
+    assert col.script_extra(ctx) == ["--pid", "4242,4343"]  # only the targets' samples are written
     assert argv[argv.index("-F") + 1] == "49"
     assert argv[argv.index("--call-graph") + 1] == mode
     assert argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
     assert "--sample-cpu" in argv and "-N" in argv  # CPU column for perf script; no build-id cache copies
-    assert argv[argv.index("-p") + 1] == "4242,4343"
+
+
+def test_cpu_stacks_samples_the_targets_threads_without_system_wide_rights(ctx: CaptureContext) -> None:
+    col = cpu_stacks.CpuStacks()
+    col.system_wide = lambda: False  # type: ignore[method-assign]
+    argv = col.argv(ctx)
+    assert argv[argv.index("-p") + 1] == "4242,4343" and "-a" not in argv
+    assert argv[argv.index("-e") + 1] == "cpu-clock"
 
 
 def test_unknown_call_graph_is_refused(ctx: CaptureContext) -> None:
@@ -72,22 +83,24 @@ def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
     assert "--inline" in cpu_stacks.script_argv("perf", tmp_path / "x.data", "ip", inline=True)
 
 
-def test_offcpu_argv_uses_frame_pointers_and_switch_records(ctx: CaptureContext) -> None:
+def test_offcpu_argv_filters_a_system_wide_switch_event_on_the_targets(ctx: CaptureContext) -> None:
     ctx.options.call_graph = "dwarf"  # never a DWARF copy per context switch
     argv = offcpu.OffCpu().argv(ctx)
     assert argv[argv.index("-e") + 1] == "sched:sched_switch"
+    assert "-a" in argv and "-p" not in argv
+    assert argv[argv.index("--filter") + 1] == ("prev_pid==4242||prev_pid==4343||next_pid==4242||next_pid==4343")
     assert argv[argv.index("--call-graph") + 1] == "fp"
-    assert "--switch-events" in argv and argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
+    assert argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
 
 
 def test_syscalls_argv(ctx: CaptureContext) -> None:
     col = syscalls.Syscalls()
     argv = col.argv(ctx)
-    assert argv[argv.index("-e") + 1] == "raw_syscalls:sys_enter,raw_syscalls:sys_exit"
+    events = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
+    filters = [argv[i + 1] for i, a in enumerate(argv) if a == "--filter"]
+    assert events == ["raw_syscalls:sys_enter", "raw_syscalls:sys_exit"] and "-a" in argv
+    assert filters == ["common_pid==4242||common_pid==4343"] * 2  # one per event
     assert "--call-graph" not in argv and "-g" not in argv  # no stacks: cheap
-    rate = col.rate_argv(ctx)
-    assert rate[:4] == ["perf", "stat", "-I", "1000"]
-    assert rate[rate.index("-e") + 1] == "raw_syscalls:sys_enter"
 
 
 def test_block_counter_argv_counts_system_wide(tmp_path: Path) -> None:
@@ -107,16 +120,21 @@ def test_sample_counter_counts_across_chunk_boundaries(split: int) -> None:
 
 def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
     out = io.StringIO()
-    pairs = offcpu.IntervalWriter(out)
-    for line in (SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt").read_text().splitlines():
+    # A real capture: perf record -a -e sched:sched_switch --filter on a two-thread python ping-pong
+    # (pid 11598, threads 11640 and 11641); other tasks appear only as the ones switched away from.
+    pairs = offcpu.IntervalWriter(out, pids={11598})
+    for line in (SAMPLES / "perf-script-collectors" / "sched-switch-offcpu.txt").read_text().splitlines():
         pairs.feed(line)
     rows = out.getvalue().splitlines()
     assert rows[0] == "tid,comm,off,on,state"
-    # 15047 left the CPU sleeping (S) at 627.111407 and came back at 627.112498
-    assert rows[1] == "15047,python3,627.111407,627.112498,S"
-    assert pairs.intervals == len(rows) - 1 > 3
+    # 11640 left the CPU sleeping (S) at .660343 and came back at .660903 (from "sleep", pid 11647)
+    assert rows[1] == "11640,python3,11129.660343,11129.660903,S"
+    # 11641 left first (.659764) and came back later, when 11640 switched to it
+    assert "11641,python3,11129.659764,11129.660915,S" in rows
+    assert pairs.intervals == len(rows) - 1 > 20
     for row in rows[1:]:
-        _, _, off, on, state = row.split(",")
+        tid, _, off, on, state = row.split(",")
+        assert tid in {"11640", "11641"}  # never the tasks that were not targets (sleep, swapper, migration)
         assert float(on) >= float(off) and state in {"S", "D", "R", "R+"}
 
 
