@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-size", type=int, default=20000)
     ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
     ap.add_argument("--only", action="append", default=None,
-                    help="configurations to run: all, or a collector name (repeatable; default: all and each collector)")
+                    help="configurations to run: all, a collector name, \"all but NAME\", syscalls-trace, "
+                         "offcpu-trace, \"A/A (none)\" (repeatable; default: A/A, all and each collector)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root (perf and tracefs need it)")
@@ -176,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     configs: list[tuple[str, list[str]]] = [("A/A (none)", ["-"]), ("all", [])] + [(n, [n]) for n in names]
     full = {"syscalls-trace": "syscalls", "offcpu-trace": "offcpu-stacks"}  # alone, traced in full
     configs += [(n, [c, n]) for n, c in full.items() if args.only and n in args.only]
+    # "all but X" (asked for with --only "all but X"): what X adds to the rest
+    configs += [(f"all but {n}", [m for m in names if m != n]) for n in names
+                if args.only and f"all but {n}" in args.only]
     if args.only:
         configs = [c for c in configs if c[0] in args.only]
     with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:

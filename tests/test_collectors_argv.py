@@ -22,16 +22,47 @@ def ctx(tmp_path: Path) -> CaptureContext:
     return CaptureContext(writer=writer, targets=targets, options=CaptureOptions(), perf="perf")
 
 
-def test_perf_stat_argv_asks_for_software_and_hardware_counters(ctx: CaptureContext) -> None:
+def test_perf_stat_runs_perf_only_for_hardware_counters(ctx: CaptureContext) -> None:
     ctx.options.interval = 0.5
-    argv = perf_stat.PerfStat().argv(ctx)
+    argv = perf_stat.PerfStat(hardware=True).argv(ctx)
     assert argv[:6] == ["perf", "stat", "-I", "500", "-x", ","]
-    events = argv[argv.index("-e") + 1].split(",")
-    assert events == ["task-clock", "context-switches", "cpu-migrations", "page-faults", "major-faults",
-                      "cycles", "instructions", "cache-misses"]
+    # only what perf alone can count; the software counters come from the kernel's accounting
+    assert argv[argv.index("-e") + 1].split(",") == ["cycles", "instructions", "cache-misses"]
     assert argv[argv.index("-p") + 1] == "4242,4343"
     out = Path(argv[argv.index("-o") + 1])
     assert out.parent == ctx.writer.root and out.name.startswith(".")  # a temporary name in the bundle
+    assert perf_stat.PerfStat(hardware=False).argv(ctx) == []  # no per-thread perf event at all
+
+
+def test_kernel_counters_count_a_real_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from profiler.analyzers import perfstat
+
+    # a process that burns CPU and switches (sleeps) in a loop
+    code = "import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 0.004: pass\n    time.sleep(0.001)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.2)
+        kc = perf_stat.KernelCounters([proc.pid], tmp_path / "stat.csv", 0.2)
+        t = threading.Thread(target=kc.run, args=(time.monotonic(),))
+        t.start()
+        time.sleep(1.1)
+        kc.stop_event.set()
+        t.join()
+    finally:
+        proc.kill()
+        proc.wait()
+    ps = perfstat.parse((tmp_path / "stat.csv").read_text().splitlines())
+    assert set(ps.events) == set(perf_stat.SOFTWARE_EVENTS) and ps.units["task-clock"] == "msec"
+    times, ms = ps.events["task-clock"]
+    assert len(times) >= 4 and all(b > a for a, b in zip(times, times[1:], strict=False))
+    cpus = ms.sum() / 1000.0 / (times[-1] - times[0] + 0.2)
+    assert 0.5 < cpus < 1.05, cpus  # busy ~80% of the time on one thread
+    assert ps.rate("context-switches") > 50  # ~200 sleeps a second
 
 
 def test_interval_is_whole_milliseconds_and_at_least_ten() -> None:
