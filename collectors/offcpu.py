@@ -37,7 +37,12 @@ from profiler.collectors._proc import pid_list, read_file, write_file
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
 from profiler.collectors.duty import DutyCycle
-from profiler.collectors.scope import thread_ids, tracepoint_filter, untraced_threads, with_descendants
+from profiler.collectors.scope import (
+    thread_ids,
+    tracepoint_filter,
+    untraced_threads,
+    with_descendants,
+)
 
 from profiler.bundle import CollectorRecord
 
@@ -139,6 +144,8 @@ class OffCpu(RecordCollector):
         self.delayacct_path = delayacct_path
         self.delayacct_was: str | None = None
         self.duty = None if full else (duty or DutyCycle())
+        self.traced: list[int] = []  # the thread ids in the filter (argv)
+        self.pids: list[int] = []  # the processes whose switch-outs are kept (script_extra)
 
     def fifo_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.root / ".offcpu-stacks.ctl"
@@ -151,8 +158,8 @@ class OffCpu(RecordCollector):
                 "-k", "CLOCK_MONOTONIC", "--sample-cpu", "-N", "-B", *duty, "-o", str(self.data_path(ctx))]
 
     def script_extra(self, ctx: CaptureContext) -> list[str]:
-        self._pids = with_descendants(ctx.pids)
-        return ["--pid", pid_list(self._pids)]
+        self.pids = with_descendants(ctx.pids)
+        return ["--pid", pid_list(self.pids)]
 
     def start(self, ctx: CaptureContext) -> None:
         super().start(ctx)
@@ -210,7 +217,7 @@ class OffCpu(RecordCollector):
         with ctx.writer.open_member(INTERVALS) as raw:
             rec.files.append(INTERVALS)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs = IntervalWriter(text, windows, set(getattr(self, "_pids", None) or with_descendants(ctx.pids)))
+            pairs = IntervalWriter(text, windows, set(self.pids or ctx.pids))
             proc = _proc.spawn(argv, stdout=subprocess.PIPE)
             try:
                 assert proc.stdout is not None
@@ -224,6 +231,6 @@ class OffCpu(RecordCollector):
         rec.stats["intervals"] = pairs.intervals
         rec.stats["off_cpu_seconds"] = round(pairs.off_seconds, 6)
         rec.stats["open_at_end"] = len(pairs.pending)
-        rec.stats["untraced_threads"] = untraced_threads(ctx.pids, getattr(self, "traced", []) or ctx.pids)
+        rec.stats["untraced_threads"] = untraced_threads(ctx.pids, self.traced)
         if windows is not None:
             rec.stats["cut_at_window_end"] = pairs.cut

@@ -235,9 +235,8 @@ class PerfStat:
         out = ctx.writer.path(OUTPUT)
         try:
             with open(c.out, "a", encoding="utf-8") as fh:
-                if hw_rows:
-                    fh.writelines(hw_rows)
-                else:  # this host cannot count them: say so the way perf does
+                fh.writelines(hw_rows)
+                if not self.hardware:  # this host cannot count them: say so the way perf does
                     for ev in HARDWARE_EVENTS:
                         fh.write(f"{rec.ended - (self._started or rec.ended):16.9f},<not supported>,,{ev},0,100.00,,\n")
             c.out.replace(out)
@@ -248,7 +247,7 @@ class PerfStat:
         rows, unsupported = summarize(out.read_text(encoding="utf-8", errors="replace"))
         rec.stats = {"rows": rows, "not_supported": sorted(unsupported),
                      "source": "software counters: /proc/PID/task/TID/sched and /proc/PID/stat; hardware: "
-                               + ("perf stat -p" if hw_rows else "not counted on this host")}
+                               + ("perf stat -p" if self.hardware else "not counted on this host")}
         if self.hw_error:
             rec.stats["hardware_error"] = self.hw_error
         rec.status = OK

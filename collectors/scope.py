@@ -94,9 +94,9 @@ def tid_ranges(tids: Iterable[int], max_ranges: int = 64) -> list[tuple[int, int
     return [(a, b) for a, b in ranges]
 
 
-def tracepoint_filter(fields: Iterable[str], tids: Iterable[int], follow_new: bool = False) -> str:
+def tracepoint_filter(fields: Iterable[str], tids: Iterable[int]) -> str:
     """A tracepoint filter matching these thread ids in any of ``fields`` (e.g. ``prev_pid``,
-    ``next_pid``, ``common_pid``); with ``follow_new`` every id above the highest as well."""
+    ``next_pid``, ``common_pid``)."""
     fields = list(fields)
     ids = sorted(set(tids))
     if not ids or not fields:
@@ -108,8 +108,6 @@ def tracepoint_filter(fields: Iterable[str], tids: Iterable[int], follow_new: bo
         for f in fields:
             for a, b in ranges:
                 terms.append(f"{f}=={a}" if a == b else f"({f}>={a}&&{f}<={b})")
-            if follow_new:
-                terms.append(f"{f}>{ranges[-1][1]}")
         text = "||".join(terms)
         if len(text) <= MAX_FILTER_CHARS or max_ranges == 1:
             return text
@@ -127,6 +125,6 @@ def system_wide_allowed() -> bool:
 
 
 def untraced_threads(pids: Iterable[int], traced: Iterable[int]) -> int:
-    """How many threads the targets have now that a filter built from ``traced`` misses."""
-    ranges = tid_ranges(traced)
-    return sum(1 for t in thread_ids(pids) if not any(a <= t <= b for a, b in ranges))
+    """How many threads the targets have now that were not among the ``traced`` ones."""
+    known = set(traced)
+    return sum(1 for t in thread_ids(pids) if t not in known)

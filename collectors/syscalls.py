@@ -42,7 +42,12 @@ from profiler.collectors import _proc
 from profiler.collectors._proc import PerfCollector, file_size, pid_list, tail
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
-from profiler.collectors.scope import thread_ids, tracepoint_filter, untraced_threads, with_descendants
+from profiler.collectors.scope import (
+    thread_ids,
+    tracepoint_filter,
+    untraced_threads,
+    with_descendants,
+)
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord
 
@@ -247,6 +252,7 @@ class Syscalls(PerfCollector):
         super().__init__()
         self.keep_perf_data = keep_perf_data
         self.duty = None if full else (duty or DutyCycle())
+        self.traced: list[int] = []  # the thread ids in the filter (argv)
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(".syscalls.perf.data")
@@ -334,7 +340,7 @@ class Syscalls(PerfCollector):
             rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         with contextlib.suppress(OSError):
             os.unlink(errpath)
-        rec.stats["untraced_threads"] = untraced_threads(ctx.pids, getattr(self, "traced", []) or ctx.pids)
+        rec.stats["untraced_threads"] = untraced_threads(ctx.pids, self.traced)
         rec.stats.update({"calls": pairs.calls, "rows": pairs.rows, "blocked_at_end": still,
                           "unpaired_exits": pairs.unpaired_exits, "continued_into_window": pairs.continued})
         if self.keep_perf_data:
