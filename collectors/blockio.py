@@ -40,6 +40,7 @@ from profiler.bundle import OK, PARTIAL, CollectorRecord
 OUTPUT = "block.trace.gz"
 EVENTS = ["block_rq_issue", "block_rq_complete"]
 OPTIONAL_EVENTS = ["block_rq_requeue", "block_rq_merge"]
+COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before stopping the trace
 TOTAL_BUFFER_MB = 64  # ring buffer budget over all CPUs; the reader drains it continuously
 INSTANCE_PREFIX = "profiler-"
 _SEQ = itertools.count(1)
@@ -79,9 +80,9 @@ def balance(trace: dict[str, int], counted: dict[str, int] | None, ring_lost: in
             window_ratio: float = 1.0) -> tuple[dict[str, Any], str | None]:
     """Compare the trace with the independent count; returns (stats, reason it is incomplete or None).
 
-    The counter runs a little longer than the trace (it starts before and stops after):
-    ``window_ratio`` is the trace's window over the counter's, and the events the counter saw
-    outside the trace's window, plus IOs in flight at either edge, are allowed as slack.
+    The counter starts before the trace and is stopped before it (the stop waits for it):
+    ``window_ratio`` is the trace's window over the counter's, and the events the counter may
+    have seen outside the trace's window, plus IOs in flight at either edge, are allowed as slack.
     """
     stats: dict[str, Any] = {"trace": dict(trace), "ring_buffer_lost": ring_lost}
     reasons = []
@@ -352,14 +353,19 @@ class BlockIO:
             used = [_proc.cpu_seconds(p.pid) for p in (self.reader, self.gzip) if p is not None]
             if used and all(u is not None for u in used):
                 self.rec.stats["reader_cpu_seconds"] = round(sum(u for u in used if u is not None), 2)
+        # The counter stops first and the trace only once it has gone: perf stat may take a
+        # while to act on SIGINT on a busy host, and events it counts after the trace stopped
+        # would look like events the trace lost.
+        if self.counter is not None and self.counter.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.counter.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.counter.wait(timeout=COUNTER_STOP_WAIT)
+            self.counter_t1 = time.monotonic()
         if self.instance is not None and self.trace_t1 is None:
             with contextlib.suppress(OSError):
                 self.instance.write("tracing_on", "0")
             self.trace_t1 = time.monotonic()
-        if self.counter is not None and self.counter.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.counter.send_signal(signal.SIGINT)
-            self.counter_t1 = time.monotonic()
 
     def stop(self, ctx: CaptureContext) -> CollectorRecord:
         rec = self.rec
