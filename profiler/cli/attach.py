@@ -18,7 +18,7 @@ from profiler.targets import resolve
 HELP = """Capture evidence from running processes for a while, then analyze and write the report.
 
 Every collector this host can run (see `profiler doctor`) runs side by side on one clock:
-perf stat counters, cpu-clock stacks, off-CPU stacks, block IO, syscalls, /proc samples.
+interval counters (stat.csv), cpu-clock stacks, off-CPU stacks, block IO, syscalls, /proc samples.
 The capture stops when the duration ends, on Ctrl-C, or when every target has exited; the
 bundle is kept either way (marked partial when it is not complete).
 
