@@ -14,11 +14,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.analyzers import metrics as metmod
-from profiler.analyzers import perfstat
-from profiler.analyzers import procfs as procmod
-from profiler.analyzers import timeline as tlmod
-from profiler.analyzers import verdict as vmod
+from profiler.analyzers.series import perfstat
+from profiler.analyzers.series import procfs as procmod
+from profiler.analyzers.series import timeline as tlmod
+from profiler.analyzers.verdict import metrics as metmod
+from profiler.analyzers.verdict import rules as vmod
 
 from profiler import __version__
 
@@ -103,8 +103,8 @@ def _optional(module: str, attr: str) -> Any:
 
 def _cpu_flame(bundle: Any) -> Any:
     """On-CPU flame graph model (flame engineer's folding and tree), one root frame per thread pool."""
-    folded = importlib.import_module("profiler.analyzers.folded")
-    flame = importlib.import_module("profiler.analyzers.flame")
+    folded = importlib.import_module("profiler.analyzers.stacks.folding")
+    flame = importlib.import_module("profiler.analyzers.stacks.flame")
     with bundle.open_binary("cpu.perf.txt.gz") as fh:
         counts = folded.collapse_stream(fh, folded.FoldOptions(pools=True, count_samples=True)).result()
     if not counts:
@@ -116,8 +116,8 @@ def _cpu_flame(bundle: Any) -> Any:
 
 def _offcpu_flame(bundle: Any) -> Any:
     """Off-CPU flame graph model: blocked time by wait reason, then thread pool, then stack."""
-    perfscript = importlib.import_module("profiler.analyzers.perfscript")
-    flame = importlib.import_module("profiler.analyzers.flame")
+    perfscript = importlib.import_module("profiler.analyzers.stacks.perfscript")
+    flame = importlib.import_module("profiler.analyzers.stacks.flame")
     samples = perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz"))
     seen = 0
 
@@ -144,9 +144,9 @@ def _offcpu_flame(bundle: Any) -> Any:
 
 def _bcc_offcpu_flame(bundle: Any) -> Any:
     """Off-CPU flame graph of a bcc capture: offcpu.folded.gz, blocked time summed in the kernel per stack."""
-    folded = importlib.import_module("profiler.analyzers.folded")
-    flame = importlib.import_module("profiler.analyzers.flame")
-    knowledge = importlib.import_module("profiler.analyzers.knowledge")
+    folded = importlib.import_module("profiler.analyzers.stacks.folding")
+    flame = importlib.import_module("profiler.analyzers.stacks.flame")
+    knowledge = importlib.import_module("profiler.knowledge")
     pooled: dict[str, int] = {}
     for stack, ns in folded.parse_folded(bundle.iter_lines("offcpu.folded.gz")).items():
         comm, sep, rest = stack.partition(";")
@@ -163,30 +163,30 @@ def _bcc_offcpu_flame(bundle: Any) -> Any:
 
 
 def _io_events(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.iostats", "io_from_bundle")
+    fn = _optional("profiler.analyzers.io.stats", "io_from_bundle")
     return fn(bundle) if fn is not None else None
 
 
 def _subsecond(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.subsecond", "from_bundle")
+    fn = _optional("profiler.analyzers.stacks.subsecond", "from_bundle")
     return fn(bundle) if fn is not None else None
 
 
 def _bcc_io_heatmap(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.histheatmap", "from_bundle")
+    fn = _optional("profiler.analyzers.io.hist_heatmap", "from_bundle")
     return fn(bundle) if fn is not None else None
 
 
 # (artifact, member, collector, modules it needs, builder); the first member the bundle has wins:
 # the perf backend's per-event files, else the bcc backend's in-kernel aggregates.
 _BUILDERS = (
-    ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"), _cpu_flame),
-    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.flame",), _offcpu_flame),
-    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.flame", "profiler.analyzers.folded"),
+    ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"), _cpu_flame),
+    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame",), _offcpu_flame),
+    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"),
      _bcc_offcpu_flame),
-    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.iostats",), _io_events),
-    ("io_heatmap", "block.hist.jsonl.gz", "block-io", ("profiler.analyzers.histheatmap",), _bcc_io_heatmap),
-    ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.subsecond",), _subsecond),
+    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.io.stats",), _io_events),
+    ("io_heatmap", "block.hist.jsonl.gz", "block-io", ("profiler.analyzers.io.hist_heatmap",), _bcc_io_heatmap),
+    ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.stacks.subsecond",), _subsecond),
 )
 
 
@@ -259,7 +259,7 @@ def analyze(bundle: Any) -> Analysis:
     if io is None and bundle.has("block.hist.jsonl.gz"):
         seen = len(bundle.warnings)
         try:
-            io_hist = importlib.import_module("profiler.analyzers.bcc_hist").read_block_hist(bundle)
+            io_hist = importlib.import_module("profiler.analyzers.io.histograms").read_block_hist(bundle)
         except Exception:  # noqa: BLE001 - compute() already warned about a broken file
             io_hist = None
         del bundle.warnings[seen:]  # compute() reported them already

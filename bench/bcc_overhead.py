@@ -70,7 +70,7 @@ def capture(mode: str, pid: int, out: str) -> int:
     from profiler.collectors.base import CaptureContext, CaptureOptions
 
     from profiler.bundle import BundleWriter, ClockInfo, Manifest
-    from profiler.targets import target_from_pid
+    from profiler.capture.targets import target_from_pid
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -79,7 +79,7 @@ def capture(mode: str, pid: int, out: str) -> int:
     writer = BundleWriter(out, Manifest(clock=ClockInfo.now()))
     ctx = CaptureContext(writer=writer, targets=[target_from_pid(pid)], options=CaptureOptions())
     if mode == "bcc":
-        from profiler.collectors.bcc_backend import bcc_collectors
+        from profiler.collectors.bcc.backend import bcc_collectors
 
         collectors = bcc_collectors()
     else:
@@ -315,7 +315,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bcc_overhead: run as root (perf and bcc attach to other processes)", file=sys.stderr)
         return 2
-    from profiler.collectors.bcc_common import bcc_status
+    from profiler.collectors.bcc.common import bcc_status
 
     ok, reason, fix = bcc_status()
     if not ok:

@@ -41,8 +41,8 @@ import sys, time
 t0 = time.perf_counter()
 import profiler.cli
 t1 = time.perf_counter()
-from profiler.analyzers.folded import parse_folded
-from profiler.analyzers.flame import FlameGraph, build_tree
+from profiler.analyzers.stacks.folding import parse_folded
+from profiler.analyzers.stacks.flame import FlameGraph, build_tree
 from profiler.renderers.flamegraph_svg import render
 t2 = time.perf_counter()
 with open(sys.argv[1]) as f:

@@ -188,7 +188,8 @@ def inner(args: argparse.Namespace) -> int:
     import resource
 
     import numpy as np
-    from profiler.analyzers import blockio, heatmap
+    from profiler.analyzers.io import heatmap
+    from profiler.analyzers.io import pairing as blockio
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # Streaming path first (what the CLI runs): its peak RSS growth is the memory we report.

@@ -1,6 +1,6 @@
 """The collector protocol (capture layer): probe, build argv, start, stop; shared context.
 
-A collector is one source of evidence. The capture session (profiler/session.py) asks each
+A collector is one source of evidence. The capture session (profiler/capture/session.py) asks each
 collector's ``probe`` whether this host can run it, starts the ones that can side by side,
 and stops them all at the end (duration over, Ctrl-C, or every target gone). Building the
 command line is separate from running it so the argv is testable without perf.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from profiler.bundle import BundleWriter, CollectorRecord
-from profiler.targets import Target
+from profiler.capture.targets import Target
 
 
 @dataclass

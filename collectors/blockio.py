@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profiler.collectors import _proc
+from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, Probe
 
 from profiler.bundle import OK, PARTIAL, CollectorRecord

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from profiler.collectors._proc import PerfCollector, file_size, pid_list, run_to_file
 from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.process import PerfCollector, file_size, pid_list, run_to_file
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord
 
@@ -97,7 +97,7 @@ class RecordCollector(PerfCollector):
                 rec.files = [self.output]
                 rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
             if rc != 0:
-                from profiler.collectors._proc import tail
+                from profiler.collectors.process import tail
 
                 rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         except TimeoutError as exc:

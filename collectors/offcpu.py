@@ -32,11 +32,11 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from profiler.collectors import _proc
-from profiler.collectors._proc import pid_list, read_file, write_file
+from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
 from profiler.collectors.duty import DutyCycle
+from profiler.collectors.process import pid_list, read_file, write_file
 from profiler.collectors.scope import (
     thread_ids,
     tracepoint_filter,

@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from profiler.collectors._proc import PerfCollector, file_size, perf_probe, pid_list
 from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.process import PerfCollector, file_size, perf_probe, pid_list
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
 

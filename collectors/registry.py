@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler.collectors.base import CaptureOptions, Collector
-from profiler.collectors.bcc_backend import choose, with_backend
+from profiler.collectors.bcc.backend import choose, with_backend
 from profiler.collectors.blockio import BlockIO
 from profiler.collectors.cpu_stacks import CpuStacks
 from profiler.collectors.offcpu import OffCpu
@@ -16,7 +16,7 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
     """Every collector, in start order; the session probes each and skips what cannot run here.
 
     ``options.backend`` bcc (or auto where bcc works) swaps in the bcc collectors of the same
-    names and adds futex-waits (collectors/bcc_backend.py).
+    names and adds futex-waits (collectors/bcc/backend.py).
     """
     perf: list[Collector] = [
         PerfStat(),

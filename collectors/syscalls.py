@@ -38,10 +38,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from profiler.collectors import _proc
-from profiler.collectors._proc import PerfCollector, file_size, pid_list, tail
+from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
+from profiler.collectors.process import PerfCollector, file_size, pid_list, tail
 from profiler.collectors.scope import (
     thread_ids,
     tracepoint_filter,

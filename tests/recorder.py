@@ -31,7 +31,7 @@ from profiler.collectors.host import host_info, target_info
 from profiler.collectors.procfs import ProcfsCollector
 
 from profiler.bundle import OK, BundleWriter, ClockInfo, Manifest
-from profiler.targets import Target, target_from_pid
+from profiler.capture.targets import Target, target_from_pid
 
 CG_ROOT = Path("/sys/fs/cgroup")
 _counter = 0

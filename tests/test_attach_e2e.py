@@ -27,9 +27,9 @@ from profiler.collectors.base import CaptureOptions
 from profiler.collectors.offcpu import OffCpu
 
 from profiler.bundle import Bundle
+from profiler.capture.session import Session
+from profiler.capture.targets import target_from_pid
 from profiler.cli import main
-from profiler.session import Session
-from profiler.targets import target_from_pid
 
 TRACEFS = "/sys/kernel/tracing"
 

@@ -23,16 +23,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profiler.analyzers import bcc_hist as bh
+from profiler.analyzers.io import histograms as bh
 from profiler.collectors.base import CaptureContext, CaptureOptions
-from profiler.collectors.bcc_blockio import BccBlockIO
-from profiler.collectors.bcc_common import bcc_status
-from profiler.collectors.bcc_futex import BccFutex
-from profiler.collectors.bcc_offcpu import BccOffCpu
-from profiler.collectors.bcc_syscalls import HEADER, BccSyscalls
+from profiler.collectors.bcc.blockio import BccBlockIO
+from profiler.collectors.bcc.common import bcc_status
+from profiler.collectors.bcc.futex import BccFutex
+from profiler.collectors.bcc.offcpu import BccOffCpu
+from profiler.collectors.bcc.syscalls import HEADER, BccSyscalls
 
 from profiler.bundle import Bundle, BundleWriter, ClockInfo, Manifest
-from profiler.targets import target_from_pid
+from profiler.capture.targets import target_from_pid
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "bcc" / "workload.py"
@@ -379,7 +379,7 @@ class _Perf:
 
 
 def test_backend_perf_keeps_the_perf_collectors():
-    from profiler.collectors.bcc_backend import with_backend
+    from profiler.collectors.bcc.backend import with_backend
 
     perf = [_Perf("perf-stat"), _Perf("block-io"), _Perf("syscalls")]
     out, used, why = with_backend(perf, "perf")
@@ -387,7 +387,7 @@ def test_backend_perf_keeps_the_perf_collectors():
 
 
 def test_unknown_backend_is_a_usage_error():
-    from profiler.collectors.bcc_backend import with_backend
+    from profiler.collectors.bcc.backend import with_backend
 
     from profiler.errors import UsageError
 
@@ -397,7 +397,7 @@ def test_unknown_backend_is_a_usage_error():
 
 @requires_bcc
 def test_backend_auto_swaps_in_the_bcc_collectors_in_place():
-    from profiler.collectors.bcc_backend import with_backend
+    from profiler.collectors.bcc.backend import with_backend
 
     perf = [_Perf("perf-stat"), _Perf("cpu-stacks"), _Perf("offcpu-stacks"), _Perf("block-io"), _Perf("syscalls")]
     out, used, why = with_backend(perf, "auto")

@@ -1,4 +1,4 @@
-"""analyzers/bcc_hist.py: the bcc backend's in-kernel block IO histograms read back into percentiles and heatmaps."""
+"""analyzers/io/histograms.py: the bcc backend's in-kernel block IO histograms read back into percentiles and heatmaps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profiler.analyzers import bcc_hist as bh
+from profiler.analyzers.io import histograms as bh
 
 from profiler.bundle import BundleWriter, ClockInfo, Manifest
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers import analysis as anmod
-from profiler.analyzers import bcc_hist as bh
-from profiler.analyzers import histheatmap
-from profiler.analyzers import metrics as metmod
+from profiler.analyzers.io import hist_heatmap as histheatmap
+from profiler.analyzers.io import histograms as bh
+from profiler.analyzers.verdict import metrics as metmod
 
 from profiler.bundle import Bundle, BundleWriter, ClockInfo, Manifest
 from profiler.cli import main
@@ -186,7 +186,7 @@ def test_cli_report_json_of_a_bcc_sample(tmp_path: Path) -> None:
 def _bcc_ok() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root (CI runs as root)"
-    from profiler.collectors.bcc_common import bcc_status
+    from profiler.collectors.bcc.common import bcc_status
 
     ok, reason, fix = bcc_status()
     return ok, f"bcc cannot run here: {reason} ({fix})"

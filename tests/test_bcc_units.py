@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from profiler.collectors.bcc_common import KERNEL_SUFFIX, syscall_name, syscall_names
-from profiler.collectors.bcc_offcpu import fold_frames, state_class, trim_tracing
-from profiler.collectors.bcc_syscalls import csv_field
+from profiler.collectors.bcc.common import KERNEL_SUFFIX, syscall_name, syscall_names
+from profiler.collectors.bcc.offcpu import fold_frames, state_class, trim_tracing
+from profiler.collectors.bcc.syscalls import csv_field
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bcc-headers.sh"

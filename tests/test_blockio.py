@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profiler.analyzers import blockio
-from profiler.analyzers.blockio import COMPLETE, ISSUE, MERGE, REQUEUE
+from profiler.analyzers.io import pairing as blockio
+from profiler.analyzers.io.pairing import COMPLETE, ISSUE, MERGE, REQUEUE
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "block"
 TRACES = sorted(p.name for p in SAMPLES.glob("*.txt") if not p.name.startswith("pairs"))

@@ -10,7 +10,7 @@ from profiler.collectors import blockio, cpu_stacks, offcpu, perf_stat, registry
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
 
 from profiler.bundle import BundleWriter, Manifest
-from profiler.targets import Target
+from profiler.capture.targets import Target
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
@@ -40,7 +40,7 @@ def test_kernel_counters_count_a_real_process(tmp_path: Path) -> None:
     import threading
     import time
 
-    from profiler.analyzers import perfstat
+    from profiler.analyzers.series import perfstat
 
     # a process that burns CPU and switches (sleeps) in a loop
     code = "import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 0.004: pass\n    time.sleep(0.001)"

@@ -8,7 +8,7 @@ from profiler.collectors.base import CaptureContext, CaptureOptions
 from profiler.collectors.offcpu import OffCpu
 
 from profiler.bundle import BundleWriter, Manifest
-from profiler.targets import Target
+from profiler.capture.targets import Target
 
 
 def _ctx(tmp_path: Path) -> CaptureContext:

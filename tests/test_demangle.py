@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from profiler.analyzers.demangle import demangle, demangle_legacy, demangle_v0
+from profiler.analyzers.stacks.demangle import demangle, demangle_legacy, demangle_v0
 
 DIR = Path(__file__).resolve().parent / "data"
 PAIRS = [

@@ -11,7 +11,7 @@ import sys
 import pytest
 from profiler.collectors import host
 
-from profiler import doctor
+from profiler.capture import doctor
 from profiler.cli import main
 
 

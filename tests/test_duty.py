@@ -18,8 +18,8 @@ from profiler.collectors.base import CaptureContext, CaptureOptions
 from profiler.collectors.duty import DutyCycle
 
 from profiler.bundle import Bundle, BundleWriter, Manifest
-from profiler.session import Session
-from profiler.targets import Target, target_from_pid
+from profiler.capture.session import Session
+from profiler.capture.targets import Target, target_from_pid
 
 
 @pytest.fixture

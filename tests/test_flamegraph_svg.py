@@ -7,7 +7,7 @@ import xml.dom.minidom
 from pathlib import Path
 
 import pytest
-from profiler.analyzers.flame import (
+from profiler.analyzers.stacks.flame import (
     FlameGraph,
     Node,
     build_tree,
@@ -18,8 +18,8 @@ from profiler.analyzers.flame import (
     offcpu_folded,
     wait_reason,
 )
-from profiler.analyzers.folded import parse_folded
-from profiler.analyzers.perfscript import iter_samples
+from profiler.analyzers.stacks.folding import parse_folded
+from profiler.analyzers.stacks.perfscript import iter_samples
 
 from profiler.renderers.flamegraph_svg import SvgOptions, render
 
@@ -142,7 +142,7 @@ def test_many_unique_stacks_render(inverted: bool) -> None:
 
 
 def test_offcpu_switch_events_and_interval_csv() -> None:
-    from profiler.analyzers.flame import offcpu_by_reason, read_intervals
+    from profiler.analyzers.stacks.flame import offcpu_by_reason, read_intervals
 
     with open(SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt") as f:
         counts, stats = offcpu_folded(iter_samples(f))

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
-from profiler.analyzers.folded import (
+from profiler.analyzers.stacks.folding import (
     Collapser,
     FoldOptions,
     collapse_stream,
@@ -160,7 +160,7 @@ def test_parse_folded_roundtrip_and_errors() -> None:
 
 @pytest.mark.parametrize("name", ["mariadb-sysbench.txt", "several-events.txt", "comm-with-spaces.txt", "blank-lines.txt"])
 def test_several_processes_fold_the_same(name: str) -> None:
-    from profiler.analyzers.folded import collapse_file
+    from profiler.analyzers.stacks.folding import collapse_file
 
     path = DIR / name
     for opts in (FoldOptions(), FoldOptions(include_tid=True, time_relative=True, time_from=0.005, count_samples=True)):

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profiler.analyzers import blockio, heatmap, iostats, subsecond
+from profiler.analyzers.io import heatmap
+from profiler.analyzers.io import pairing as blockio
+from profiler.analyzers.io import stats as iostats
+from profiler.analyzers.stacks import subsecond
 
 from profiler.bundle import OK, BundleWriter, CollectorRecord, Manifest, TargetInfo
 from profiler.cli import main
@@ -237,7 +240,7 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
 
 
 def test_render_io_for_the_report(tmp_path: Path) -> None:
-    from profiler.analyzers.iostats import io_from_bundle
+    from profiler.analyzers.io.stats import io_from_bundle
 
     from profiler.bundle import Bundle
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from profiler.analyzers import blockio
+from profiler.analyzers.io import pairing as blockio
 
 from profiler.cli import main
 

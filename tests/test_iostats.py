@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profiler.analyzers import blockio, iostats
+from profiler.analyzers.io import pairing as blockio
+from profiler.analyzers.io import stats as iostats
 
 from profiler.bundle import (
     OK,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.analyzers.knowledge import pool_info, pool_of, runtime_from_threads, target_kind
+from profiler.knowledge import pool_info, pool_of, runtime_from_threads, target_kind
 
 
 def test_tikv_pools_map_to_knobs() -> None:

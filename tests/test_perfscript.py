@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.analyzers.perfscript import Frame, event_base, iter_samples, parse_frame, parse_header
+from profiler.analyzers.stacks.perfscript import (
+    Frame,
+    event_base,
+    iter_samples,
+    parse_frame,
+    parse_header,
+)
 
 DIR = Path(__file__).resolve().parents[1] / "samples" / "perf-script"
 

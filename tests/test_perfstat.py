@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from profiler.analyzers import perfstat
+from profiler.analyzers.series import perfstat
 
 from .conftest import SAMPLES
 

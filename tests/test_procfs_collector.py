@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from profiler.analyzers import procfs as procmod
+from profiler.analyzers.series import procfs as procmod
 from profiler.collectors import procfs
 
 CHURN = r"""

@@ -14,8 +14,8 @@ import pytest
 from profiler.collectors.base import CaptureContext, CaptureOptions, Probe
 
 from profiler.bundle import Bundle, CollectorRecord
-from profiler.session import Session
-from profiler.targets import target_from_pid
+from profiler.capture.session import Session
+from profiler.capture.targets import target_from_pid
 
 
 class Ticker:
@@ -157,7 +157,7 @@ def test_refuses_to_overwrite_without_force(tmp_path: Path, sleeper: subprocess.
 def test_an_unexpected_error_still_finishes_the_bundle(tmp_path: Path, sleeper: subprocess.Popen[bytes],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in the capture loop (injected here) still leaves a finished bundle, then propagates."""
-    import profiler.session as session_mod
+    import profiler.capture.session as session_mod
 
     def bad_poll(c: object) -> str | None:
         raise RuntimeError("bug in the loop")

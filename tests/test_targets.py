@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from profiler.capture.targets import closest, match_name, resolve
 from profiler.errors import TargetError
-from profiler.targets import closest, match_name, resolve
 
 PROCS = [
     (101, "tikv-server", "/usr/bin/tikv-server", ("tikv-server", "--pd", "127.0.0.1:2379")),

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from profiler.analyzers import verdict as vmod
-from profiler.analyzers.metrics import compute
+from profiler.analyzers.verdict import rules as vmod
+from profiler.analyzers.verdict.metrics import compute
 
 from profiler.bundle import Bundle
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import Manifest
+from profiler.capture.session import CaptureResult, Session
+from profiler.capture.targets import resolve
 from profiler.cli._common import parse_duration
 from profiler.collectors.base import CaptureOptions
 from profiler.errors import CaptureIncomplete, Interrupted, UsageError
-from profiler.session import CaptureResult, Session
-from profiler.targets import resolve
 
 HELP = """Capture evidence from running processes for a while, then analyze and write the report.
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
-from profiler.analyzers.flame import FlameGraph, differential
-from profiler.analyzers.folded import FoldOptions
+from profiler.analyzers.stacks.flame import FlameGraph, differential
+from profiler.analyzers.stacks.folding import FoldOptions
 from profiler.bundle import Bundle, looks_like_bundle
 from profiler.cli._common import check_output
 from profiler.cli.flamegraph import load, svg_options, write_output

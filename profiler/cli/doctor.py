@@ -6,8 +6,8 @@ import json
 
 import typer
 
-from profiler import doctor
-from profiler.targets import resolve
+from profiler.capture import doctor
+from profiler.capture.targets import resolve
 
 HELP = """Check what this host (and optionally a target) can capture: one line per check, a status word (ok, warn, fail, info) and the fix.
 

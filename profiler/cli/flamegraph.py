@@ -15,14 +15,14 @@ from typing import IO
 
 import typer
 
-from profiler.analyzers.flame import (
+from profiler.analyzers.stacks.flame import (
     FlameGraph,
     build_tree,
     offcpu_by_reason,
     offcpu_folded,
     read_intervals,
 )
-from profiler.analyzers.folded import (
+from profiler.analyzers.stacks.folding import (
     COMPAT_MODES,
     PARALLEL_MIN_BYTES,
     Collapser,
@@ -34,7 +34,7 @@ from profiler.analyzers.folded import (
     open_binary,
     parse_folded,
 )
-from profiler.analyzers.perfscript import iter_samples
+from profiler.analyzers.stacks.perfscript import iter_samples
 from profiler.bundle import Bundle, looks_like_bundle
 from profiler.cli._common import check_output
 from profiler.errors import CapabilityError, InputError, UsageError
@@ -390,7 +390,7 @@ def _collector_note(bundle: Bundle, name: str) -> list[str]:
 
 def _load_bcc_offcpu(input: str, bundle: Bundle, opts: FoldOptions) -> Loaded:
     """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
-    from profiler.analyzers.knowledge import pool_of
+    from profiler.knowledge import pool_of
 
     counts = parse_folded(bundle.iter_lines("offcpu.folded.gz"))
     if opts.pools:

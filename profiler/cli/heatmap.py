@@ -16,7 +16,10 @@ from typing import IO, Any
 import numpy as np
 import typer
 
-from profiler.analyzers import blockio, heatmap, iostats, subsecond
+from profiler.analyzers.io import heatmap
+from profiler.analyzers.io import pairing as blockio
+from profiler.analyzers.io import stats as iostats
+from profiler.analyzers.stacks import subsecond
 from profiler.bundle import Bundle, looks_like_bundle
 from profiler.cli._common import check_output
 from profiler.errors import BundleError, CapabilityError, InputError, UsageError

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
 from markupsafe import Markup, escape
 
-from profiler.analyzers.flame import KINDS, FlameGraph, Node, diff_color, frame_color, frame_kind
+from profiler.analyzers.stacks.flame import (
+    KINDS,
+    FlameGraph,
+    Node,
+    diff_color,
+    frame_color,
+    frame_kind,
+)
 
 __all__ = ["SvgOptions", "render"]
 

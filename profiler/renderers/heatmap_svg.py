@@ -16,10 +16,10 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from profiler.analyzers import heatmap as heatmap_model
-from profiler.analyzers.heatmap import Heatmap
-from profiler.analyzers.iostats import IoAnalysis
-from profiler.analyzers.subsecond import SubsecondHeatmap
+from profiler.analyzers.io import heatmap as heatmap_model
+from profiler.analyzers.io.heatmap import Heatmap
+from profiler.analyzers.io.stats import IoAnalysis
+from profiler.analyzers.stacks.subsecond import SubsecondHeatmap
 
 # light yellow -> orange -> red -> dark red (perceptually ordered, readable on white)
 _STOPS = [(0.0, (255, 240, 170)), (0.35, (253, 174, 97)), (0.7, (227, 26, 28)), (1.0, (110, 0, 30))]

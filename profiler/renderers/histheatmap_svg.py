@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analyzers.histheatmap import HistHeatmap
+from profiler.analyzers.io.hist_heatmap import HistHeatmap
 from profiler.renderers import heatmap_svg
 
 

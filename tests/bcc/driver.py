@@ -14,13 +14,13 @@ import sys
 import threading
 
 from profiler.collectors.base import CaptureContext, CaptureOptions
-from profiler.collectors.bcc_blockio import BccBlockIO
-from profiler.collectors.bcc_futex import BccFutex
-from profiler.collectors.bcc_offcpu import BccOffCpu
-from profiler.collectors.bcc_syscalls import BccSyscalls
+from profiler.collectors.bcc.blockio import BccBlockIO
+from profiler.collectors.bcc.futex import BccFutex
+from profiler.collectors.bcc.offcpu import BccOffCpu
+from profiler.collectors.bcc.syscalls import BccSyscalls
 
 from profiler.bundle import OK, PARTIAL, BundleWriter, ClockInfo, Manifest
-from profiler.targets import target_from_pid
+from profiler.capture.targets import target_from_pid
 
 ALL = {"block-io": BccBlockIO, "syscalls": BccSyscalls, "offcpu-stacks": BccOffCpu, "futex-waits": BccFutex}
 

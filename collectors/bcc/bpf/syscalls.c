@@ -1,5 +1,5 @@
 // Syscall counts and time per thread per syscall, per time slot (profiler bcc backend,
-// collectors/bcc_syscalls.py).
+// collectors/bcc/syscalls.py).
 //
 // raw_syscalls:sys_enter stamps the thread (target processes only: the `targets` set holds
 // their tgids); raw_syscalls:sys_exit adds one call and its duration to

@@ -37,10 +37,11 @@ from profiler.bundle import (
     LoadInfo,
     Manifest,
 )
-from profiler.collectors import _proc, host
+from profiler.capture.targets import Target
+from profiler.collectors import host
+from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
 from profiler.errors import CapabilityError, Interrupted
-from profiler.targets import Target
 
 TICK = 0.1  # main loop period (s)
 PROGRESS_EVERY = 0.5  # progress line refresh (s)

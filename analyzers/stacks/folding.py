@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import IO
 
-from profiler.analyzers.demangle import demangle
-from profiler.analyzers.knowledge import pool_of
-from profiler.analyzers.perfscript import _FRAME, _HEADER, event_base
+from profiler.analyzers.stacks.demangle import demangle
+from profiler.analyzers.stacks.perfscript import _FRAME, _HEADER, event_base
+
+from profiler.knowledge import pool_of
 
 __all__ = [
     "FoldOptions",

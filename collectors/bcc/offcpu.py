@@ -1,6 +1,6 @@
 """Off-CPU (blocked) time by stack from sched:sched_switch with bcc (capture layer): offcpu.folded.gz.
 
-collectors/bpf/offcpu.c takes the user and kernel stacks of a target thread as it switches
+collectors/bcc/bpf/offcpu.c takes the user and kernel stacks of a target thread as it switches
 out and adds the time until it switches back in, per thread, state and stack pair, in the
 kernel. At stop the stacks are symbolized (the targets must still be alive for user frames)
 and written as folded stacks whose value is nanoseconds blocked:
@@ -22,7 +22,7 @@ from typing import Any
 
 from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc_common import (
+from profiler.collectors.bcc.common import (
     BccCollector,
     Symbolizer,
     comm_text,

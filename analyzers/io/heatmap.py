@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from profiler.analyzers.blockio import iter_chunks, open_input
-from profiler.analyzers.iostats import group_percentiles
+from profiler.analyzers.io.pairing import iter_chunks, open_input
+from profiler.analyzers.io.stats import group_percentiles
 
 from profiler.errors import InputError, UsageError
 

@@ -1,6 +1,6 @@
 """Futex waits by user stack and lock address with bcc (capture layer): futex.folded.gz.
 
-The direct evidence for user-space lock contention in Go and Rust servers: collectors/bpf/futex.c
+The direct evidence for user-space lock contention in Go and Rust servers: collectors/bcc/bpf/futex.c
 times every waiting futex call (FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI)
 of the targets' threads, from syscalls:sys_enter_futex to sys_exit_futex, by the waiter's
 user stack and by lock address. Folded stacks (value: nanoseconds waited, timed-out waits
@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc_common import (
+from profiler.collectors.bcc.common import (
     BccCollector,
     Symbolizer,
     comm_text,

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from profiler.analyzers.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
-from profiler.analyzers.metrics import Metrics, TargetMetrics
+from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
+
+from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
 
 CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
 # On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue

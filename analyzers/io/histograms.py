@@ -101,7 +101,7 @@ def bucket_bounds(index: int, sub_bits: int = 4) -> tuple[int, int]:
 
 
 def bucket_of(value_ns: int, sub_bits: int = 4, max_exp: int = 40) -> int:
-    """The bucket a latency falls in (the same arithmetic as collectors/bpf/blockio.c)."""
+    """The bucket a latency falls in (the same arithmetic as collectors/bcc/bpf/blockio.c)."""
     sub = 1 << sub_bits
     v = max(0, int(value_ns))
     if v < sub:

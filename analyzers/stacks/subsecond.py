@@ -5,7 +5,7 @@ One column per second since ``t0``, ``rows`` rows per column for the offset with
 (a burst every 200 ms, one stalled second) show up as stripes and holes; a range picked on it
 becomes ``profiler flamegraph --from/--to``.
 
-Sample times come from perf script text, read by :func:`profiler.analyzers.perfscript.iter_samples`.
+Sample times come from perf script text, read by :func:`profiler.analyzers.stacks.perfscript.iter_samples`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from profiler.analyzers.blockio import open_input
-from profiler.analyzers.perfscript import iter_samples
+from profiler.analyzers.io.pairing import open_input
+from profiler.analyzers.stacks.perfscript import iter_samples
 
 
 @dataclass

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers.knowledge import pool_of
+
+from profiler.knowledge import pool_of
 
 # Wait classes, in the order they are stored (uint8 codes in ThreadSeries.wait).
 RUNNING, DISK, FUTEX, IDLE, SLEEP, OTHER = range(6)

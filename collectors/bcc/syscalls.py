@@ -1,11 +1,11 @@
 """Syscall counts and time per thread per syscall, aggregated in the kernel with bcc (capture layer): syscalls.csv.
 
 The same file as the perf backend (docs/bundle.md: ``time,tid,comm,syscall,count,total_ns``
-per interval), made without one record per syscall: collectors/bpf/syscalls.c keeps
+per interval), made without one record per syscall: collectors/bcc/bpf/syscalls.c keeps
 count and total time per (time slot, thread, syscall) for the targets' threads, and this
 collector moves finished slots to the CSV every ``--interval``. ``time`` is the start of the
 interval (monotonic seconds), as the perf backend writes it; a call counts in the interval
-where it returned. Names come from the kernel's syscall table (:func:`profiler.collectors.bcc_common.syscall_names`).
+where it returned. Names come from the kernel's syscall table (:func:`profiler.collectors.bcc.common.syscall_names`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc_common import BccCollector, comm_text, read_counters, syscall_name
+from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters, syscall_name
 
 from profiler.bundle import PARTIAL, CollectorRecord
 

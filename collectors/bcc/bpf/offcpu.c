@@ -1,5 +1,5 @@
 // Off-CPU (blocked) time by stack from sched:sched_switch (profiler bcc backend,
-// collectors/bcc_offcpu.py). No kprobe on finish_task_switch: the tracepoint fires in the
+// collectors/bcc/offcpu.py). No kprobe on finish_task_switch: the tracepoint fires in the
 // context of the thread switching out, so its user and kernel stacks can be taken there.
 //
 // On switch-out of a target thread: remember when, why (prev_state) and its two stack ids.

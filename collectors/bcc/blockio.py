@@ -3,9 +3,9 @@
 The perf backend keeps one ftrace line per IO (block.trace.gz); this collector keeps, per
 time slot (``--interval``), device and op, a log-linear latency histogram (16 linear
 sub-buckets per power of two of nanoseconds), counts, bytes, sum and max, plus who issued
-the IOs. Issue and completion are paired in the kernel (collectors/bpf/blockio.c), system
+the IOs. Issue and completion are paired in the kernel (collectors/bcc/bpf/blockio.c), system
 wide, so completions that run in interrupt context are never lost the way a per-event perf
-ring buffer can lose them. analyzers/bcc_hist.py reads the file back into the same
+ring buffer can lose them. analyzers/io/histograms.py reads the file back into the same
 percentiles and heatmap the analyzers compute from block.trace.gz.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc_common import BccCollector, comm_text, read_counters
+from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters
 
 from profiler.bundle import PARTIAL, CollectorRecord
 

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers import perfstat
-from profiler.analyzers import procfs as procmod
-from profiler.analyzers.knowledge import (
+from profiler.analyzers.series import perfstat
+from profiler.analyzers.series import procfs as procmod
+
+from profiler.knowledge import (
     TIKV_POOLS,
     pool_info,
     runtime_from_threads,
@@ -551,7 +552,7 @@ def load_io(bundle: Any) -> tuple[Any, IOEvents | None]:
     """The bundle's block IO, paired by analyzers.blockio/iostats: (IoAnalysis, its view) or (None, None)."""
     if not bundle.has("block.trace.gz"):
         return None, None
-    iostats = importlib.import_module("profiler.analyzers.iostats")
+    iostats = importlib.import_module("profiler.analyzers.io.stats")
     res = iostats.io_from_bundle(bundle)
     return res, io_events_from(res)
 
@@ -687,7 +688,7 @@ def top_futex_stacks(by_tid: dict[int, dict[tuple[str, ...], int]], tids: set[in
     if not by_tid:
         return []
     try:
-        ps = importlib.import_module("profiler.analyzers.perfscript")
+        ps = importlib.import_module("profiler.analyzers.stacks.perfscript")
     except ImportError:
         return []
     stacks: dict[tuple[str, ...], int] = {}
@@ -717,7 +718,7 @@ def offcpu_futex_stacks(bundle: Any, tids: set[int], limit: int = 5) -> list[tup
 
 def io_metrics_from_hist(bundle: Any, target_tids: set[int], window: float) -> IOMetrics | None:
     """IOMetrics from the bcc backend's in-kernel histograms (block.hist.jsonl.gz), ops named as in block.trace.gz."""
-    bcc_hist = importlib.import_module("profiler.analyzers.bcc_hist")
+    bcc_hist = importlib.import_module("profiler.analyzers.io.histograms")
     h = bcc_hist.read_block_hist(bundle)
     if h is None:
         return None
@@ -767,7 +768,7 @@ def bcc_lock_metrics(bundle: Any, tm: TargetMetrics, pid: int, tids: set[int], c
             tm.futex_wait_s = float(fs.get("wait_ns", 0)) / 1e9
             tm.futex_waits = int(fs.get("waits", 0))
     if bundle.has("futex.folded.gz"):
-        folded = importlib.import_module("profiler.analyzers.folded")
+        folded = importlib.import_module("profiler.analyzers.stacks.folding")
         by_key: dict[str, float] = {}
         for stack, ns in folded.parse_folded(bundle.iter_lines("futex.folded.gz")).items():
             frames = stack.split(";")

@@ -1,7 +1,7 @@
 """The bcc backend's shared parts (capture layer): can this host run it, loading programs, symbols, the base collector.
 
 The bcc collectors (bcc_blockio, bcc_syscalls, bcc_offcpu, bcc_futex) compile a C program
-from collectors/bpf/ with bcc, attach it to tracepoints only (no kprobes: many production
+from collectors/bcc/bpf/ with bcc, attach it to tracepoints only (no kprobes: many production
 kernels, this host's included, have none), let the kernel aggregate, and read the maps.
 Everything they write follows docs/bundle.md so the analyzers do not care which backend ran.
 
@@ -49,7 +49,7 @@ int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
 """
 
 # Up to this many targets are tested with a compare chain compiled into the program instead
-# of a hash lookup on every event (see is_target() in collectors/bpf/*.c).
+# of a hash lookup on every event (see is_target() in collectors/bcc/bpf/*.c).
 MAX_INLINE_TARGETS = 16
 
 # A collector whose programs the kernel skipped for more than this share of its events is partial.
@@ -170,15 +170,15 @@ def bcc_version() -> str:
 
 
 def program_source(name: str) -> str:
-    """The text of collectors/bpf/NAME (shipped as package data), with ``#include "common.h"``
+    """The text of collectors/bcc/bpf/NAME (shipped as package data), with ``#include "common.h"``
     replaced by the shared helpers' text (bcc compiles one string, so the include is done here)."""
-    bpf = importlib.resources.files("profiler.collectors") / "bpf"
+    bpf = importlib.resources.files("profiler.collectors.bcc") / "bpf"
     text = (bpf / name).read_text(encoding="utf-8")
     return text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
 
 
 def compile_program(name: str, defines: dict[str, int | str]) -> Any:
-    """Compile collectors/bpf/NAME with -D defines; a failure raises CapabilityError with clang's first error."""
+    """Compile collectors/bcc/bpf/NAME with -D defines; a failure raises CapabilityError with clang's first error."""
     from bcc import BPF
 
     cflags = [f"-D{k}={v}" for k, v in sorted(defines.items())]

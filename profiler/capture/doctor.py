@@ -10,9 +10,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from profiler.capture.targets import Target
 from profiler.collectors import host
-from profiler.collectors.bcc_common import bcc_status
-from profiler.targets import Target
+from profiler.collectors.bcc.common import bcc_status
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from profiler.analyzers.perfscript import Sample
+from profiler.analyzers.stacks.perfscript import Sample
 
 __all__ = [
     "Node",
@@ -351,8 +351,8 @@ def _symbol(symbol: str, dso: str | None) -> str:
 
 def _frame_name(symbol: str) -> str:
     """The same naming as folding: demangle leftovers, cut argument lists, no ';'."""
-    from profiler.analyzers.demangle import demangle
-    from profiler.analyzers.folded import fix_half_demangled_rust, tidy_args
+    from profiler.analyzers.stacks.demangle import demangle
+    from profiler.analyzers.stacks.folding import fix_half_demangled_rust, tidy_args
 
     if symbol.startswith(("_R", "_ZN")):
         symbol = demangle(symbol)
@@ -389,7 +389,7 @@ def offcpu_folded(
     upper bound that includes its next run, noted in stats.
     Root frames: wait reason (when by_reason), then the thread name (or its pool).
     """
-    from profiler.analyzers.knowledge import pool_of
+    from profiler.knowledge import pool_of
 
     stats = OffCpuStats()
     pending: dict[int, tuple[float, str, str, list[str]]] = {}  # tid -> (t_out, comm, state, frames)

@@ -2,7 +2,7 @@
 
 The bcc collectors replace the perf collectors of the same name (block-io, syscalls,
 offcpu-stacks) and add futex-waits, which only bcc can gather without kprobes. ``auto``
-takes bcc where :func:`profiler.collectors.bcc_common.bcc_status` says it works, else
+takes bcc where :func:`profiler.collectors.bcc.common.bcc_status` says it works, else
 perf; the choice and its reason are recorded in each bcc collector's stats and, through
 ``registry.backend_choice``, in the manifest's options (``backend_used``, ``backend_reason``).
 attach and run default to perf: auto and bcc are asked for.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from profiler.collectors.bcc_common import bcc_status
+from profiler.collectors.bcc.common import bcc_status
 
 from profiler.errors import CapabilityError, UsageError
 
@@ -21,10 +21,10 @@ BACKENDS = ("perf", "bcc", "auto")
 
 
 def bcc_collectors() -> list[Any]:
-    from profiler.collectors.bcc_blockio import BccBlockIO
-    from profiler.collectors.bcc_futex import BccFutex
-    from profiler.collectors.bcc_offcpu import BccOffCpu
-    from profiler.collectors.bcc_syscalls import BccSyscalls
+    from profiler.collectors.bcc.blockio import BccBlockIO
+    from profiler.collectors.bcc.futex import BccFutex
+    from profiler.collectors.bcc.offcpu import BccOffCpu
+    from profiler.collectors.bcc.syscalls import BccSyscalls
 
     return [BccBlockIO(), BccSyscalls(), BccOffCpu(), BccFutex()]
 

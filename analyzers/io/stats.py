@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers import blockio
-from profiler.analyzers.blockio import BlockIO
+from profiler.analyzers.io import pairing as blockio
+from profiler.analyzers.io.pairing import BlockIO
 
 from profiler.bundle import Bundle
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers import perfstat
-from profiler.analyzers import procfs as procmod
-from profiler.analyzers.metrics import IOEvents
+from profiler.analyzers.series import perfstat
+from profiler.analyzers.series import procfs as procmod
+from profiler.analyzers.verdict.metrics import IOEvents
 
 MAX_POINTS = 300
 
@@ -227,7 +227,7 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
 def _hist_panels(tl: Timeline, h: Any, edges: np.ndarray, step: float) -> None:
     """IO latency and completions per timeline bucket from in-kernel histograms (a slot counts
     in the bucket where it starts; percentiles interpolated inside a histogram bucket)."""
-    from profiler.analyzers import bcc_hist
+    from profiler.analyzers.io import histograms as bcc_hist
 
     n = len(edges) - 1
     merged: list[dict[int, int]] = [{} for _ in range(n)]

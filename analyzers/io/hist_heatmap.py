@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from profiler.analyzers import bcc_hist
-from profiler.analyzers.heatmap import Heatmap
+from profiler.analyzers.io import histograms as bcc_hist
+from profiler.analyzers.io.heatmap import Heatmap
 
 ROWS_PER_OCTAVE = 4  # rows per power of two of latency (must divide 2**sub_bits)
 OP_ORDER = ("R", "W", "F", "D", "O")

@@ -1,4 +1,4 @@
-// Futex waits by user stack and lock address (profiler bcc backend, collectors/bcc_futex.py).
+// Futex waits by user stack and lock address (profiler bcc backend, collectors/bcc/futex.py).
 //
 // syscalls:sys_enter_futex stamps a target thread entering a waiting futex operation
 // (FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_WAIT_REQUEUE_PI) with

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from profiler.analyzers.knowledge import target_kind
 from profiler.errors import TargetError
+from profiler.knowledge import target_kind
 
 
 @dataclass(frozen=True)

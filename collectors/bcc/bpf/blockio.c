@@ -1,4 +1,4 @@
-// Block IO latency, aggregated in the kernel (profiler bcc backend, collectors/bcc_blockio.py).
+// Block IO latency, aggregated in the kernel (profiler bcc backend, collectors/bcc/blockio.py).
 //
 // block:block_rq_issue stamps each request (keyed by device and start sector);
 // block:block_rq_complete looks the stamp up and adds the issue-to-completion latency to

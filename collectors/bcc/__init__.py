@@ -1,0 +1,1 @@
+"""The bcc backend (capture layer): in-kernel aggregation with tracepoint programs from bpf/."""
