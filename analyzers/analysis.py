@@ -116,8 +116,10 @@ def _cpu_flame(bundle: Any) -> Any:
 
 def _offcpu_flame(bundle: Any) -> Any:
     """Off-CPU flame graph model: blocked time by wait reason, then thread pool, then stack."""
-    perfscript = importlib.import_module("profiler.analyzers.stacks.perfscript")
+    perfscript = importlib.import_module("profiler.inputs.perfscript")
+    bundles = importlib.import_module("profiler.inputs.bundles")
     flame = importlib.import_module("profiler.analyzers.stacks.flame")
+    offcpu = importlib.import_module("profiler.analyzers.stacks.offcpu")
     samples = perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz"))
     seen = 0
 
@@ -129,8 +131,8 @@ def _offcpu_flame(bundle: Any) -> Any:
 
     # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled (duty-cycled)
     # capture from closing a switch-out with the next window's switch-out.
-    intervals = flame.read_intervals(bundle.iter_lines("offcpu.csv.gz")) if bundle.has("offcpu.csv.gz") else None
-    counts, _stats = flame.offcpu_folded(counted(), by_reason=True, pools=True, intervals=intervals)
+    intervals = bundles.read_intervals(bundle.iter_lines("offcpu.csv.gz")) if bundle.has("offcpu.csv.gz") else None
+    counts, _stats = offcpu.offcpu_folded(counted(), by_reason=True, pools=True, intervals=intervals)
     if not counts:
         return None
     root = flame.build_tree(counts, min_fraction=0.0005)
@@ -144,8 +146,9 @@ def _offcpu_flame(bundle: Any) -> Any:
 
 def _bcc_offcpu_flame(bundle: Any) -> Any:
     """Off-CPU flame graph of a bcc capture: offcpu.folded.gz, blocked time summed in the kernel per stack."""
-    folded = importlib.import_module("profiler.analyzers.stacks.folding")
+    folded = importlib.import_module("profiler.inputs.folded")
     flame = importlib.import_module("profiler.analyzers.stacks.flame")
+    offcpu = importlib.import_module("profiler.analyzers.stacks.offcpu")
     knowledge = importlib.import_module("profiler.knowledge")
     pooled: dict[str, int] = {}
     for stack, ns in folded.parse_folded(bundle.iter_lines("offcpu.folded.gz")).items():
@@ -153,7 +156,7 @@ def _bcc_offcpu_flame(bundle: Any) -> Any:
         key = knowledge.pool_of(comm).replace(" ", "_") + sep + rest
         pooled[key] = pooled.get(key, 0) + ns
     # microseconds, as the perf backend's off-CPU graph counts them
-    counts = {k: round(v / 1000) for k, v in flame.offcpu_by_reason(pooled).items() if v >= 500}
+    counts = {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v >= 500}
     if not counts:
         return None
     root = flame.build_tree(counts, min_fraction=0.0005)
@@ -181,8 +184,8 @@ def _bcc_io_heatmap(bundle: Any) -> Any:
 # the perf backend's per-event files, else the bcc backend's in-kernel aggregates.
 _BUILDERS = (
     ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"), _cpu_flame),
-    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame",), _offcpu_flame),
-    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"),
+    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.stacks.offcpu",), _offcpu_flame),
+    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.stacks.offcpu", "profiler.inputs.folded"),
      _bcc_offcpu_flame),
     ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.io.stats",), _io_events),
     ("io_heatmap", "block.hist.jsonl.gz", "block-io", ("profiler.analyzers.io.hist_heatmap",), _bcc_io_heatmap),

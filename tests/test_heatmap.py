@@ -20,6 +20,7 @@ from profiler.analyzers.stacks import subsecond
 
 from profiler.bundle import OK, BundleWriter, CollectorRecord, Manifest, TargetInfo
 from profiler.cli import main
+from profiler.inputs import pairs
 from profiler.renderers import heatmap_svg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,13 +60,13 @@ def test_log_rows_cover_whole_decades() -> None:
 
 
 def test_pairs_like_trace2heatmap() -> None:
-    p = heatmap.read_pairs(SAMPLES / "pairs-us.txt", units_time="us", units_latency="us")
+    p = pairs.read_pairs(SAMPLES / "pairs-us.txt", units_time="us", units_latency="us")
     raw = np.loadtxt(SAMPLES / "pairs-us.txt")
     assert np.allclose(p.t, raw[:, 0] * 1e-6) and np.allclose(p.lat, raw[:, 1] * 1e-6)
     text = b"time latency\n1.0 250\n1.5 4000\n\n2.25 10\n"
-    q = heatmap.parse_pairs([text], units_time="s", units_latency="ms")
+    q = pairs.parse_pairs([text], units_time="s", units_latency="ms")
     assert q.lat.tolist() == [0.25, 4.0, 0.01]
-    assert heatmap.looks_like_pairs(text) and not heatmap.looks_like_pairs(b"fio-1 [000] 1.0: block_rq_issue: x")
+    assert pairs.looks_like_pairs(text) and not pairs.looks_like_pairs(b"fio-1 [000] 1.0: block_rq_issue: x")
 
 
 def test_subsecond_bins() -> None:

@@ -688,7 +688,7 @@ def top_futex_stacks(by_tid: dict[int, dict[tuple[str, ...], int]], tids: set[in
     if not by_tid:
         return []
     try:
-        ps = importlib.import_module("profiler.analyzers.stacks.perfscript")
+        ps = importlib.import_module("profiler.inputs.perfscript")
     except ImportError:
         return []
     stacks: dict[tuple[str, ...], int] = {}
@@ -768,7 +768,7 @@ def bcc_lock_metrics(bundle: Any, tm: TargetMetrics, pid: int, tids: set[int], c
             tm.futex_wait_s = float(fs.get("wait_ns", 0)) / 1e9
             tm.futex_waits = int(fs.get("waits", 0))
     if bundle.has("futex.folded.gz"):
-        folded = importlib.import_module("profiler.analyzers.stacks.folding")
+        folded = importlib.import_module("profiler.inputs.folded")
         by_key: dict[str, float] = {}
         for stack, ns in folded.parse_folded(bundle.iter_lines("futex.folded.gz")).items():
             frames = stack.split(";")
