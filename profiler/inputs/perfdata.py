@@ -91,6 +91,9 @@ class _Counted(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
     def readinto(self, b: bytearray) -> int:  # type: ignore[override]
         n: int = self.raw.readinto(b)  # type: ignore[attr-defined]
         self.count += n or 0

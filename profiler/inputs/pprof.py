@@ -38,6 +38,7 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 # Profile's fields and the wire type each must have (13 comment: packed or not)
 _PROFILE_WIRE = {1: _LEN, 2: _LEN, 3: _LEN, 4: _LEN, 5: _LEN, 6: _LEN, 7: _VARINT, 8: _VARINT, 9: _VARINT,
                  10: _VARINT, 11: _LEN, 12: _VARINT, 13: (_VARINT, _LEN), 14: _VARINT, 15: _VARINT}
+_ANY = (_VARINT, _I64, _LEN, _I32)
 
 
 class _Malformed(Exception):
@@ -145,7 +146,9 @@ class Profile:
         return len(self.sample_types) - 1
 
     def stacks(self, index: int) -> Iterator[tuple[tuple[str, ...], int]]:
-        """(frames root first, value) of every sample with a non-zero value of that type."""
+        """(frames root first, value) of every sample with a non-zero value of that type; a
+        sample without locations (a goroutine caught with no stack) is one ``[unknown]`` frame,
+        so that the totals are pprof's."""
         frames = self.frames
         unknown: tuple[str, ...] = ("[unknown]",)
         for locs, values in self.samples:
@@ -154,7 +157,7 @@ class Profile:
             stack: list[str] = []
             for loc in reversed(locs):
                 stack.extend(frames.get(loc, unknown))
-            yield tuple(stack), values[index]
+            yield tuple(stack) or unknown, values[index]
 
 
 def _value_type(buf: bytes, a: int, b: int) -> tuple[int, int]:
@@ -274,21 +277,24 @@ def _parse(buf: bytes) -> Profile:
 
 def sniff(head: bytes) -> bool:
     """Does the head walk as Profile fields, each with its wire type, to its very end (or past
-    it, when the head is a cut of a longer file)?"""
+    it, when the head is a cut of a longer file)? Text never does: its bytes make keys of
+    fields 4 to 15 with the wrong wire types, and lengths that overshoot."""
     pos = 0
     n = 0
     try:
         while pos < len(head):
             key, pos = _varint(head, pos)
             num, wire = key >> 3, key & 7
-            expected = _PROFILE_WIRE.get(num)
+            expected = _PROFILE_WIRE.get(num, _ANY if num > 15 else None)  # later fields need 2-byte keys
             if expected is None or (wire != expected and not (isinstance(expected, tuple) and wire in expected)):
                 return False
             if wire == _VARINT:
                 _, pos = _varint(head, pos)
-            else:
+            elif wire == _LEN:
                 length, pos = _varint(head, pos)
                 pos += length
+            else:
+                pos += 8 if wire == _I64 else 4
             n += 1
     except _Malformed:
         pos = len(head) + 1  # cut inside a number
