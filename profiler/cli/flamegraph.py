@@ -11,7 +11,7 @@ import typer
 from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
 from profiler.cli._common import Progress, check_new_output, parse_window, write_output, wrote
 from profiler.errors import UsageError
-from profiler.renderers.flamegraph_svg import SvgOptions
+from profiler.renderers.flamegraph_svg import FlameGraphOptions
 from profiler.usecases.flamegraph import flamegraph
 
 HELP = """Draw a flame graph (SVG) or write folded stacks.
@@ -40,10 +40,10 @@ stackcollapse-perf.pl line for line; see docs/flamegraph.md for the few delibera
 TEST_SVG_ENV = "PROFILER_SVG_TEST"  # small, diffable SVGs for golden tests
 
 
-def svg_options(width: int, min_width: float, inverted: bool) -> SvgOptions:
+def svg_options(width: int, min_width: float, inverted: bool) -> FlameGraphOptions:
     if min_width < 0 or width < 100:
         raise UsageError("--min-width must be >= 0 and --width >= 100")
-    return SvgOptions(width=width, min_width=min_width, inverted=inverted, test_mode=os.environ.get(TEST_SVG_ENV) == "1")
+    return FlameGraphOptions(width=width, min_width=min_width, inverted=inverted, test_mode=os.environ.get(TEST_SVG_ENV) == "1")
 
 
 def command(

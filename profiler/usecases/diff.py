@@ -12,7 +12,7 @@ from profiler.analyzers.stacks.flame import FlameGraph
 from profiler.analyzers.stacks.folding import FoldOptions
 from profiler.bundle import Bundle, looks_like_bundle
 from profiler.errors import InputError
-from profiler.renderers.flamegraph_svg import SvgOptions, format_amount, render
+from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions, format_amount
 from profiler.usecases.flamegraph import load_stacks
 
 
@@ -68,11 +68,11 @@ def diff_flamegraph(
     return graph, a.counts, b.counts
 
 
-def diff(before: str, after: str, svg: SvgOptions, *, opts: FoldOptions | None = None,
+def diff(before: str, after: str, svg: FlameGraphOptions, *, opts: FoldOptions | None = None,
          throughput: tuple[float, float] | None = None, offcpu: bool = False, title: str | None = None,
          folded_output: bool = False) -> DiffResult:
     """`profiler diff`: the differential SVG, or 'stack before after' lines."""
     graph, a, b = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title)
     if folded_output:
         return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph)
-    return DiffResult(render(graph, svg), graph)
+    return DiffResult(RENDERER.render(graph, svg), graph)

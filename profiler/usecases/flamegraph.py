@@ -27,7 +27,7 @@ from profiler.bundle import Bundle
 from profiler.errors import InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
-from profiler.renderers.flamegraph_svg import SvgOptions, render
+from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
 
 Progress = Callable[[str], None]
 
@@ -207,7 +207,7 @@ def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcp
     return FlameGraph(root=root, title=title, subtitle=subtitle, unit=stacks.unit, notes=stacks.notes)
 
 
-def flamegraph(input: str, opts: FoldOptions, svg: SvgOptions, *, offcpu: bool = False, folded_output: bool = False,
+def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu: bool = False, folded_output: bool = False,
                title: str | None = None, subtitle: str | None = None, progress: Progress | None = None,
                warn: Progress | None = None, stdin: IO[bytes] | None = None) -> FlameGraphResult:
     """`profiler flamegraph`: the SVG (or folded lines) of one input. ``warn`` hears what was
@@ -222,5 +222,5 @@ def flamegraph(input: str, opts: FoldOptions, svg: SvgOptions, *, offcpu: bool =
         return FlameGraphResult(list(format_folded(stacks.counts)), stacks)
     frac = svg.min_width / (svg.width - 20) if svg.min_width > 0 else 0.0
     graph = make_graph(stacks, title=title, subtitle=subtitle, offcpu=offcpu, min_fraction=frac)
-    text = render(graph, svg)
+    text = RENDERER.render(graph, svg)
     return FlameGraphResult(text, stacks, frames=text.count("<g data-i="))

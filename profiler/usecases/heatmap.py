@@ -125,10 +125,10 @@ def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: Heatma
     t0 = subsecond.capture_origin(bundle, st.t) if bundle is not None else None
     h = subsecond.subsecond_heatmap(st.t, rows=opts.rows, t0=t0)
     doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": name, **h.to_json()}
-    svg = heatmap_svg.render_subsecond(
-        h, title=opts.title or "CPU samples: sub-second offset heatmap",
-        subtitle=f"{name}: {h.total} samples over {h.ncols} s", source=input if bundle is not None else "BUNDLE",
-    )
+    svg = heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(
+        title=opts.title, subtitle=f"{name}: {h.total} samples over {h.ncols} s",
+        source=input if bundle is not None else "BUNDLE",
+    ))
     return HeatmapResult(doc, svg)
 
 
@@ -171,8 +171,8 @@ def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     totals: dict[str, Any] = {"ios": len(p.t), "skipped_lines": p.skipped_lines}
     doc = {"kind": "io-latency", "input": name, "source": "pairs", "totals": totals, "panels": [x.to_json() for x in panels]}
     short = {"paired": len(p.t), "unpaired issues": 0, "unpaired completions": 0}
-    svg = heatmap_svg.render(panels, title=opts.title or "Block IO latency heatmap", subtitle=f"{name}: {len(p.t)} IOs",
-                             colour=opts.colour, totals=short)
+    svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=f"{name}: {len(p.t)} IOs", totals=short),
+                                     heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
     return HeatmapResult(doc, svg)
 
 
@@ -203,10 +203,10 @@ def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: Heatmap
     short = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
     if c.lost_events:
         short["lost events"] = c.lost_events
-    lat_s = heatmap_svg.fmt_latency
+    lat_s = hm.fmt_latency
     subtitle = f"{name}: {c.paired} IOs, p50 {lat_s(float(p50))}, p99 {lat_s(float(p99))}, max {lat_s(float(lat.max()))}"
-    svg = heatmap_svg.render(panels, title=opts.title or "Block IO latency heatmap", subtitle=subtitle, colour=opts.colour,
-                             totals=short)
+    svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=subtitle, totals=short),
+                                     heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
     return HeatmapResult(doc, svg, warnings=list(bio.warnings))
 
 
