@@ -95,16 +95,36 @@ def _int64(v: int) -> int:
 
 
 def _numbers(buf: bytes, wire: int, a: int, b: int, out: list[int]) -> None:
-    """Append one repeated-number field's values: packed (a run of varints) or a single one."""
+    """Append one repeated-number field's values: packed (a run of varints) or a single one.
+    The varint loop is inlined: it is where a large profile's decoding spends its time."""
     if wire == _VARINT:
         out.append(a)
         return
     if wire != _LEN:
         raise _Malformed("a repeated number with a fixed-size encoding")
+    append = out.append
     pos = a
-    while pos < b:
-        v, pos = _varint(buf, pos)
-        out.append(v)
+    try:
+        while pos < b:
+            c = buf[pos]
+            pos += 1
+            if c < 0x80:
+                append(c)
+                continue
+            result = c & 0x7F
+            shift = 7
+            while True:
+                c = buf[pos]
+                pos += 1
+                result |= (c & 0x7F) << shift
+                if c < 0x80:
+                    break
+                shift += 7
+            append(result)
+    except IndexError:
+        raise _Malformed("message cut inside a number") from None
+    if pos != b:
+        raise _Malformed("a packed number runs past the end of its field")
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,21 @@ class Profile:
             for loc in reversed(locs):
                 stack.extend(frames.get(loc, unknown))
             yield tuple(stack) or unknown, values[index]
+
+
+def _samples(buf: bytes, spans: list[tuple[int, int]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Decode Sample messages: (location ids leaf first, values)."""
+    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    for a, b in spans:
+        locs: list[int] = []
+        values: list[int] = []
+        for n, w, v, e in _fields(buf, a, b):
+            if n == 1:
+                _numbers(buf, w, v, e, locs)
+            elif n == 2:
+                _numbers(buf, w, v, e, values)
+        out.append((tuple(locs), tuple(_int64(x) for x in values)))
+    return out
 
 
 def _value_type(buf: bytes, a: int, b: int) -> tuple[int, int]:
@@ -243,16 +278,7 @@ def _parse(buf: bytes) -> Profile:
         raise _Malformed(f"string index {i} outside the string table ({len(strings)} strings)")
 
     sample_types = [SampleType(s(t), s(u)) for t, u in types]
-    samples: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    for a, b in raw_samples:
-        locs: list[int] = []
-        values: list[int] = []
-        for n, w, v, e in _fields(buf, a, b):
-            if n == 1:
-                _numbers(buf, w, v, e, locs)
-            elif n == 2:
-                _numbers(buf, w, v, e, values)
-        samples.append((tuple(locs), tuple(_int64(x) for x in values)))
+    samples = _samples(buf, raw_samples)
     frames: dict[int, tuple[str, ...]] = {}
     for lid, (mapping, funcs) in locations.items():
         names = []
