@@ -21,6 +21,8 @@ import numpy as np
 from profiler.analyzers.io.pairing import open_input
 from profiler.analyzers.stacks.perfscript import iter_samples
 
+from profiler.bundle import members
+
 
 @dataclass
 class SampleTimes:
@@ -95,7 +97,7 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
     return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
 
 
-CPU_MEMBER = "cpu.perf.txt.gz"
+CPU_MEMBER = members.CPU_STACKS
 
 
 def capture_origin(bundle: Any, t: np.ndarray) -> float | None:

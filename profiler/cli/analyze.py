@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.analysis import analyze
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, members
 from profiler.cli._common import check_output
 from profiler.cli.report import render
 
@@ -23,7 +23,7 @@ and print the verdict summary.
     profiler analyze samples/io-fsync-fio/ --no-html
 """
 
-REPORT_NAME = "report.html"
+REPORT_NAME = members.REPORT
 
 
 def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html: bool = True) -> str:
