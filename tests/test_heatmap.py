@@ -240,7 +240,7 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
 
 
 def test_render_io_for_the_report(tmp_path: Path) -> None:
-    from profiler.analyzers.io.stats import io_from_bundle
+    from profiler.analyzers.views.blockio import io_from_bundle
 
     from profiler.bundle import Bundle
 

@@ -768,8 +768,8 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
 
 
 def io_from_bundle(bundle: Any, **kw: Any) -> Any:
-    """The IO analysis of a bundle (see :func:`profiler.analyzers.io.stats.io_from_bundle`)."""
-    from profiler.analyzers.io.stats import io_from_bundle as _io_from_bundle
+    """The IO analysis of a bundle (see :func:`profiler.analyzers.views.blockio.io_from_bundle`)."""
+    from profiler.analyzers.views.blockio import io_from_bundle as _io_from_bundle
 
     return _io_from_bundle(bundle, **kw)
 

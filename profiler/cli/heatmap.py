@@ -300,7 +300,7 @@ def command(
         if not len(bio.ios):
             raise InputError(f"{src.name}: no issue/completion pairs found ({bio.counts.events} block events)")
         t, lat = bio.ios["t_complete"], bio.ios["latency"]
-        tids, comms = iostats.targets_of(src.bundle) if src.bundle else ((), ())
+        tids, comms = iostats.targets_of(src.bundle.manifest) if src.bundle else ((), ())
         if by == "none":
             groups = {"all IOs": np.ones(len(t), bool)}
         elif by == "comm":
