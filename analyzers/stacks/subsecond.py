@@ -21,7 +21,7 @@ import numpy as np
 from profiler.analyzers.io.pairing import open_input
 from profiler.analyzers.stacks.perfscript import iter_samples
 
-from profiler.bundle import members
+from profiler.bundle import Bundle, members
 
 
 @dataclass
@@ -100,7 +100,7 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
 CPU_MEMBER = members.CPU_STACKS
 
 
-def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
+def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
     """Time zero for --from/--to: the capture start (``manifest.clock.monotonic_start``) when
     it precedes the samples, else None (then the first sample is used)."""
     start = bundle.manifest.clock.monotonic_start
@@ -109,7 +109,7 @@ def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
     return None
 
 
-def from_bundle(bundle: Any, *, rows: int = 50) -> SubsecondHeatmap | None:
+def from_bundle(bundle: Bundle, *, rows: int = 50) -> SubsecondHeatmap | None:
     """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
     if not bundle.has(CPU_MEMBER):
         return None
