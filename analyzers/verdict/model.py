@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from profiler.bundle import members
+
 
 @dataclass
 class PoolMetrics:
@@ -65,6 +67,11 @@ class IOMetrics:
     target_share: float | None
     top_issuers: list[tuple[str, float]]  # (comm, share of IOs)
     unpaired: int = 0
+
+    @property
+    def histograms(self) -> bool:
+        """From the bcc backend's in-kernel histograms (percentiles interpolated), not per-IO events."""
+        return self.source == members.BLOCK_HIST
 
 
 @dataclass
