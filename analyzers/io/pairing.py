@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -340,13 +340,6 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
     for i in range(0, len(events), slice_size):
         p.feed_events(events[i : i + slice_size], owned=inplace)
     return p.finish()
-
-
-def io_from_bundle(bundle: Any, **kw: Any) -> Any:
-    """The IO analysis of a bundle (see :func:`profiler.analyzers.io.stats.io_from_bundle`)."""
-    from profiler.analyzers.io.stats import io_from_bundle as _io_from_bundle
-
-    return _io_from_bundle(bundle, **kw)
 
 
 def read_perf_data(path: str | Path) -> BlockIO:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from profiler.bundle import Bundle
 from profiler.inputs.bundles import cpu_stacks
 from profiler.inputs.perfscript import iter_samples
 from profiler.inputs.streams import open_path
@@ -97,7 +98,7 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
     return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
 
 
-def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
+def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
     """Time zero for --from/--to: the capture start (``manifest.clock.monotonic_start``) when
     it precedes the samples, else None (then the first sample is used)."""
     start = bundle.manifest.clock.monotonic_start
@@ -106,7 +107,7 @@ def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
     return None
 
 
-def from_bundle(bundle: Any, *, rows: int = 50) -> SubsecondHeatmap | None:
+def from_bundle(bundle: Bundle, *, rows: int = 50) -> SubsecondHeatmap | None:
     """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
     member = cpu_stacks(bundle)
     if member is None:

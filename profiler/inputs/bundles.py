@@ -19,7 +19,7 @@ import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, members
 from profiler.inputs.source import BUNDLE
 
 __all__ = [
@@ -29,12 +29,13 @@ __all__ = [
 
 FORMAT = BUNDLE
 
-CPU_STACKS = ("cpu.perf.txt.gz", "cpu.perf.txt")  # perf script text of cpu-clock samples
-OFFCPU_STACKS = ("offcpu.perf.txt.gz", "offcpu.perf.txt")  # perf script text of sched_switch samples
-OFFCPU_INTERVALS = "offcpu.csv.gz"  # tid,comm,off,on,state: when each switch-out ended
-OFFCPU_FOLDED = "offcpu.folded.gz"  # bcc: blocked ns per folded stack
-BLOCK_TRACE = "block.trace.gz"  # ftrace text of block_rq_* events
-BLOCK_HIST = "block.hist.jsonl.gz"  # bcc: latency histograms per slot
+# The names are profiler.bundle.members'; the uncompressed ones are what early bundles wrote.
+CPU_STACKS = (members.CPU_STACKS, "cpu.perf.txt")  # perf script text of cpu-clock samples
+OFFCPU_STACKS = (members.OFFCPU_STACKS, "offcpu.perf.txt")  # perf script text of sched_switch samples
+OFFCPU_INTERVALS = members.OFFCPU_INTERVALS  # tid,comm,off,on,state: when each switch-out ended
+OFFCPU_FOLDED = members.OFFCPU_FOLDED  # bcc: blocked ns per folded stack
+BLOCK_TRACE = members.BLOCK_TRACE  # ftrace text of block_rq_* events
+BLOCK_HIST = members.BLOCK_HIST  # bcc: latency histograms per slot
 
 
 def _first(bundle: Bundle, names: Iterable[str]) -> str | None:

@@ -180,7 +180,7 @@ def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: Heatmap
     if not len(bio.ios):
         raise InputError(f"{name}: no issue/completion pairs found ({bio.counts.events} block events)")
     t, lat = bio.ios["t_complete"], bio.ios["latency"]
-    tids, comms = stats.targets_of(bundle) if bundle is not None else ((), ())
+    tids, comms = stats.targets_of(bundle.manifest) if bundle is not None else ((), ())
     if opts.by == "none":
         groups = {"all IOs": np.ones(len(t), bool)}
     elif opts.by == "comm":
