@@ -41,7 +41,7 @@ import sys, time
 t0 = time.perf_counter()
 import profiler.cli
 t1 = time.perf_counter()
-from profiler.analyzers.stacks.folding import parse_folded
+from profiler.inputs.folded import parse_folded
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
 from profiler.renderers.flamegraph_svg import RENDERER
 t2 = time.perf_counter()

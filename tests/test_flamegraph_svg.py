@@ -7,20 +7,19 @@ import xml.dom.minidom
 from pathlib import Path
 
 import pytest
+from profiler.analyzers.stacks.differential import differential
 from profiler.analyzers.stacks.flame import (
     FlameGraph,
     Node,
     build_tree,
     diff_color,
-    differential,
     frame_color,
     frame_kind,
-    offcpu_folded,
-    wait_reason,
 )
-from profiler.analyzers.stacks.folding import parse_folded
-from profiler.analyzers.stacks.perfscript import iter_samples
+from profiler.analyzers.stacks.offcpu import offcpu_folded, wait_reason
 
+from profiler.inputs.folded import parse_folded
+from profiler.inputs.perfscript import iter_samples
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -142,7 +141,9 @@ def test_many_unique_stacks_render(inverted: bool) -> None:
 
 
 def test_offcpu_switch_events_and_interval_csv() -> None:
-    from profiler.analyzers.stacks.flame import offcpu_by_reason, read_intervals
+    from profiler.analyzers.stacks.offcpu import offcpu_by_reason
+
+    from profiler.inputs.bundles import read_intervals
 
     with open(SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt") as f:
         counts, stats = offcpu_folded(iter_samples(f))
