@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a remote host of a cluster capture may have only python3
+    psutil = None
 
 from profiler.bundle import (
     FAILED,
@@ -59,6 +62,13 @@ class CaptureResult:
 
 
 def _alive(pid: int) -> bool:
+    if psutil is None:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            return stat[stat.rindex(b")") + 2:][:1] != b"Z"
+        except (OSError, ValueError):
+            return False
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
@@ -129,6 +139,7 @@ class Session:
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
         self._sigint = False
+        self.stop_request: str | None = None  # set from another thread: end the capture, this is why
         self.started: list[Collector] = []
         self.records: dict[str, CollectorRecord] = {}
 
@@ -296,6 +307,8 @@ class Session:
             now = time.monotonic()
             if self._sigint:
                 return "interrupted (Ctrl-C)"
+            if self.stop_request:
+                return self.stop_request
             elapsed = now - start
             if duration is not None and elapsed >= duration:
                 return "duration reached"
