@@ -54,6 +54,8 @@ sh("mount", "--bind", hostdir, "/mnt")
 for d in ("/run", "/tmp"):
     sh("mount", "-t", "tmpfs", "-o", "mode=1777" if d == "/tmp" else "mode=755", "tmpfs", d)
 os.mkdir("/run/sshd", 0o755)
+# `ip netns exec` mounted a fresh /sys without tracefs: a real host has it
+subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], stderr=subprocess.DEVNULL)
 for d in hide:
     if os.path.isdir(d):
         sh("mount", "-t", "tmpfs", "-o", "mode=755,size=1m", "tmpfs", d)

@@ -140,6 +140,7 @@ class Session:
         self.extra_options = extra_options or {}
         self._sigint = False
         self.stop_request: str | None = None  # set from another thread: end the capture, this is why
+        self._manifest: Manifest | None = None
         self.started: list[Collector] = []
         self.records: dict[str, CollectorRecord] = {}
 
@@ -160,8 +161,16 @@ class Session:
             signal.signal(signal.SIGINT, old)
 
     # ------------------------------------------------------------------ run
+    def prepare(self) -> Manifest:
+        """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
+        a cluster capture prepares every node, then starts them all at one agreed instant."""
+        if self._manifest is None:
+            self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        return self._manifest
+
     def run(self) -> CaptureResult:
-        manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        manifest = self.prepare()
+        manifest.clock = ClockInfo.now()
         try:
             writer = BundleWriter(self.output, manifest, force=self.force)
         except OSError as exc:

@@ -152,6 +152,7 @@ class Agent:
         session = Session(targets, out, options, chosen, progress=io.StringIO(),
                           extra_options={"keep_perf_data": keep, "backend_used": used, "backend_reason": why,
                                          "cluster": {"node": req.get("node"), "role": req.get("role")}})
+        session.prepare()
         # Wait for the agreed instant on this node's own clock (stop or a lost link end the wait).
         start_at = float(req.get("start_at") or time.time())
         wait = min(max(0.0, start_at - time.time()), MAX_WAIT_BEFORE_START)

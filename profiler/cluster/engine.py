@@ -108,6 +108,7 @@ class Node:
         self.done: dict[str, Any] | None = None
         self.started_event: dict[str, Any] | None = None
         self.eof = False
+        self.eof_at: float | None = None
         self.capture_sent: float | None = None
 
     # ------------------------------------------------------------------ phase 1
@@ -196,6 +197,7 @@ class Node:
             if isinstance(ev, dict):
                 self.events.put(ev)
         self.eof = True
+        self.eof_at = time.time()
         self.events.put(None)
 
     def _read_err(self) -> None:
@@ -292,8 +294,9 @@ class Node:
         self.poll()
         lost = self.done is None
         if lost:
-            since = f" {time.time() - self.capture_sent:.1f}s after the capture was sent" if self.capture_sent else ""
-            why = _last(self.chan_err) or ("ssh exited" if self.chan is not None else "no channel")
+            when = self.eof_at or time.time()
+            since = f" {when - self.capture_sent:.1f}s after the capture was sent" if self.capture_sent else ""
+            why = _last(self.chan_err) or self.ssh.last_error() or ("ssh exited" if self.chan is not None else "no channel")
             rec.status, rec.reason = LOST, f"the SSH connection dropped{since} ({why})"
             self.log(f"{rec.name}: {rec.reason}")
         else:

@@ -134,6 +134,13 @@ class SshHost:
         self.close()
         raise SshError(f"no SSH connection to {self.host} after {deadline - t0:.0f}s")
 
+    def last_error(self) -> str:
+        """The last line the master connection printed (why it ended), if any."""
+        try:
+            return _last_line(self._master_err.read_text(errors="replace"))
+        except OSError:
+            return ""
+
     def master_rc(self) -> int | None:
         return self.master.returncode if self.master is not None else None
 
