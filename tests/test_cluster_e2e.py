@@ -11,6 +11,9 @@ import contextlib
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -213,3 +216,47 @@ def test_host_down_and_sshd_dropping_leave_a_partial_bundle_and_nothing_running(
     code, text = _cli(["analyze", str(out), "--no-html"])
     assert code == 0, text
     assert "unreachable" in text and "lost" in text
+
+
+def test_ctrl_c_and_a_host_whose_perf_fails(host_lab: HostLab, tmp_path: Path) -> None:  # noqa: F811
+    """Ctrl-C at the controller stops every node, pulls back what they have, and leaves nothing running;
+    a host whose perf fails still gives its /proc evidence, marked partial with perf's own reason."""
+    ok, broken = host_lab.add("ok"), host_lab.add("broken")
+    for h in (ok, broken):
+        _redis(h)
+        _wait_port(h, 6379)
+    fake = broken.dir / "perf"
+    fake.write_text("#!/bin/sh\necho 'perf: simulated failure: cannot open events' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    r = broken.inside(["mount", "--bind", "/mnt/perf", "/usr/bin/perf"])
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "cap"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "cluster", "attach", "--ssh-config", str(host_lab.ssh_config),
+         "--host", ok.addr, "--host", broken.addr, "--role", "kv", "--pid", "redis-server",
+         "--collector", "perf-stat", "--collector", "procfs", "--collector", "cpu-stacks",
+         "-d", "60s", "-o", str(out), "--no-report"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(c == "perf" for _p, c, _cmd in ok.processes()):
+            time.sleep(0.2)
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 130, text
+    assert "interrupted" in text
+    m = load_cluster(out)
+    by = {n.host: n for n in m.nodes}
+    assert m.status == "partial" and "interrupted (Ctrl-C)" in (m.reason or "")
+    assert by[ok.addr].status == "partial" and by[ok.addr].dir is not None
+    assert "Ctrl-C" in (by[ok.addr].reason or "")
+    assert by[broken.addr].status in ("partial", "failed") and by[broken.addr].dir is not None
+    assert "simulated failure" in (by[broken.addr].reason or ""), by[broken.addr].reason
+    assert (out / by[broken.addr].dir / "proc.jsonl.gz").is_file()  # its /proc evidence came back
+    for h in (ok, broken):
+        assert _leftovers(h, {"redis-server"}) == [] and _no_workdir(h)

@@ -49,6 +49,7 @@ class Agent:
         self.capture_req: dict[str, Any] | None = None
         self.capture_ready = threading.Event()
         self.quit = threading.Event()
+        self.stop_partial = False
 
     # ---------------------------------------------------------------- output
     def emit(self, **event: Any) -> None:
@@ -85,6 +86,8 @@ class Agent:
                     self.capture_req = req
                     self.capture_ready.set()
                 elif op == "stop":
+                    # partial: the window was cut short (Ctrl-C, a deadline), not ended by design (the load exited)
+                    self.stop_partial = self.stop_partial or bool(req.get("partial"))
                     self._request_stop(str(req.get("reason") or "stopped by the controller"))
                 elif op == "quit":
                     self.quit.set()
@@ -165,8 +168,8 @@ class Agent:
         self.emit(event="started", wall=time.time(), mono=time.monotonic())
         result = session.run()
         m = result.manifest
-        if self.stop_reason and m.options.get("stop_reason") == self.stop_reason and self.lost.is_set():
-            # the capture was cut by the lost link: say so in the node's own bundle too
+        if self.stop_reason and m.options.get("stop_reason") == self.stop_reason and (self.lost.is_set() or self.stop_partial):
+            # the capture was cut short (lost link, Ctrl-C at the controller): say so in the node's own bundle too
             m.reason = "; ".join(filter(None, [m.reason, self.stop_reason]))
             m.status = "partial" if m.status == "ok" else m.status
             with contextlib.suppress(OSError):

@@ -588,7 +588,7 @@ class ClusterCapture:
                 return reason or ("duration reached" if dur is not None else "every node ended")
             if self._sigint and stopped_at is None:
                 reason = "interrupted (Ctrl-C)"
-                stopped_at = self._stop_all(ready, "stopped: Ctrl-C at the controller")
+                stopped_at = self._stop_all(ready, "interrupted: Ctrl-C at the controller", partial=True)
             if load is not None and stopped_at is None and load.poll() is not None:
                 reason = "the load command exited"
                 stopped_at = self._stop_all(ready, "the load command exited")
@@ -597,16 +597,16 @@ class ClusterCapture:
                 stopped_at = self._stop_all(ready, "duration reached")
             if stopped_at is None and now >= hard:
                 reason = "some nodes did not finish in time"
-                stopped_at = self._stop_all(ready, "the controller's deadline passed")
+                stopped_at = self._stop_all(ready, "the controller's deadline passed", partial=True)
             if stopped_at is not None and now - stopped_at > 60:
                 return reason + "; some nodes did not answer the stop"
             time.sleep(0.1)
 
-    def _stop_all(self, ready: list[Node], why: str) -> float:
+    def _stop_all(self, ready: list[Node], why: str, partial: bool = False) -> float:
         self.log(f"stopping every node: {why}")
         for n in ready:
             if not n.finished:
-                n.send(op="stop", reason=why)
+                n.send(op="stop", reason=why, partial=partial)
         return time.time()
 
     # ------------------------------------------------------------------ load
