@@ -338,10 +338,6 @@ def _pid_alive_with_tag(n: int) -> bool:
     return any(int(p) % 100000 == n for p in os.listdir("/proc") if p.isdigit())
 
 
-def ssh_command(lab: HostLab, host: Host, command: str) -> list[str]:
-    return ["ssh", "-F", str(lab.ssh_config), host.addr, command]
-
-
 @pytest.fixture
 def host_lab(tmp_path: Path) -> Iterator[HostLab]:
     """A lab to add namespaced hosts to; everything is stopped and removed after the test."""
@@ -354,7 +350,3 @@ def host_lab(tmp_path: Path) -> Iterator[HostLab]:
         yield lab
     finally:
         lab.close()
-
-
-def quote(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

@@ -34,13 +34,6 @@ def _redis(h: Host) -> None:
           f"--protected-mode no --dir /tmp --logfile /tmp/redis.log")
 
 
-def _etcd(h: Host) -> None:
-    h.start_server(f"etcd --name {h.name} --data-dir /tmp/etcd --listen-client-urls http://{h.addr}:2379 "
-                   f"--advertise-client-urls http://{h.addr}:2379 --listen-peer-urls http://127.0.0.1:2380 "
-                   f"--initial-advertise-peer-urls http://127.0.0.1:2380 "
-                   f"--initial-cluster {h.name}=http://127.0.0.1:2380", "/tmp/etcd.log")
-
-
 def _mariadb(h: Host) -> None:
     h.ssh("mariadb-install-db --no-defaults --datadir=/tmp/db --user=root --skip-test-db --skip-name-resolve "
           "> /tmp/install.log 2>&1", timeout=120)
