@@ -253,3 +253,42 @@ def test_ctrl_c_and_a_host_whose_perf_fails(host_lab: HostLab, tmp_path: Path) -
     assert (out / by[broken.addr].dir / "proc.jsonl.gz").is_file()  # its /proc evidence came back
     for h in (ok, broken):
         assert _leftovers(h, {"redis-server"}) == [] and _no_workdir(h)
+
+
+def test_tiup_topology_two_instances_on_one_host(host_lab: HostLab, tmp_path: Path) -> None:  # noqa: F811
+    """--topology: TiUP's layout (<deploy_dir>/<role>-<port>/bin/<server>), two tikv on one host told
+    apart by their deploy directories, one node directory each."""
+    a, b = host_lab.add("a"), host_lab.add("b")
+
+    def server(h: Host, role: str, binary: str, port: int) -> None:
+        d = f"/tmp/tidb-deploy/{role}-{port}"
+        h.ssh(f"mkdir -p {d}/bin && cp /usr/bin/redis-server {d}/bin/{binary}")
+        h.start_server(f"{d}/bin/{binary} --bind {h.addr} --port {port} --save '' --appendonly no", f"{d}/log")
+        _wait_port(h, port)
+
+    server(a, "tikv", "tikv-server", 20160)
+    server(a, "tikv", "tikv-server", 20161)
+    server(b, "pd", "pd-server", 2379)
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(
+        "global:\n  user: root\n  ssh_port: 22\n  deploy_dir: /tmp/tidb-deploy\n"
+        f"pd_servers:\n  - host: {b.addr}\n"
+        f"tikv_servers:\n  - host: {a.addr}\n    port: 20160\n  - host: {a.addr}\n    port: 20161\n"
+        f"monitoring_servers:\n  - host: {b.addr}\n")
+    out = tmp_path / "cap"
+    code, text = _cli(["cluster", "attach", "--topology", str(topo), "--ssh-config", str(host_lab.ssh_config),
+                       "--collector", "procfs", "-d", "2s", "-o", str(out)])
+    assert code == 0, text
+    m = load_cluster(out)
+    assert m.status == "ok", m.reason
+    by = {n.name: n for n in m.nodes}
+    assert set(by) == {f"{b.addr}-pd", f"{a.addr}-tikv-20160", f"{a.addr}-tikv-20161"}
+    pids = {name: [t["pid"] for t in n.resolved] for name, n in by.items()}
+    assert all(len(p) == 1 for p in pids.values()), pids  # each instance found alone, by its deploy dir
+    assert pids[f"{a.addr}-tikv-20160"] != pids[f"{a.addr}-tikv-20161"]
+    for name, n in by.items():
+        cmd = json.loads((out / "nodes" / name / "manifest.json").read_text())["targets"][0]["cmdline"]
+        port = name.rsplit("-", 1)[1] if "tikv" in name else "2379"
+        assert port in " ".join(cmd)
+    assert "cluster verdict" in text  # the report ran at the end of the capture
+    assert (out / "report.html").is_file()
