@@ -35,9 +35,9 @@ from typing import Any
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, Probe
 
-from profiler.bundle import OK, PARTIAL, CollectorRecord
+from profiler.bundle import OK, PARTIAL, CollectorRecord, members
 
-OUTPUT = "block.trace.gz"
+OUTPUT = members.BLOCK_TRACE
 EVENTS = ["block_rq_issue", "block_rq_complete"]
 OPTIONAL_EVENTS = ["block_rq_requeue", "block_rq_merge"]
 COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before stopping the trace

@@ -24,9 +24,9 @@ from pathlib import Path
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.process import PerfCollector, file_size, pid_list, run_to_file
 
-from profiler.bundle import FAILED, PARTIAL, CollectorRecord
+from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
 
-OUTPUT = "cpu.perf.txt.gz"
+OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 SCRIPT_FIELDS = "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
 
@@ -107,7 +107,7 @@ class RecordCollector(PerfCollector):
                 errpath.unlink()
         self.after_script(ctx, rec, counter)
         if self.keep_perf_data:
-            kept = f"{self.name}.perf.data"
+            kept = members.perf_data(self.name)
             data.replace(ctx.writer.path(kept))
             rec.files.append(kept)
 

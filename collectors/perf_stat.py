@@ -28,11 +28,11 @@ from pathlib import Path
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.process import PerfCollector, file_size, perf_probe, pid_list
 
-from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
+from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
 SOFTWARE_EVENTS = ["task-clock", "context-switches", "cpu-migrations", "page-faults", "major-faults"]
 HARDWARE_EVENTS = ["cycles", "instructions", "cache-misses"]
-OUTPUT = "stat.csv"
+OUTPUT = members.STAT
 
 
 def interval_ms(seconds: float) -> int:

@@ -286,7 +286,7 @@ def test_tiup_topology_two_instances_on_one_host(host_lab: HostLab, tmp_path: Pa
     pids = {name: [t["pid"] for t in n.resolved] for name, n in by.items()}
     assert all(len(p) == 1 for p in pids.values()), pids  # each instance found alone, by its deploy dir
     assert pids[f"{a.addr}-tikv-20160"] != pids[f"{a.addr}-tikv-20161"]
-    for name, n in by.items():
+    for name in by:
         cmd = json.loads((out / "nodes" / name / "manifest.json").read_text())["targets"][0]["cmdline"]
         port = name.rsplit("-", 1)[1] if "tikv" in name else "2379"
         assert port in " ".join(cmd)
