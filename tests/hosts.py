@@ -9,13 +9,15 @@ N picked free) and any number of :class:`Host` s on it. Each host is:
   inside, ``/tmp``, ``/run`` and ``/root`` are private tmpfs, and the paths that would let a
   remote command find this project (``/usr/local/bin``, ``/work``, the repository, the venv)
   are hidden under empty tmpfs, so the host looks like a plain Debian box with python3 and perf;
+  tracefs and the machine's cgroup hierarchies are mounted as on a real host;
 - its own ``sshd`` in the foreground, with a host key, config and ``authorized_keys`` the lab
   generated in its temporary directory (never ``/etc/ssh`` nor root's ``~/.ssh``).
 
 The lab writes an ``ssh_config`` (identity, ``known_hosts`` with each host's key,
 ``StrictHostKeyChecking yes``) that tests pass to the tool with ``--ssh-config``, and
 :meth:`Host.ssh` runs a command on a host through it. Everything the lab started is stopped
-by pid and every namespace, veth and the bridge are removed in :meth:`HostLab.close`, which
+by pid and every namespace, veth, cgroup (:meth:`Host.limit_cpu`) and the bridge are removed in
+:meth:`HostLab.close`, which
 the ``host_lab`` fixture calls even when the test fails.
 
 Needs root, ``ip``, ``unshare``, ``nsenter`` and ``/usr/sbin/sshd``; :func:`lab_unavailable`
@@ -25,6 +27,7 @@ says why a host cannot run it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -45,8 +48,8 @@ HIDE = ("/usr/local/bin", "/work", "/root", str(ROOT), sys.prefix, "/opt")
 
 # pid 1 of a host's PID namespace: set up the mounts, start sshd, reap orphans until told to stop.
 _INIT = r"""
-import os, signal, socket, subprocess, sys, time
-hostdir, hostname, hide = sys.argv[1], sys.argv[2], sys.argv[3:]
+import json, os, signal, socket, subprocess, sys, time
+hostdir, hostname, cgroups, hide = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
 socket.sethostname(hostname)
 def sh(*a):
     subprocess.run(a, check=True)
@@ -56,6 +59,11 @@ for d in ("/run", "/tmp"):
 os.mkdir("/run/sshd", 0o755)
 # `ip netns exec` mounted a fresh /sys without tracefs: a real host has it
 subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], stderr=subprocess.DEVNULL)
+# ... nor the cgroup hierarchies: mount the same ones again (a v1 hierarchy or v2 is shared, not new)
+for fstype, path, opts in cgroups:
+    if not os.path.isdir(path):
+        os.mkdir(path)
+    subprocess.run(["mount", "-t", fstype, "-o", opts, fstype, path], stderr=subprocess.DEVNULL)
 for d in hide:
     if os.path.isdir(d):
         sh("mount", "-t", "tmpfs", "-o", "mode=755,size=1m", "tmpfs", d)
@@ -153,7 +161,7 @@ class Host:
         (self.dir / "sshd_config").write_text(_SSHD_CONFIG.format(addr=self.addr))
         self.unshare = subprocess.Popen(
             inside + ["unshare", "--pid", "--fork", "--mount", "--uts", "--mount-proc", "--propagation", "private",
-                      "/usr/bin/python3", "-I", "-c", _INIT, str(self.dir), self.name, *HIDE],
+                      "/usr/bin/python3", "-I", "-c", _INIT, str(self.dir), self.name, json.dumps(_cgroup_mounts()), *HIDE],
             stdout=subprocess.DEVNULL, stderr=open(self.dir / "init.log", "ab"), start_new_session=True)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -231,6 +239,20 @@ class Host:
                     out.append(pid)
         return out
 
+    def pids_of(self, comm: str) -> list[int]:
+        """Pids (as the root namespace sees them) of the host's processes named ``comm``."""
+        out = []
+        for pid in _descendants(self.init_pid) if self.init_pid is not None else []:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                    out.append(pid)
+        return out
+
+    def limit_cpu(self, pid: int, cores: float) -> None:
+        """Put a process (root-namespace pid) in a cgroup of its own with a CPU quota of ``cores``:
+        a server that is CPU-bound by its limit whatever else the shared machine runs."""
+        self.lab.limit_cpu(f"{self.lab.tag}-{self.name}", pid, cores)
+
     def drop_sshd(self) -> None:
         """Kill the host's sshd and every SSH session it serves: connections drop, other processes stay."""
         for pid in self.sshd_pids():
@@ -249,6 +271,7 @@ class HostLab:
         self.subnet = 0
         self.ssh_config = self.dir / "ssh_config"
         self.known_hosts = self.dir / "known_hosts"
+        self.cgroups: list[Path] = []
 
     def open(self) -> None:
         _cleanup_stale()
@@ -283,14 +306,57 @@ class HostLab:
                 fh.write(f"{h.addr} {key[0]} {key[1]}\n")
         return h
 
+    def limit_cpu(self, name: str, pid: int, cores: float) -> None:
+        period = 100_000
+        quota = max(1000, int(cores * period))
+        v1 = Path("/sys/fs/cgroup/cpu")
+        if (v1 / "cpu.cfs_quota_us").exists():
+            cg = v1 / name
+            cg.mkdir()
+            self.cgroups.append(cg)
+            (cg / "cpu.cfs_period_us").write_text(str(period))
+            (cg / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            root = Path("/sys/fs/cgroup")
+            if "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+                (root / "cgroup.subtree_control").write_text("+cpu")
+            cg = root / name
+            cg.mkdir()
+            self.cgroups.append(cg)
+            (cg / "cpu.max").write_text(f"{quota} {period}")
+        (cg / "cgroup.procs").write_text(str(pid))
+
     def close(self) -> None:
         for h in self.hosts:
             with contextlib.suppress(Exception):
                 h.stop()
+        for cg in self.cgroups:  # empty once the hosts' processes are gone
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    cg.rmdir()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
         for h in self.hosts:
             _run(["ip", "link", "del", h.veth], check=False)
             _run(["ip", "netns", "del", h.netns], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str]]:
+    """(type, path, options) of this machine's cgroup mounts, for the hosts to mount the same."""
+    out = []
+    with open("/proc/self/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) < 4 or not parts[1].startswith("/sys/fs/cgroup"):
+                continue
+            if parts[2] in ("cgroup", "cgroup2") or (parts[2] == "tmpfs" and parts[1] == "/sys/fs/cgroup"):
+                out.append((parts[2], parts[1], parts[3]))
+    return out
 
 
 def _child_of(pid: int) -> int | None:
