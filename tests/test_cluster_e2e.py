@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from profiler.bundle.cluster import load_cluster
 from profiler.cli import main
-from profiler.cluster.manifest import load_cluster
 from tests.hosts import Host, HostLab, host_lab  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.cli import main
-from profiler.cluster import clock, pull, topology, zipapp
-from profiler.cluster.manifest import (
+from profiler.bundle.cluster import (
     ClusterManifest,
     NodeRecord,
     check_node_dir,
@@ -27,6 +25,8 @@ from profiler.cluster.manifest import (
     parse_cluster_manifest,
     write_cluster_manifest,
 )
+from profiler.cli import main
+from profiler.cluster import clock, pull, topology, zipapp
 from profiler.cluster.ssh import SshHost, SshOptions
 from profiler.errors import BundleError, UsageError
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import check_output
-from profiler.cluster import report as cluster_report
-from profiler.cluster.manifest import is_cluster_bundle
+from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle

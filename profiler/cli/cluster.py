@@ -52,9 +52,9 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
              connect_timeout: str, python: str, ship: str, max_node_size: str, no_report: bool,
              load: list[str] | None) -> int | None:
     from profiler.cluster import engine
-    from profiler.cluster import report as cluster_report
     from profiler.cluster import topology as topo
     from profiler.cluster.ssh import SshOptions
+    from profiler.usecases import cluster as cluster_report
 
     notes: list[str] = []
     if topology is not None:

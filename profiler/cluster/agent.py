@@ -1,4 +1,4 @@
-"""The remote side of a cluster capture (cluster engine): runs on each node under plain python3.
+"""The remote side of a cluster capture (cluster layer): runs on each node under plain python3.
 
 Shipped as a zipapp (see ``zipapp.py``) when profiler is not installed on the node, so it
 imports only the standard library and the capture path (bundle, capture session, targets,

@@ -1,4 +1,4 @@
-"""Clock offsets over SSH round trips (cluster engine): NTP's estimate from the best of a few pings.
+"""Clock offsets over SSH round trips (cluster layer): NTP's estimate from the best of a few pings.
 
 The controller writes a ping on the agent's channel at ``t0`` (its wall clock), the agent
 answers with its wall clock ``tr``, the answer arrives at ``t1``. If the two legs took the

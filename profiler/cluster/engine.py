@@ -1,4 +1,4 @@
-"""The cluster capture (cluster engine): every node in one window over SSH, pulled back into one cluster bundle.
+"""The cluster capture (cluster layer): every node in one window over SSH, pulled back into one cluster bundle.
 
 For each node, in parallel: open the SSH master connection, probe python3/perf/profiler,
 make a private work directory, ship the agent zipapp when profiler is not installed there
@@ -33,8 +33,7 @@ from typing import Any, TextIO
 
 from profiler import __version__
 from profiler.bundle import Bundle
-from profiler.cluster import clock, pull, zipapp
-from profiler.cluster.manifest import (
+from profiler.bundle.cluster import (
     FAILED,
     LOAD_LOG,
     LOST,
@@ -48,6 +47,7 @@ from profiler.cluster.manifest import (
     Window,
     write_cluster_manifest,
 )
+from profiler.cluster import clock, pull, zipapp
 from profiler.cluster.ssh import SshError, SshHost, SshOptions, stop_process
 from profiler.cluster.topology import NodeSpec
 from profiler.errors import BundleError, OutputExists, ProfilerError

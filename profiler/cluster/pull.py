@@ -1,4 +1,4 @@
-"""Pulling a node's bundle back (cluster engine): a tar stream from the node, read like untrusted input.
+"""Pulling a node's bundle back (cluster layer): a tar stream from the node, read like untrusted input.
 
 The node is not trusted more than any bundle from elsewhere: every member must be a regular
 file with a plain relative name (no absolute path, no ``..``, no link, device or fifo), at

@@ -1,4 +1,4 @@
-"""SSH transport (cluster engine): OpenSSH's client, one shared connection per host (ControlMaster).
+"""SSH transport (cluster layer): OpenSSH's client, one shared connection per host (ControlMaster).
 
 Why OpenSSH's ``ssh`` and not a library: it is what TiUP and every operator already use, it
 reads the user's ``~/.ssh/config`` (jump hosts, per-host users and keys, agents, certificates,

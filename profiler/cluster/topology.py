@@ -1,4 +1,4 @@
-"""Which hosts to capture (cluster engine): a TiUP topology file or repeated ``--host`` flags -> node specs.
+"""Which hosts to capture (cluster layer): a TiUP topology file or repeated ``--host`` flags -> node specs.
 
 TiUP's topology file (``tiup cluster deploy NAME VERSION topology.yaml``) names every instance::
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.cluster.manifest import node_name
+from profiler.bundle.cluster import node_name
 from profiler.errors import UsageError
 
 # TiUP section -> (role, server binary, the port that names an instance, its default)

@@ -1,4 +1,4 @@
-"""The code shipped to a node without profiler (cluster engine): a self-contained zipapp of the capture path.
+"""The code shipped to a node without profiler (cluster layer): a self-contained zipapp of the capture path.
 
 It holds only what ``agent.py`` runs: ``profiler/__init__``, ``errors``, ``knowledge``, the
 bundle, ``profiler.capture``, ``profiler.collectors`` (with the bcc programs) and the agent,

@@ -1,4 +1,4 @@
-"""Analyze a cluster bundle and write its reports (use case, cluster layer): `profiler analyze DIR` on a cluster.
+"""Analyze a cluster bundle and write its reports (usecases layer): `profiler analyze DIR` on a cluster.
 
 Each node's bundle is analyzed like any bundle and gets its own ``report.html`` in its
 directory; then the nodes are compared (analyzers/verdict/cluster.py) and the cluster report
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from profiler.analyzers.verdict.cluster import ClusterAnalysis, NodeInput, compare
-from profiler.cluster.manifest import ClusterManifest, load_cluster, node_path
+from profiler.bundle.cluster import ClusterManifest, load_cluster, node_path
 from profiler.errors import ProfilerError
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
