@@ -120,8 +120,11 @@ def _pidns_tag() -> str | None:
     tracefs neither take each other's instance names nor remove each other's instances."""
     try:
         with open("/proc/2/comm") as fh:
-            if fh.read().strip() == "kthreadd":
+            if fh.read().strip() == "kthreadd":  # kernel threads are visible only from the host's namespace
                 return None
+    except OSError:
+        pass
+    try:
         return str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         return None
