@@ -303,11 +303,6 @@ LATENCY = LatencyHeatmapSvg()
 SUBSECOND = SubsecondHeatmapSvg()
 
 
-# Old names, kept until the heatmap verb and its tests call LATENCY / SUBSECOND (issue 12); then removed.
-render = _draw_latency
-render_subsecond = _draw_subsecond
-
-
 def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour: str = "log",
               title: str = "Block IO latency heatmap", standalone: bool = True) -> str:
     svg = LATENCY.render(heatmap_model.from_io(analysis, by=by, log=log), HeatmapOptions(title=title, colour=colour))
