@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a remote host of a cluster capture may have only python3
+    psutil = None
 
 from profiler.bundle import (
     FAILED,
@@ -60,6 +63,13 @@ class CaptureResult:
 
 
 def _alive(pid: int) -> bool:
+    if psutil is None:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            return stat[stat.rindex(b")") + 2:][:1] != b"Z"
+        except (OSError, ValueError):
+            return False
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
@@ -130,6 +140,8 @@ class Session:
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
         self._sigint = False
+        self.stop_request: str | None = None  # set from another thread: end the capture, this is why
+        self._manifest: Manifest | None = None
         self.started: list[Collector] = []
         self.records: dict[str, CollectorRecord] = {}
 
@@ -150,8 +162,16 @@ class Session:
             signal.signal(signal.SIGINT, old)
 
     # ------------------------------------------------------------------ run
+    def prepare(self) -> Manifest:
+        """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
+        a cluster capture prepares every node, then starts them all at one agreed instant."""
+        if self._manifest is None:
+            self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        return self._manifest
+
     def run(self) -> CaptureResult:
-        manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        manifest = self.prepare()
+        manifest.clock = ClockInfo.now()
         try:
             writer = BundleWriter(self.output, manifest, force=self.force)
         except OSError as exc:
@@ -297,6 +317,8 @@ class Session:
             now = time.monotonic()
             if self._sigint:
                 return "interrupted (Ctrl-C)"
+            if self.stop_request:
+                return self.stop_request
             elapsed = now - start
             if duration is not None and elapsed >= duration:
                 return "duration reached"

@@ -53,9 +53,10 @@ def _root(
 
 
 def _register() -> None:
+    import profiler.cli.cluster as cluster
     from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo):
+    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
         mod.register(app)
 
 
