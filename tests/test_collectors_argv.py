@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 from profiler.collectors import blockio, cpu_stacks, offcpu, perf_stat, registry, syscalls
-from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
+from profiler.collectors.base import CaptureContext, CaptureOptions, Collector, Target
 
 from profiler.bundle import BundleWriter, Manifest
-from profiler.capture.targets import Target
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
