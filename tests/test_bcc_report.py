@@ -25,8 +25,8 @@ from profiler.analyzers.verdict import metrics as metmod
 
 from profiler.bundle import Bundle, BundleWriter, ClockInfo, Manifest
 from profiler.cli import main
-from profiler.renderers import html as htmlmod
-from profiler.renderers import json as jsonmod
+from profiler.renderers.report_html import RENDERER as htmlmod
+from profiler.renderers.report_json import RENDERER as jsonmod
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bcc"
 LOCK = SAMPLES / "lock-contend-python"

@@ -14,8 +14,11 @@ from profiler.analyzers.verdict.rules import CATEGORIES
 
 from profiler.bundle import Bundle
 from profiler.cli import main
-from profiler.renderers import html, markdown, text
-from profiler.renderers import json as json_r
+from profiler.renderers.protocol import ReportOptions
+from profiler.renderers.report_html import RENDERER as html
+from profiler.renderers.report_json import RENDERER as json_r
+from profiler.renderers.report_markdown import RENDERER as markdown
+from profiler.renderers.report_text import RENDERER as text
 
 from .conftest import SAMPLES
 
@@ -55,7 +58,7 @@ def test_markdown_and_text(analysis) -> None:
     md = markdown.render(analysis)
     assert md.startswith("## Bottleneck: ")
     assert "| target | verdict |" in md
-    t = text.render(analysis, "x/report.html")
+    t = text.render(analysis, ReportOptions(report_path="x/report.html"))
     assert "verdict:" in t and "report: x/report.html" in t
 
 

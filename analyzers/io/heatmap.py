@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from profiler.analyzers.io.pairing import iter_chunks, open_input
-from profiler.analyzers.io.stats import group_percentiles
+from profiler.analyzers.io.stats import IoAnalysis, group_percentiles
 
 from profiler.errors import InputError, UsageError
 
@@ -74,6 +74,44 @@ class Heatmap:
             "above_max": self.above_max,
             "after_max_col": self.after_max_col,
         }
+
+
+@dataclass
+class LatencyHeatmap:
+    """What a latency heatmap picture shows: panels sharing columns and rows, and their captions."""
+
+    panels: list[Heatmap]
+    subtitle: str = ""
+    totals: dict[str, Any] = field(default_factory=dict)
+    slots: bool = False  # columns are a collector's fixed time slots (bcc, 1 s), not a chosen step
+
+
+def fmt_latency(s: float) -> str:
+    """Seconds -> '250us', '1.5ms', '2s' (ASCII 'us' renders everywhere)."""
+    if s == 0:
+        return "0"
+    a = abs(s)
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if a >= f * 0.9999 or unit == "ns":
+            v = s / f
+            txt = f"{v:.3g}"
+            return f"{txt}{unit}"
+    return f"{s:g}s"
+
+
+def from_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True) -> LatencyHeatmap:
+    """The heatmap of paired block IOs (what the report draws for a perf capture): a panel per ``by`` group."""
+    ios = analysis.block.ios
+    groups = analysis.split(by) if by != "none" else {"all IOs": np.ones(len(ios), bool)}
+    drawn = panels(ios["t_complete"], ios["latency"], groups, log=log, t0=analysis.block.t_first)
+    lat = analysis.overall["latency"]
+    sub = (f"{len(ios)} IOs, p50 {fmt_latency(lat['p50'] or 0)}, p99 {fmt_latency(lat['p99'] or 0)}, "
+           f"max {fmt_latency(lat['max'] or 0)}") if len(ios) else "no IOs"
+    c = analysis.block.counts
+    totals: dict[str, Any] = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
+    if c.lost_events:
+        totals["lost events"] = c.lost_events
+    return LatencyHeatmap(panels=drawn, subtitle=sub, totals=totals)
 
 
 def nice_step(duration: float, max_cols: int = 240) -> float:

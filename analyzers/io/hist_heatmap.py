@@ -16,24 +16,22 @@ Every IO in the file lands in one cell: the matrix of a panel adds up to the op'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from profiler.analyzers.io import histograms as bcc_hist
-from profiler.analyzers.io.heatmap import Heatmap
+from profiler.analyzers.io.heatmap import Heatmap, LatencyHeatmap
 
 ROWS_PER_OCTAVE = 4  # rows per power of two of latency (must divide 2**sub_bits)
 OP_ORDER = ("R", "W", "F", "D", "O")
 
 
 @dataclass
-class HistHeatmap:
+class HistHeatmap(LatencyHeatmap):
     """What the report draws for a bcc capture's block IO: panels plus the captions."""
 
-    panels: list[Heatmap]
-    subtitle: str
-    totals: dict[str, Any] = field(default_factory=dict)
+    slots: bool = True
     source: str = bcc_hist.MEMBER
 
 

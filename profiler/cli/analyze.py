@@ -6,10 +6,8 @@ from pathlib import Path
 
 import typer
 
-from profiler.analyzers.analysis import analyze
-from profiler.bundle import Bundle
 from profiler.cli._common import check_output
-from profiler.cli.report import render
+from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle
 and print the verdict summary.
@@ -22,25 +20,6 @@ and print the verdict summary.
 
     profiler analyze samples/io-fsync-fio/ --no-html
 """
-
-REPORT_NAME = "report.html"
-
-
-def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html: bool = True) -> str:
-    """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), return the text summary.
-
-    attach and run call this at the end of a capture. The report inside the bundle is the
-    tool's own derived file and is rewritten on each analysis.
-    """
-    bundle = Bundle.open(bundle_dir)
-    analysis = analyze(bundle)
-    target = Path(html_path) if html_path else Path(bundle_dir) / REPORT_NAME
-    shown: str | None = None
-    if write_html:
-        target.write_text(render(analysis, "html"), encoding="utf-8")
-        shown = str(target)
-    return render(analysis, "text", shown)
-
 
 def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),

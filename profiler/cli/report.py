@@ -6,10 +6,8 @@ from pathlib import Path
 
 import typer
 
-from profiler.analyzers.analysis import Analysis, analyze
-from profiler.bundle import Bundle
 from profiler.cli._common import check_output
-from profiler.errors import UsageError
+from profiler.usecases.report import default_report, pick_format, report
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
@@ -26,42 +24,9 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
     profiler report cap/ --format json | jq .verdict.category   # fail a CI run on a verdict
 """
 
-FORMATS = ("text", "json", "md", "html")
-ALIASES = {"markdown": "md", "htm": "html", "txt": "text", "terminal": "text"}
-
-
-def render(analysis: Analysis, fmt: str, report_path: str | None = None) -> str:
-    """The report in one format (renderers are imported here so the CLI pays only for what it uses)."""
-    if fmt == "html":
-        from profiler.renderers import html
-
-        return html.render(analysis)
-    if fmt == "md":
-        from profiler.renderers import markdown
-
-        return markdown.render(analysis)
-    if fmt == "json":
-        from profiler.renderers import json
-
-        return json.render(analysis)
-    from profiler.renderers import text
-
-    return text.render(analysis, report_path)
-
-
 def render_after_capture(bundle_dir: Path) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
-    from profiler.cli.analyze import default_report
-
     typer.echo(default_report(bundle_dir), nl=False)
-
-
-def pick_format(fmt: str | None, output: Path | None) -> str:
-    chosen = fmt or (output.suffix.lstrip(".").lower() if output and output.suffix else "text")
-    chosen = ALIASES.get(chosen, chosen)
-    if chosen not in FORMATS:
-        raise UsageError(f"unknown format {chosen!r}: choose one of {', '.join(FORMATS)}")
-    return chosen
 
 
 def command(
@@ -73,8 +38,7 @@ def command(
     fmt = pick_format(format, output)
     if output:
         check_output(output, force)
-    analysis = analyze(Bundle.open(bundle))
-    text = render(analysis, fmt)
+    text = report(bundle, fmt)
     if output:
         output.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {output}", err=True)

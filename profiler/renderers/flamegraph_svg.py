@@ -9,14 +9,8 @@ diffable golden files.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import jinja2
 
 from markupsafe import Markup, escape
 
@@ -28,14 +22,15 @@ from profiler.analyzers.stacks.flame import (
     frame_color,
     frame_kind,
 )
+from profiler.renderers import jinja_env
 
-__all__ = ["SvgOptions", "render"]
+__all__ = ["RENDERER", "FlameGraphOptions", "FlameGraphSvg"]
 
 GENERATOR = "profiler flamegraph"
 
 
 @dataclass(frozen=True)
-class SvgOptions:
+class FlameGraphOptions:
     width: int = 1200
     frame_height: int = 16
     font_size: int = 12
@@ -43,31 +38,6 @@ class SvgOptions:
     inverted: bool = False
     test_mode: bool = False
     background: str = "rgb(248,248,248)"
-
-
-@functools.cache
-def _env() -> jinja2.Environment:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load),
-        autoescape=True,
-        trim_blocks=False,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-
-
-def _load(name: str) -> str:
-    return resources.files("profiler.templates").joinpath(name).read_text(encoding="utf-8")
-
-
-@functools.cache
-def _script() -> str:
-    js = _load("flamegraph.js")
-    if "]]>" in js:  # would end the CDATA section
-        raise ValueError("flamegraph.js must not contain ']]>'")
-    return js
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
@@ -105,9 +75,8 @@ def _fmt(x: float) -> str:
     return s if s else "0"
 
 
-def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
+def _draw(graph: FlameGraph, opts: FlameGraphOptions) -> str:
     """Draw `graph` as one SVG document (a str)."""
-    opts = opts or SvgOptions()
     pad = 10
     fh = opts.frame_height
     root = graph.root
@@ -190,8 +159,8 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
             {"x": pad + 70, "color": diff_color(-1, 1), "label": "shrank"},
         ]
 
-    tmpl = _env().get_template("flamegraph.svg.j2")
-    return tmpl.render(
+    return jinja_env.render(
+        "flamegraph.svg.j2",
         width=opts.width,
         height=height,
         pad=pad,
@@ -200,7 +169,7 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         unit=graph.unit,
         inverted=opts.inverted,
         test_mode=opts.test_mode,
-        script=Markup("" if opts.test_mode else _script()),
+        script=Markup("" if opts.test_mode else jinja_env.cdata_script("flamegraph.js")),
         background=opts.background,
         title=clean(graph.title),
         subtitle=_fit(clean(graph.subtitle), opts.width - 2 * pad, opts.font_size) if graph.subtitle else None,
@@ -212,3 +181,21 @@ def render(graph: FlameGraph, opts: SvgOptions | None = None) -> str:
         legend_y=height - bottom + 8,
         frames=Markup("".join(parts)),
     )
+
+
+class FlameGraphSvg:
+    """On-CPU, off-CPU and differential flame graphs as one interactive SVG."""
+
+    model = FlameGraph
+    formats = ("svg",)
+    extensions = (".svg",)
+
+    def render(self, model: FlameGraph, options: FlameGraphOptions | None = None) -> str:
+        return _draw(model, options or FlameGraphOptions())
+
+
+RENDERER = FlameGraphSvg()
+
+# Old names, kept until the flamegraph and diff verbs call RENDERER (issue 12); then removed.
+SvgOptions = FlameGraphOptions
+render = RENDERER.render

@@ -1,25 +1,28 @@
-"""Self-contained SVG for latency heatmaps and sub-second CPU heatmaps (renderer layer).
+"""Self-contained SVG for latency heatmaps and sub-second CPU heatmaps (renderers layer).
 
-``render(panels)`` draws one panel per heatmap (op, device or issuer), sharing the time
-columns and latency rows; ``render_subsecond(h)`` draws the FlameScope-style CPU view. The
-geometry and colours are computed here (deterministic: same input, same bytes); the template
-lays them out and an inlined script shows counts on hover. No network, no external fonts.
+``LATENCY`` draws a LatencyHeatmap, one panel per heatmap (op, device or issuer) sharing the
+time columns and latency rows, whichever backend built it (paired perf events or bcc's
+in-kernel histograms); ``SUBSECOND`` draws the FlameScope-style CPU view of a
+SubsecondHeatmap. The geometry and colours are computed here (deterministic: same input, same
+bytes); the template lays them out and an inlined script shows counts on hover. No network,
+no external fonts.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from importlib import resources
+from dataclasses import dataclass
 from typing import Any
 
-import jinja2
 import numpy as np
 
 from profiler.analyzers.io import heatmap as heatmap_model
-from profiler.analyzers.io.heatmap import Heatmap
+from profiler.analyzers.io.heatmap import Heatmap, LatencyHeatmap, fmt_latency
 from profiler.analyzers.io.stats import IoAnalysis
 from profiler.analyzers.stacks.subsecond import SubsecondHeatmap
+from profiler.renderers import jinja_env
+
+__all__ = ["LATENCY", "SUBSECOND", "COLOUR_SCALES", "HeatmapOptions", "colour_levels", "fmt_latency", "fmt_time"]
 
 # light yellow -> orange -> red -> dark red (perceptually ordered, readable on white)
 _STOPS = [(0.0, (255, 240, 170)), (0.35, (253, 174, 97)), (0.7, (227, 26, 28)), (1.0, (110, 0, 30))]
@@ -27,21 +30,17 @@ FONT = "Verdana, 'DejaVu Sans', Arial, sans-serif"
 COLOUR_SCALES = ("log", "quantile", "linear")
 
 
-@functools.lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    return env
+@dataclass(frozen=True)
+class HeatmapOptions:
+    """How to draw a heatmap; None means the kind's default (latency: log colours, 14 px columns or
+    60 px for a collector's 1 s slots; sub-second: linear colours)."""
 
-
-def _load(name: str) -> str:
-    return resources.files("profiler.templates").joinpath(name).read_text(encoding="utf-8")
+    title: str | None = None
+    subtitle: str | None = None  # None: the model's own (a LatencyHeatmap has one)
+    colour: str | None = None  # one of COLOUR_SCALES
+    percentile_lines: bool = True  # p50 and p99 per column (latency only)
+    max_cell_width: float | None = None  # px, the widest a latency column is drawn
+    source: str = "BUNDLE"  # what the sub-second view's click-to-select prints as the flamegraph input
 
 
 def _ramp(v: float) -> str:
@@ -77,19 +76,6 @@ def colour_levels(counts: np.ndarray, scale: str = "log") -> np.ndarray:
     # the faintest non-empty cell stays visible
     out[nz] = 0.08 + 0.92 * out[nz]
     return out
-
-
-def fmt_latency(s: float) -> str:
-    """Seconds -> '250us', '1.5ms', '2s' (ASCII 'us' renders everywhere)."""
-    if s == 0:
-        return "0"
-    a = abs(s)
-    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if a >= f * 0.9999 or unit == "ns":
-            v = s / f
-            txt = f"{v:.3g}"
-            return f"{txt}{unit}"
-    return f"{s:g}s"
 
 
 def fmt_time(s: float) -> str:
@@ -161,7 +147,7 @@ def _polyline_segments(xs: list[float], ys: list[float | None]) -> list[str]:
     return segs
 
 
-def render(panels: list[Heatmap], *, title: str = "Block IO latency heatmap", subtitle: str = "",
+def _draw_latency(panels: list[Heatmap], *, title: str = "Block IO latency heatmap", subtitle: str = "",
            colour: str = "log", totals: dict[str, Any] | None = None, percentile_lines: bool = True,
            max_cell_width: float = 14.0) -> str:
     """One SVG with a panel per heatmap; all panels share columns and rows.
@@ -230,11 +216,12 @@ def render(panels: list[Heatmap], *, title: str = "Block IO latency heatmap", su
         "left": left, "cw": cw, "ch": ch, "ncols": ncols, "nrows": nrows, "t0": first.t0, "step": first.step,
         "edges": [float(e) for e in first.row_edges], "panels": [d["data"] for d in drawn],
     }
-    return _env().get_template("heatmap.svg.j2").render(
+    return jinja_env.render(
+        "heatmap.svg.j2",
         kind="latency", width=f"{width:.0f}", height=f"{height:.0f}", title=title, subtitle=subtitle, font=FONT,
         left=left, gw=f"{gw:.1f}", cw=f"{cw:.2f}", ch=f"{ch:.2f}", panels=drawn, xticks=xt,
         axis_y=f"{y - gap + 16:.1f}", details_y=f"{y - gap + 52:.1f}", legend_y=f"{y - gap + 74:.1f}",
-        legend=legend, maxc=maxc, colour=colour, data=data, script=_load("heatmap.js"),
+        legend=legend, maxc=maxc, colour=colour, data=data, script=jinja_env.asset("heatmap.js"),
         totals=totals or {}, xlabel="time (s since the first event)" if first.t0 else "time (s)",
         log=first.log,
     )
@@ -251,7 +238,7 @@ def _panel_note(p: Heatmap) -> str:
     return "; ".join(bits)
 
 
-def render_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-second offset heatmap", subtitle: str = "",
+def _draw_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-second offset heatmap", subtitle: str = "",
                      colour: str = "linear", source: str = "BUNDLE") -> str:
     """FlameScope-style: a column per second, rows = offset within it (0 at the top).
 
@@ -274,41 +261,60 @@ def render_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-seco
     legend = [(_ramp(0.08 + 0.92 * i / 9), i) for i in range(10)]
     data = {"left": left, "top": top, "cw": cw, "ch": ch, "ncols": ncols, "rows": rows, "t0": h.t0,
             "counts": h.counts.tolist(), "source": source}
-    return _env().get_template("heatmap.svg.j2").render(
+    return jinja_env.render(
+        "heatmap.svg.j2",
         kind="subsecond", width=f"{width:.0f}", height=f"{height:.0f}", title=title, subtitle=subtitle, font=FONT,
         left=left, top=top, gw=f"{gw:.1f}", gh=f"{gh:.1f}", cw=f"{cw:.2f}", ch=f"{ch:.2f}", cells=cells, xticks=xt,
         yticks=yt, axis_y=f"{top + gh + 16:.1f}", details_y=f"{top + gh + 52:.1f}", legend_y=f"{top + gh + 74:.1f}",
         legend=legend, maxc=int(h.counts.max()) if h.counts.size else 0, colour=colour, data=data,
-        script=_load("heatmap.js"), total=h.total,
+        script=jinja_env.asset("heatmap.js"), total=h.total,
     )
+
+
+class LatencyHeatmapSvg:
+    """Block IO (or any latency) heatmap: panels sharing time columns and latency rows, p50/p99 lines."""
+
+    model = LatencyHeatmap
+    formats = ("svg",)
+    extensions = (".svg",)
+
+    def render(self, model: LatencyHeatmap, options: HeatmapOptions | None = None) -> str:
+        o = options or HeatmapOptions()
+        return _draw_latency(model.panels, title=o.title or "Block IO latency heatmap",
+                             subtitle=model.subtitle if o.subtitle is None else o.subtitle, colour=o.colour or "log",
+                             totals=model.totals, percentile_lines=o.percentile_lines,
+                             max_cell_width=o.max_cell_width or (60.0 if model.slots else 14.0))
+
+
+class SubsecondHeatmapSvg:
+    """CPU samples by second (columns) and offset within the second (rows); click two cells for a range."""
+
+    model = SubsecondHeatmap
+    formats = ("svg",)
+    extensions = (".svg",)
+
+    def render(self, model: SubsecondHeatmap, options: HeatmapOptions | None = None) -> str:
+        o = options or HeatmapOptions()
+        return _draw_subsecond(model, title=o.title or "CPU samples: sub-second offset heatmap", subtitle=o.subtitle or "",
+                               colour=o.colour or "linear", source=o.source)
+
+
+LATENCY = LatencyHeatmapSvg()
+SUBSECOND = SubsecondHeatmapSvg()
+
+
+# Old names, kept until the heatmap verb and its tests call LATENCY / SUBSECOND (issue 12); then removed.
+render = _draw_latency
+render_subsecond = _draw_subsecond
 
 
 def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour: str = "log",
               title: str = "Block IO latency heatmap", standalone: bool = True) -> str:
-    """The heatmap of an :class:`IoAnalysis` (what the HTML report embeds): one panel per
-    ``by`` group. ``standalone=False`` drops the XML declaration for inlining in HTML."""
-    ios = analysis.block.ios
-    groups = analysis.split(by) if by != "none" else {"all IOs": np.ones(len(ios), bool)}
-    panels = heatmap_model.panels(ios["t_complete"], ios["latency"], groups, log=log, t0=analysis.block.t_first)
-    lat = analysis.overall["latency"]
-    sub = (f"{len(ios)} IOs, p50 {fmt_latency(lat['p50'] or 0)}, p99 {fmt_latency(lat['p99'] or 0)}, "
-           f"max {fmt_latency(lat['max'] or 0)}") if len(ios) else "no IOs"
-    c = analysis.block.counts
-    totals: dict[str, Any] = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
-    if c.lost_events:
-        totals["lost events"] = c.lost_events
-    svg = render(panels, title=title, subtitle=sub, colour=colour, totals=totals)
-    if not standalone:
-        svg = svg.split("?>", 1)[1].lstrip()
-    return svg
+    svg = LATENCY.render(heatmap_model.from_io(analysis, by=by, log=log), HeatmapOptions(title=title, colour=colour))
+    return svg if standalone else svg.split("?>", 1)[1].lstrip()
 
 
 def render_svg(model: IoAnalysis | SubsecondHeatmap) -> str:
-    """The picture of an analysis model, as the HTML report asks for it (IO or CPU heatmap)."""
     if isinstance(model, SubsecondHeatmap):
-        return render_subsecond(model)
+        return SUBSECOND.render(model)
     return render_io(model)
-
-
-def render_subsecond_svg(model: SubsecondHeatmap) -> str:
-    return render_subsecond(model)

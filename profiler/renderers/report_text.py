@@ -1,12 +1,13 @@
-"""Terminal summary of an Analysis (output layer): what attach/run/analyze print at the end."""
+"""Terminal summary of an Analysis (renderers layer): what attach/run/analyze print at the end."""
 
 from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
-from profiler.renderers import format as fmt
+from profiler.renderers import formatting as fmt
+from profiler.renderers.protocol import ReportOptions
 
 
-def render(a: Analysis, report_path: str | None = None) -> str:
+def _render(a: Analysis, report_path: str | None = None) -> str:
     v = a.verdict.overall
     m = a.metrics
     cap = a.manifest
@@ -44,3 +45,17 @@ def render(a: Analysis, report_path: str | None = None) -> str:
     if report_path:
         lines.append(f"  report: {report_path}")
     return "\n".join(lines) + "\n"
+
+
+class TextReport:
+    """The verdict summary attach, run and analyze print; says where the HTML report went."""
+
+    model = Analysis
+    formats = ("text", "txt", "terminal")
+    extensions = (".txt", ".text")
+
+    def render(self, model: Analysis, options: ReportOptions | None = None) -> str:
+        return _render(model, (options or ReportOptions()).report_path)
+
+
+RENDERER = TextReport()

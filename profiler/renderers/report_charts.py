@@ -1,4 +1,4 @@
-"""Small inline SVG charts for the HTML report (output layer): line and stacked-area timelines, bars.
+"""Small inline SVG charts for the HTML report (renderers layer): line and stacked-area timelines, bars.
 
 Our own drawing, no library and no script: each chart is a self-contained ``<svg>`` string.
 Every piece of text is escaped here (series names come from thread and process names).

@@ -1,4 +1,4 @@
-"""Shared number formatting for the renderers (output layer): one place decides how a value reads."""
+"""How values read in every report (renderers layer): numbers, shares, sizes and verdict titles in one place."""
 
 from __future__ import annotations
 

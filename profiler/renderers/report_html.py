@@ -1,26 +1,24 @@
-"""Self-contained HTML report of an Analysis (output layer): one offline file, verdict first.
+"""Self-contained HTML report of an Analysis (renderers layer): one offline file, verdict first.
 
-One cached Jinja2 environment loads templates/report.html.j2 and its CSS through
-importlib.resources, with autoescape on; the analysis is embedded as JSON with ``tojson``;
-charts are inline SVG drawn by renderers/charts.py; nothing is fetched from the network.
-Flame graphs and heatmaps come from the flame/heatmap renderers when this build has them,
-otherwise the report says they were not captured (or not renderable) instead of faking them.
+templates/report.html.j2 and its CSS come through the shared Jinja environment (jinja_env.py,
+autoescape on); the analysis is embedded as JSON with ``tojson``; charts are inline SVG drawn
+by report_charts.py; nothing is fetched from the network. The analysis's pictures (flame
+graphs, heatmaps) are drawn by the SVG renderers in PICTURES, each in its own sandboxed
+frame; a picture that was not captured, or that no renderer draws, is said, not faked.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import re
-from importlib.resources import files
 from typing import Any
 
-import jinja2
 from markupsafe import Markup, escape
 
 from profiler.analyzers.analysis import Analysis
-from profiler.renderers import charts
-from profiler.renderers import format as fmt
+from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env
+from profiler.renderers import formatting as fmt
+from profiler.renderers import report_charts as charts
+from profiler.renderers.protocol import Registry, ReportOptions
 
 TEMPLATE = "report.html.j2"
 
@@ -29,38 +27,19 @@ CATEGORY_COLOURS = {
 }
 
 
-def _load(name: str) -> str:
-    return (files("profiler.templates") / name).read_text(encoding="utf-8")
+# The pictures a report embeds, found by the model each artifact holds.
+PICTURES = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["value"] = fmt.value
-    env.filters["pct"] = fmt.pct
-    env.filters["mib"] = fmt.mib
-    return env
-
-
-def _artifact_svg(a: Analysis, name: str, module: str, attrs: tuple[str, ...]) -> tuple[Markup | None, str | None]:
+def _artifact_svg(a: Analysis, name: str) -> tuple[Markup | None, str | None]:
     """An artifact drawn by its own renderer, framed in an isolated iframe (its ids and script stay its own)."""
     if name not in a.artifacts:
         return None, a.missing_artifacts.get(name, "not captured")
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return None, "this build cannot draw it yet"
-    fn = next((getattr(mod, x) for x in attrs if hasattr(mod, x)), None)
-    if fn is None:
+    renderer = PICTURES.find(a.artifacts[name], "svg")
+    if renderer is None:
         return None, "this build cannot draw it yet"
     try:
-        svg = str(fn(a.artifacts[name]))
+        svg = renderer.render(a.artifacts[name])
     except Exception as exc:  # noqa: BLE001 - one broken picture must not sink the report
         return None, f"could not be drawn: {type(exc).__name__}: {exc}"
     m = re.search(r'<svg[^>]*\sheight="(\d+)', svg)
@@ -95,8 +74,8 @@ def context(a: Analysis) -> dict[str, Any]:
                       "sleep": "#e3e7ec", "other": "#9aa5b1"}
         active = {k: tm.active_states.get(k, 0.0) for k in shares} if tm.active_states else {}
         pools = []
-        for p in tm.pools[:20]:
-            pools.append({"p": p, "bar": Markup(charts.share_bar({k: p.states.get(k, 0.0) for k in shares}, colour_map, 160))})
+        for pool in tm.pools[:20]:
+            pools.append({"p": pool, "bar": Markup(charts.share_bar({k: pool.states.get(k, 0.0) for k in shares}, colour_map, 160))})
         targets.append({
             "tm": tm, "v": tv, "colour": CATEGORY_COLOURS[tv.category], "title": fmt.CATEGORY_TITLES[tv.category],
             "bar_all": Markup(charts.share_bar(shares, colour_map, 260)),
@@ -112,25 +91,35 @@ def context(a: Analysis) -> dict[str, Any]:
         comparison = Markup(charts.bars([(t.label, t.cpu_cores or 0.0, "#b8434e" if t.label in outliers else "#2f6fb0")
                                          for t in m.targets], "cores"))
     pictures = []
-    for name, title, module, attrs in (
-        ("cpu_flame", "On-CPU flame graph", "profiler.renderers.flamegraph_svg", ("render",)),
-        ("offcpu_flame", "Off-CPU flame graph (blocked time)", "profiler.renderers.flamegraph_svg", ("render",)),
-        ("io_heatmap", "IO latency heatmap", "profiler.renderers.histheatmap_svg", ("render_svg",)),
-        ("cpu_heatmap", "CPU sub-second heatmap", "profiler.renderers.heatmap_svg", ("render_subsecond_svg",)),
+    for name, title in (
+        ("cpu_flame", "On-CPU flame graph"),
+        ("offcpu_flame", "Off-CPU flame graph (blocked time)"),
+        ("io_heatmap", "IO latency heatmap"),
+        ("cpu_heatmap", "CPU sub-second heatmap"),
     ):
-        svg, why = _artifact_svg(a, name, module, attrs)
+        svg, why = _artifact_svg(a, name)
         pictures.append({"name": name, "title": title, "svg": svg, "why": why})
     data = a.to_dict()
     return {
         "a": a, "v": v, "m": m, "cap": a.manifest,
         "title": fmt.CATEGORY_TITLES[v.category], "colour": CATEGORY_COLOURS[v.category],
         "panels": panels, "targets": targets, "comparison": comparison, "pictures": pictures,
-        "css": Markup(_load("report.css")),
+        "css": Markup(jinja_env.asset("report.css")),
         "data": data,
         "fmt": fmt,
         "thresholds": sorted(data["thresholds"].items()),
     }
 
 
-def render(a: Analysis) -> str:
-    return environment().get_template(TEMPLATE).render(**context(a))
+class HtmlReport:
+    """The self-contained HTML report: verdict, evidence, timelines, thread pools, pictures, capture health."""
+
+    model = Analysis
+    formats = ("html", "htm")
+    extensions = (".html", ".htm")
+
+    def render(self, model: Analysis, options: ReportOptions | None = None) -> str:
+        return jinja_env.render(TEMPLATE, **context(model))
+
+
+RENDERER = HtmlReport()

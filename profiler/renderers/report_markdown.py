@@ -1,9 +1,10 @@
-"""Markdown report of an Analysis (output layer): for pasting into an issue or a blog post, as the seeds did."""
+"""Markdown report of an Analysis (renderers layer): for pasting into an issue or a blog post, as the seeds did."""
 
 from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
-from profiler.renderers import format as fmt
+from profiler.renderers import formatting as fmt
+from profiler.renderers.protocol import ReportOptions
 
 
 def _cell(text: object) -> str:
@@ -11,7 +12,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def render(a: Analysis) -> str:
+def _render(a: Analysis) -> str:
     v = a.verdict.overall
     m = a.metrics
     cap = a.manifest
@@ -84,3 +85,17 @@ def render(a: Analysis) -> str:
     out.append(f"<sub>profiler, {cap['created']}, {cap['host']['hostname']} ({cap['host']['kernel']}), "
                f"{m.window:.0f} s window.</sub>")
     return "\n".join(out) + "\n"
+
+
+class MarkdownReport:
+    """The report for pasting into an issue: tables, untrusted text kept from breaking them."""
+
+    model = Analysis
+    formats = ("md", "markdown")
+    extensions = (".md", ".markdown")
+
+    def render(self, model: Analysis, options: ReportOptions | None = None) -> str:
+        return _render(model)
+
+
+RENDERER = MarkdownReport()

@@ -1,0 +1,56 @@
+"""Analyze a capture bundle and render its report (use case): what analyze, report, attach and run share.
+
+The analysis's pictures are turned into the models the renderers draw here (a perf capture's
+paired block IOs become a LatencyHeatmap), so renderers never see a bundle or an analyzer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profiler.analyzers.analysis import Analysis, analyze
+from profiler.analyzers.io import heatmap
+from profiler.analyzers.io.stats import IoAnalysis
+from profiler.bundle import Bundle
+from profiler.renderers.protocol import ReportOptions
+from profiler.renderers.registry import REGISTRY
+
+REPORT_NAME = "report.html"  # the tool's own derived file inside a bundle, rewritten on each analysis
+
+
+def analysis_of(bundle_dir: str | Path) -> Analysis:
+    """The bundle's analysis, its pictures as renderable models."""
+    a = analyze(Bundle.open(bundle_dir))
+    io = a.artifacts.get("io_heatmap")
+    if isinstance(io, IoAnalysis):
+        a.artifacts["io_heatmap"] = heatmap.from_io(io)
+    return a
+
+
+def pick_format(fmt: str | None, output: str | Path | None) -> str:
+    """--format, else the output file's extension, else text; a UsageError names the formats there are."""
+    return str(REGISTRY.pick(Analysis, fmt, output, default="text").formats[0])
+
+
+def render(analysis: Analysis, fmt: str, report_path: str | None = None) -> str:
+    """The report in one format (``report_path``: where the HTML report is, for the text summary)."""
+    return REGISTRY.pick(Analysis, fmt).render(analysis, ReportOptions(report_path=report_path))
+
+
+def report(bundle_dir: str | Path, fmt: str) -> str:
+    """`profiler report`: the bundle's report in one format."""
+    return render(analysis_of(bundle_dir), fmt)
+
+
+def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html: bool = True) -> str:
+    """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), return the text summary.
+
+    attach and run call this at the end of a capture; so does `profiler analyze`.
+    """
+    analysis = analysis_of(bundle_dir)
+    target = Path(html_path) if html_path else Path(bundle_dir) / REPORT_NAME
+    shown: str | None = None
+    if write_html:
+        target.write_text(render(analysis, "html"), encoding="utf-8")
+        shown = str(target)
+    return render(analysis, "text", shown)
