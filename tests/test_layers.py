@@ -77,16 +77,7 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, ...]] = {}
 # Modules whose docstring does not name its layer yet, and the branch that owns them (issue 12).
 KNOWN_UNNAMED: dict[str, str] = {
     "profiler/bundle.py": "reno-views",
-    "profiler/cli/__init__.py": "reno-renderers",
     "profiler/usecases/__init__.py": "reno-inputs",
-    "profiler/renderers/__init__.py": "reno-renderers",
-    "profiler/renderers/charts.py": "reno-renderers",
-    "profiler/renderers/format.py": "reno-renderers",
-    "profiler/renderers/html.py": "reno-renderers",
-    "profiler/renderers/json.py": "reno-renderers",
-    "profiler/renderers/markdown.py": "reno-renderers",
-    "profiler/renderers/text.py": "reno-renderers",
-    "templates/__init__.py": "reno-renderers",
     "analyzers/__init__.py": "reno-views",
     "analyzers/stacks/__init__.py": "reno-inputs",
     "analyzers/stacks/flame.py": "reno-inputs",

@@ -1,4 +1,4 @@
-"""Analyze a capture bundle and render its report (use case): what analyze, report, attach and run share.
+"""Analyze a capture bundle and render its report (usecases layer): what analyze, report, attach and run share.
 
 The analysis's pictures are turned into the models the renderers draw here (a perf capture's
 paired block IOs become a LatencyHeatmap), so renderers never see a bundle or an analyzer.
