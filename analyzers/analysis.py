@@ -1,32 +1,30 @@
 """``analyze(bundle) -> Analysis``: the one object every renderer takes (analyzers layer).
 
 It holds the verdict, the metrics, per-target verdicts, the timeline, the capture's health
-and warnings, plus optional artifacts other analyzers provide (flame graph models, IO events)
-when their modules are present. ``to_dict()`` is the JSON report (docs/report-json.md):
-schema ``profiler.report``, a version, sorted keys, floats rounded.
+and warnings, plus the pictures' models (flame graphs, heatmaps) built from the same views.
+Every member of the bundle is read once (analyzers.views). ``to_dict()`` is the JSON report
+(docs/report-json.md): schema ``profiler.report``, a version, sorted keys, floats rounded.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.analyzers.series import perfstat
-from profiler.analyzers.series import procfs as procmod
+from profiler.analyzers.io import hist_heatmap
 from profiler.analyzers.series import timeline as tlmod
+from profiler.analyzers.stacks import flame, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
+from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_views
 
 from profiler import __version__
+from profiler.bundle import Bundle, Manifest, members
 
 SCHEMA = "profiler.report"
-# The off-CPU flame graph in the report is built from at most this many switches: a lock storm
-# records hundreds of thousands a second, and the report must come back in seconds.
-OFFCPU_MAX_SWITCHES = 20_000
 VERSION = 1
+__all__ = ["OFFCPU_MAX_SWITCHES", "SCHEMA", "VERSION", "Analysis", "Health", "analyze", "analyze_views"]
 
 
 @dataclass
@@ -63,7 +61,7 @@ class Analysis:
         for tm, v in zip(md["targets"], self.verdict.per_target, strict=True):
             targets.append({"pid": tm["pid"], "comm": tm["comm"], "kind": tm["kind"], "runtime": tm["runtime"],
                             "label": tm["label"], "verdict": v.to_dict(), "metrics": tm})
-        out: dict[str, Any] = metmod._jsonable({
+        out: dict[str, Any] = metmod.jsonable({
             "schema": SCHEMA, "version": VERSION, "tool_version": __version__, "bundle": self.bundle,
             "capture": self.manifest,
             "verdict": self.verdict.to_dict(),
@@ -80,8 +78,7 @@ class Analysis:
         return out
 
 
-def _manifest_summary(bundle: Any) -> dict[str, Any]:
-    m = bundle.manifest
+def _manifest_summary(m: Manifest) -> dict[str, Any]:
     return {
         "status": m.status, "reason": m.reason, "created": m.created, "duration": m.duration,
         "host": {"hostname": m.host.hostname, "kernel": m.host.kernel, "cpus": m.host.cpus,
@@ -93,119 +90,100 @@ def _manifest_summary(bundle: Any) -> dict[str, Any]:
     }
 
 
-def _optional(module: str, attr: str) -> Any:
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return None
-    return getattr(mod, attr, None)
+# --------------------------------------------------------------------------- the pictures' models
 
 
-def _cpu_flame(bundle: Any) -> Any:
-    """On-CPU flame graph model (flame engineer's folding and tree), one root frame per thread pool."""
-    folded = importlib.import_module("profiler.analyzers.stacks.folding")
-    flame = importlib.import_module("profiler.analyzers.stacks.flame")
-    with bundle.open_binary("cpu.perf.txt.gz") as fh:
-        counts = folded.collapse_stream(fh, folded.FoldOptions(pools=True, count_samples=True)).result()
-    if not counts:
+def _cpu_flame(v: BundleViews) -> flame.FlameGraph | None:
+    """On-CPU flame graph: one root frame per thread pool."""
+    cpu = v.cpu
+    if cpu is None:
         return None
-    root = flame.build_tree(counts, min_fraction=0.0005)
+    if cpu.error is not None:
+        raise cpu.error
+    if not cpu.folded:
+        return None
+    root = flame.build_tree(cpu.folded, min_fraction=0.0005)
     return flame.FlameGraph(root=root, title="On-CPU", subtitle="cpu-clock samples, one root per thread pool",
                             unit="samples")
 
 
-def _offcpu_flame(bundle: Any) -> Any:
-    """Off-CPU flame graph model: blocked time by wait reason, then thread pool, then stack."""
-    perfscript = importlib.import_module("profiler.analyzers.stacks.perfscript")
-    flame = importlib.import_module("profiler.analyzers.stacks.flame")
-    samples = perfscript.iter_samples(bundle.iter_lines("offcpu.perf.txt.gz"))
-    seen = 0
-
-    def counted() -> Any:
-        nonlocal seen
-        for smp in itertools.islice(samples, OFFCPU_MAX_SWITCHES):
-            seen += 1
-            yield smp
-
-    # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled (duty-cycled)
-    # capture from closing a switch-out with the next window's switch-out.
-    intervals = flame.read_intervals(bundle.iter_lines("offcpu.csv.gz")) if bundle.has("offcpu.csv.gz") else None
-    counts, _stats = flame.offcpu_folded(counted(), by_reason=True, pools=True, intervals=intervals)
-    if not counts:
+def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
+    """Off-CPU flame graph: blocked time by wait reason, then thread pool, then stack."""
+    off = v.offcpu
+    if off is None:
         return None
-    root = flame.build_tree(counts, min_fraction=0.0005)
+    if off.error is not None:
+        raise off.error
+    if not off.folded:
+        return None
+    root = flame.build_tree(off.folded, min_fraction=0.0005)
+    if off.bcc:
+        return flame.FlameGraph(root=root, title="Off-CPU", unit="us",
+                                subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
+                                notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
     notes = []
-    if seen >= OFFCPU_MAX_SWITCHES:
+    if off.limited:
         notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches of the capture "
                      f"(`profiler flamegraph BUNDLE --offcpu` draws them all)")
     return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool"
                             + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
 
 
-def _bcc_offcpu_flame(bundle: Any) -> Any:
-    """Off-CPU flame graph of a bcc capture: offcpu.folded.gz, blocked time summed in the kernel per stack."""
-    folded = importlib.import_module("profiler.analyzers.stacks.folding")
-    flame = importlib.import_module("profiler.analyzers.stacks.flame")
-    knowledge = importlib.import_module("profiler.knowledge")
-    pooled: dict[str, int] = {}
-    for stack, ns in folded.parse_folded(bundle.iter_lines("offcpu.folded.gz")).items():
-        comm, sep, rest = stack.partition(";")
-        key = knowledge.pool_of(comm).replace(" ", "_") + sep + rest
-        pooled[key] = pooled.get(key, 0) + ns
-    # microseconds, as the perf backend's off-CPU graph counts them
-    counts = {k: round(v / 1000) for k, v in flame.offcpu_by_reason(pooled).items() if v >= 500}
-    if not counts:
+def _io_trace_heatmap(v: BundleViews) -> Any:
+    """The perf backend's IO analysis (the heatmap renderer bins its per-IO latencies)."""
+    if v.io is None:
         return None
-    root = flame.build_tree(counts, min_fraction=0.0005)
-    return flame.FlameGraph(root=root, title="Off-CPU", unit="us",
-                            subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
-                            notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
+    if members.BLOCK_TRACE in v.io.errors:
+        raise v.io.errors[members.BLOCK_TRACE]
+    return v.io.analysis
 
 
-def _io_events(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.io.stats", "io_from_bundle")
-    return fn(bundle) if fn is not None else None
+def _io_hist_heatmap(v: BundleViews) -> hist_heatmap.HistHeatmap | None:
+    """The bcc backend's IO latency heatmap, from its in-kernel histograms."""
+    if v.io is None:
+        return None
+    if members.BLOCK_HIST in v.io.errors:
+        raise v.io.errors[members.BLOCK_HIST]
+    return hist_heatmap.from_hist(v.io.hist) if v.io.hist is not None else None
 
 
-def _subsecond(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.stacks.subsecond", "from_bundle")
-    return fn(bundle) if fn is not None else None
+def _cpu_heatmap(v: BundleViews) -> subsecond.SubsecondHeatmap | None:
+    """Sub-second offset heatmap of the CPU samples."""
+    cpu = v.cpu
+    if cpu is None:
+        return None
+    if cpu.error is not None:
+        raise cpu.error
+    if not len(cpu.times.t):
+        return None
+    return subsecond.subsecond_heatmap(cpu.times.t, rows=50, t0=cpu.origin)
 
 
-def _bcc_io_heatmap(bundle: Any) -> Any:
-    fn = _optional("profiler.analyzers.io.hist_heatmap", "from_bundle")
-    return fn(bundle) if fn is not None else None
-
-
-# (artifact, member, collector, modules it needs, builder); the first member the bundle has wins:
-# the perf backend's per-event files, else the bcc backend's in-kernel aggregates.
-_BUILDERS = (
-    ("cpu_flame", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"), _cpu_flame),
-    ("offcpu_flame", "offcpu.perf.txt.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame",), _offcpu_flame),
-    ("offcpu_flame", "offcpu.folded.gz", "offcpu-stacks", ("profiler.analyzers.stacks.flame", "profiler.analyzers.stacks.folding"),
-     _bcc_offcpu_flame),
-    ("io_heatmap", "block.trace.gz", "block-io", ("profiler.analyzers.io.stats",), _io_events),
-    ("io_heatmap", "block.hist.jsonl.gz", "block-io", ("profiler.analyzers.io.hist_heatmap",), _bcc_io_heatmap),
-    ("cpu_heatmap", "cpu.perf.txt.gz", "cpu-stacks", ("profiler.analyzers.stacks.subsecond",), _subsecond),
+# (artifact, member, collector, builder); the first member the bundle has wins: the perf
+# backend's per-event files, else the bcc backend's in-kernel aggregates.
+_BUILDERS: tuple[tuple[str, str, str, Callable[[BundleViews], Any]], ...] = (
+    ("cpu_flame", members.CPU_STACKS, "cpu-stacks", _cpu_flame),
+    ("offcpu_flame", members.OFFCPU_STACKS, "offcpu-stacks", _offcpu_flame),
+    ("offcpu_flame", members.OFFCPU_FOLDED, "offcpu-stacks", _offcpu_flame),
+    ("io_heatmap", members.BLOCK_TRACE, "block-io", _io_trace_heatmap),
+    ("io_heatmap", members.BLOCK_HIST, "block-io", _io_hist_heatmap),
+    ("cpu_heatmap", members.CPU_STACKS, "cpu-stacks", _cpu_heatmap),
 )
 
 
-def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
-    """Flame graph and heatmap models from the other analyzers, when they are installed and the data exists."""
-    for name, member, collector, modules, build in _BUILDERS:
+def _artifacts(v: BundleViews, a: Analysis) -> None:
+    """Flame graph and heatmap models, when the data exists."""
+    for name, member, collector, build in _BUILDERS:
         if name in a.artifacts or name in a.missing_artifacts:
             continue  # an earlier source of the same artifact decided
-        if not bundle.has(member):
+        if not v.has(member):
             others = [m for n, m, *_ in _BUILDERS if n == name and m != member]
-            if any(bundle.has(m) for m in others):
+            if any(v.has(m) for m in others):
                 continue  # the other backend's file is there: its builder draws it
-            a.missing_artifacts[name] = f"not captured ({metmod._source_status(bundle, collector, (member,))})"
-            continue
-        if any(importlib.util.find_spec(mod) is None for mod in modules):
-            a.missing_artifacts[name] = f"{member} is in the bundle, but this build cannot draw it yet"
+            a.missing_artifacts[name] = f"not captured ({v.source_status(collector, (member,))})"
             continue
         try:
-            model = io_model if member == "block.trace.gz" and io_model is not None else build(bundle)
+            model = build(v)
         except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
             a.missing_artifacts[name] = f"could not be built: {type(exc).__name__}: {exc}"
             continue
@@ -215,63 +193,36 @@ def _artifacts(bundle: Any, a: Analysis, io_model: Any = None) -> None:
             a.artifacts[name] = model
 
 
-def _syscall_counts(bundle: Any) -> tuple[Any, Any] | None:
-    """(interval start, calls) rows of syscalls.csv, every target together."""
-    import csv
-
-    import numpy as np
-
-    t, n = [], []
-    for row in csv.DictReader(bundle.iter_lines("syscalls.csv")):
-        try:
-            t.append(float(row["time"]))
-            n.append(float(row["count"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return (np.asarray(t), np.asarray(n)) if t else None
+# --------------------------------------------------------------------------- the analysis
 
 
-def analyze(bundle: Any) -> Analysis:
+def analyze(bundle: Bundle) -> Analysis:
     """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
-    pd = procmod.load(bundle)
-    io_model, io = None, None
-    io_error = None
-    if bundle.has("block.trace.gz"):
-        try:
-            io_model, io = metmod.load_io(bundle)
-        except Exception as exc:  # noqa: BLE001 - a broken trace must not sink the report
-            io_error = f"block.trace.gz could not be read: {type(exc).__name__}: {exc}"
-    met = metmod.compute(bundle, pd, io)
-    if io_error:
-        met.warnings.append(io_error)
+    return analyze_views(read_views(bundle))
+
+
+def analyze_views(v: BundleViews) -> Analysis:
+    """Everything the reports need, from a bundle's views."""
+    met = metmod.compute(v)
     cv = vmod.judge(met)
-    m = bundle.manifest
+    m = v.manifest
+    pd = v.proc
     t0 = met.t0
     t1 = pd.t1 if pd is not None else None
     if t0 is None:
         t0 = m.clock.monotonic_start or None
         t1 = m.ended
-    stat = perfstat.parse(bundle.iter_lines("stat.csv")) if bundle.has("stat.csv") else None
     rec = m.collector("perf-stat")
-    srate = perfstat.parse(bundle.iter_lines("syscalls-rate.csv")) if bundle.has("syscalls-rate.csv") else None
     srec = m.collector("syscalls")
-    io_hist = None
-    if io is None and bundle.has("block.hist.jsonl.gz"):
-        seen = len(bundle.warnings)
-        try:
-            io_hist = importlib.import_module("profiler.analyzers.io.histograms").read_block_hist(bundle)
-        except Exception:  # noqa: BLE001 - compute() already warned about a broken file
-            io_hist = None
-        del bundle.warnings[seen:]  # compute() reported them already
-    scounts = _syscall_counts(bundle) if srate is None and bundle.has("syscalls.csv") else None
-    tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=io, stat=stat, stat_start=rec.started if rec else None,
-                     syscall_rate=srate, syscall_start=srec.started if srec else None, io_hist=io_hist,
-                     syscall_counts=scounts)
+    events = v.io.events if v.io is not None else None
+    hist = v.io.hist if v.io is not None and events is None else None
+    tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
+                     syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
     health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
     warnings = list(met.warnings)
     if m.status != "ok":
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
-    a = Analysis(bundle=str(bundle.root), manifest=_manifest_summary(bundle), verdict=cv, metrics=met, timeline=tl,
+    a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
                  health=health, warnings=list(dict.fromkeys(warnings)))
-    _artifacts(bundle, a, io_model)
+    _artifacts(v, a)
     return a

@@ -36,9 +36,9 @@ from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe, disk_reason
 from profiler.collectors.files import file_size
 
-from profiler.bundle import OK, PARTIAL, CollectorRecord
+from profiler.bundle import OK, PARTIAL, CollectorRecord, members
 
-OUTPUT = "block.trace.gz"
+OUTPUT = members.BLOCK_TRACE
 EVENTS = ["block_rq_issue", "block_rq_complete"]
 OPTIONAL_EVENTS = ["block_rq_requeue", "block_rq_merge"]
 COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before stopping the trace

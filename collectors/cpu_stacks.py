@@ -26,9 +26,9 @@ from profiler.collectors.files import file_size
 from profiler.collectors.perf_collector import PerfCollector, pid_list
 from profiler.collectors.process import run_to_file, tail
 
-from profiler.bundle import FAILED, PARTIAL, CollectorRecord
+from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
 
-OUTPUT = "cpu.perf.txt.gz"
+OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 SCRIPT_FIELDS = "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
 
@@ -108,7 +108,7 @@ class RecordCollector(PerfCollector):
                 errpath.unlink()
         self.after_script(ctx, rec, counter)
         if self.keep_perf_data:
-            kept = f"{self.name}.perf.data"
+            kept = members.perf_data(self.name)
             data.replace(ctx.writer.path(kept))
             rec.files.append(kept)
 

@@ -45,10 +45,10 @@ from profiler.collectors.scope import (
     with_descendants,
 )
 
-from profiler.bundle import CollectorRecord
+from profiler.bundle import CollectorRecord, members
 
-OUTPUT = "offcpu.perf.txt.gz"
-INTERVALS = "offcpu.csv.gz"
+OUTPUT = members.OFFCPU_STACKS
+INTERVALS = members.OFFCPU_INTERVALS
 DELAYACCT = "/proc/sys/kernel/task_delayacct"
 
 # Lines of the second, stack-less pass (``-F pid,tid,time,event,trace``), the running task first:

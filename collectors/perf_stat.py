@@ -29,11 +29,11 @@ from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 from profiler.collectors.files import file_size
 from profiler.collectors.perf_collector import PerfCollector, perf_probe, pid_list
 
-from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
+from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
 SOFTWARE_EVENTS = ["task-clock", "context-switches", "cpu-migrations", "page-faults", "major-faults"]
 HARDWARE_EVENTS = ["cycles", "instructions", "cache-misses"]
-OUTPUT = "stat.csv"
+OUTPUT = members.STAT
 
 
 def interval_ms(seconds: float) -> int:

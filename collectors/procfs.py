@@ -30,9 +30,9 @@ from typing import IO, Any
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 
-from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
+from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
-FILE = "proc.jsonl.gz"
+FILE = members.PROC
 SLOW_HZ = 4.0  # process / system / cgroup / per-thread status records per second
 _READ = 4096
 

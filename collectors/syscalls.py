@@ -51,10 +51,10 @@ from profiler.collectors.scope import (
     with_descendants,
 )
 
-from profiler.bundle import FAILED, PARTIAL, CollectorRecord
+from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
 
-RATE_OUTPUT = "syscalls-rate.csv"
-OUTPUT = "syscalls.csv"
+RATE_OUTPUT = members.SYSCALLS_RATE
+OUTPUT = members.SYSCALLS
 EVENTS = ["raw_syscalls:sys_enter", "raw_syscalls:sys_exit"]
 PAIR_FIELDS = "comm,tid,time,event,trace"
 HEADER = "time,tid,comm,syscall,count,total_ns\n"
@@ -346,5 +346,5 @@ class Syscalls(PerfCollector):
         rec.stats.update({"calls": pairs.calls, "rows": pairs.rows, "blocked_at_end": still,
                           "unpaired_exits": pairs.unpaired_exits, "continued_into_window": pairs.continued})
         if self.keep_perf_data:
-            data.replace(ctx.writer.path("syscalls.perf.data"))
-            rec.files.append("syscalls.perf.data")
+            data.replace(ctx.writer.path(members.perf_data(self.name)))
+            rec.files.append(members.perf_data(self.name))

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.io import histograms as bh
+from profiler.analyzers.views.blockio import read_block_hist
 from profiler.collectors.base import CaptureContext, CaptureOptions
 from profiler.collectors.bcc.blockio import BccBlockIO
 from profiler.collectors.bcc.common import bcc_status
@@ -238,7 +239,7 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
     assert rec.status == "ok", rec.reason
     assert rec.started is not None and rec.ended is not None
     ref = _pairs_from_trace(text, rec.started, rec.ended)
-    h = bh.read_block_hist(Bundle.open(tmp_path / "cap"))
+    h = read_block_hist(Bundle.open(tmp_path / "cap"))
     assert h is not None and h.complete
     compared = 0
     for s in bh.latency_summary(h, quantiles=(50, 90, 99)):
@@ -438,7 +439,7 @@ def test_attach_backend_bcc_end_to_end(tmp_path):
     assert recs["syscalls"]["stats"]["events"] > 100
     assert recs["futex-waits"]["stats"]["events"] > 10
     b = Bundle.open(out)
-    assert bh.read_block_hist(b) is not None and not b.warnings
+    assert read_block_hist(b) is not None and not b.warnings
 
 
 @requires_bcc

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.io import histograms as bh
+from profiler.analyzers.views.blockio import read_block_hist
 
 from profiler.bundle import BundleWriter, ClockInfo, Manifest
 
@@ -67,7 +68,7 @@ def test_empty_histogram_has_no_percentiles():
 
 def test_real_capture_summary_matches_golden(tmp_path):
     b = bundle_with(tmp_path, FULL)
-    h = bh.read_block_hist(b)
+    h = read_block_hist(b)
     assert h is not None and h.complete and not b.warnings
     got = {
         "summary": [vars(s) for s in bh.latency_summary(h)],
@@ -87,7 +88,7 @@ def test_real_capture_summary_matches_golden(tmp_path):
 
 
 def test_heatmaps_keep_every_io(tmp_path):
-    h = bh.read_block_hist(bundle_with(tmp_path, FULL))
+    h = read_block_hist(bundle_with(tmp_path, FULL))
     assert h is not None
     per_slot = {}
     for s in h.slots:
@@ -104,7 +105,7 @@ def test_heatmaps_keep_every_io(tmp_path):
 
 
 def test_rate_series_is_per_slot(tmp_path):
-    h = bh.read_block_hist(bundle_with(tmp_path, FULL))
+    h = read_block_hist(bundle_with(tmp_path, FULL))
     assert h is not None
     rates = bh.rate_series(h, dev="254:0")
     assert len(rates) == len({s.t for s in h.slots if s.dev == "254:0"})
@@ -114,7 +115,7 @@ def test_rate_series_is_per_slot(tmp_path):
 
 def test_truncated_capture_reads_up_to_the_cut_with_a_warning(tmp_path):
     b = bundle_with(tmp_path, TRUNCATED)
-    h = bh.read_block_hist(b)
+    h = read_block_hist(b)
     assert h is not None and not h.complete
     assert h.slots, "the slots before the cut are kept"
     assert any("cut off" in w or "truncated" in w for w in b.warnings)
@@ -125,7 +126,7 @@ def test_missing_member_means_no_bcc_histograms(tmp_path):
     w.finish("ok")
     from profiler.bundle import Bundle
 
-    assert bh.read_block_hist(Bundle.open(tmp_path / "cap")) is None
+    assert read_block_hist(Bundle.open(tmp_path / "cap")) is None
 
 
 def test_foreign_file_is_refused():
@@ -136,7 +137,7 @@ def test_foreign_file_is_refused():
 
 
 def test_io_summary_has_the_verdicts_fields(tmp_path):
-    h = bh.read_block_hist(bundle_with(tmp_path, FULL))
+    h = read_block_hist(bundle_with(tmp_path, FULL))
     assert h is not None
     s = bh.io_summary(h)
     assert s["total"] == sum(x.count for x in h.slots)

@@ -22,6 +22,9 @@ from profiler.analyzers import analysis as anmod
 from profiler.analyzers.io import hist_heatmap as histheatmap
 from profiler.analyzers.io import histograms as bh
 from profiler.analyzers.verdict import metrics as metmod
+from profiler.analyzers.verdict.io import io_metrics_from_hist
+from profiler.analyzers.views import read_views
+from profiler.analyzers.views.blockio import read_block_hist
 
 from profiler.bundle import Bundle, BundleWriter, ClockInfo, Manifest
 from profiler.cli import main
@@ -54,8 +57,9 @@ def _evidence(report: dict, category: str) -> dict[str, float]:
 
 
 def test_io_metrics_from_histograms_match_the_golden_percentiles(tmp_path: Path) -> None:
-    b = _hist_only_bundle(tmp_path)
-    iom = metmod.io_metrics_from_hist(b, set(), 15.0)
+    h = read_block_hist(_hist_only_bundle(tmp_path))
+    assert h is not None
+    iom = io_metrics_from_hist(h, set(), 15.0)
     assert iom is not None and iom.source == "block.hist.jsonl.gz"
     golden = {(s["dev"], bh.OP_NAMES[s["op"]]): s for s in json.loads(GOLDEN.read_text())["summary"]}
     assert {(g.dev, g.op) for g in iom.groups} == set(golden)  # ops named as block.trace.gz names them
@@ -69,12 +73,12 @@ def test_io_metrics_from_histograms_match_the_golden_percentiles(tmp_path: Path)
         assert g.p50_ms <= g.p95_ms <= g.p99_ms <= g.max_ms
         assert g.iops == pytest.approx(g.count / 15.0)
     # without target tids, the collector's own target flag decides the share
-    assert iom.target_share == pytest.approx(bh.target_share(bh.read_block_hist(b)))
+    assert iom.target_share == pytest.approx(bh.target_share(h))
     assert iom.unpaired == 107
 
 
 def test_compute_takes_io_metrics_from_histograms_when_there_is_no_trace(tmp_path: Path) -> None:
-    m = metmod.compute(_hist_only_bundle(tmp_path))
+    m = metmod.compute(read_views(_hist_only_bundle(tmp_path)))
     golden = json.loads(GOLDEN.read_text())["summary"]
     assert m.io is not None and m.io.source == "block.hist.jsonl.gz"
     assert m.io.total == sum(s["count"] for s in golden)
@@ -109,7 +113,7 @@ def test_heatmap_panels_keep_every_io_in_one_cell() -> None:
 
 
 def test_heatmap_of_a_cut_off_capture_still_draws(tmp_path: Path) -> None:
-    h = bh.read_block_hist(_hist_only_bundle(tmp_path, SAMPLES / "block-hist-truncated.jsonl.gz"))
+    h = read_block_hist(_hist_only_bundle(tmp_path, SAMPLES / "block-hist-truncated.jsonl.gz"))
     assert h is not None and not h.complete
     model = histheatmap.from_hist(h)
     assert model is not None and sum(p.total for p in model.panels) == sum(s.count for s in h.slots)

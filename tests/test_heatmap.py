@@ -240,7 +240,7 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
 
 
 def test_render_io_for_the_report(tmp_path: Path) -> None:
-    from profiler.analyzers.io.stats import io_from_bundle
+    from profiler.analyzers.views.blockio import io_from_bundle
 
     from profiler.bundle import Bundle
 
@@ -253,10 +253,12 @@ def test_render_io_for_the_report(tmp_path: Path) -> None:
 
 def test_report_entry_points(tmp_path: Path) -> None:
     """What analyzers/analysis.py and metrics.py call: models from a bundle, and their pictures."""
+    from profiler.analyzers.views.blockio import io_from_bundle
+
     from profiler.bundle import Bundle
 
     b = Bundle.open(_bundle(tmp_path))
-    io = blockio.io_from_bundle(b)
+    io = io_from_bundle(b)
     cpu = subsecond.from_bundle(b)
     assert io is not None and cpu is not None and cpu.total > 0
     n = len(io.block.ios)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from profiler.analyzers.verdict import rules as vmod
 from profiler.analyzers.verdict.metrics import compute
+from profiler.analyzers.views import read_views
 
 from profiler.bundle import Bundle
 
@@ -41,7 +42,7 @@ def _metrics(name: str):
     path = SAMPLES / name
     if not (path / "manifest.json").is_file():
         pytest.skip(f"sample {name} not recorded")
-    return compute(Bundle.open(path))
+    return compute(read_views(Bundle.open(path)))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -1,8 +1,8 @@
 """The IO latency heatmap of a bcc capture: in-kernel histograms as heatmap panels (analyzers layer).
 
-The perf backend's heatmap (analyzers.heatmap) bins one (completion time, latency) pair per IO.
+The perf backend's heatmap (analyzers.io.heatmap) bins one (completion time, latency) pair per IO.
 The bcc backend has no pairs: per time slot, device and op it keeps a log-linear histogram
-(analyzers.bcc_hist). Its cells map onto the same ``heatmap.Heatmap`` matrix, so the same
+(analyzers.io.histograms). Its cells map onto the same ``heatmap.Heatmap`` matrix, so the same
 renderer draws both, with two honest differences:
 
 - columns are the collector's slots (``--interval``, 1 s by default), not a chosen step;
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from profiler.analyzers.io import histograms as bcc_hist
@@ -100,8 +99,3 @@ def from_hist(h: bcc_hist.BlockHist) -> HistHeatmap | None:
     totals = {"IOs": total, "unmatched completions": h.counters.get("unmatched_complete", 0),
               "in flight at stop": h.in_flight_at_stop}
     return HistHeatmap(panels=panels, subtitle=subtitle, totals=totals)
-
-
-def from_bundle(bundle: Any) -> HistHeatmap | None:
-    h = bcc_hist.read_block_hist(bundle)
-    return from_hist(h) if h is not None else None

@@ -11,7 +11,8 @@ have one bucket each; above, bucket ``S + (e - sub_bits) * S + s`` holds
 ``[(S + s) << (e - sub_bits), (S + s + 1) << (e - sub_bits))`` ns where ``e = floor(log2 v)``.
 A bucket is at most 1/S (6.25%) of its value wide; percentiles interpolate inside it.
 
-Pure functions over dataclasses; no printing.
+Pure functions over dataclasses; no printing. The report reads the member through
+analyzers.views.blockio, the one place that opens it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.bundle import Bundle
-from profiler.errors import InputError
+from profiler.bundle import members
 
-MEMBER = "block.hist.jsonl.gz"
+MEMBER = members.BLOCK_HIST
 FORMAT = "profiler.block-hist"
 DEFAULT_QUANTILES = (50.0, 90.0, 99.0, 99.9)
 OP_NAMES = {"R": "read", "W": "write", "D": "discard", "F": "flush", "O": "other"}
@@ -172,18 +172,6 @@ def _take(h: BlockHist, kind: Any, obj: dict[str, Any]) -> None:
         h.counters = {str(k): int(v) for k, v in (obj.get("counters") or {}).items()}
         h.devices = dict(obj.get("devices") or {})
         h.in_flight_at_stop = int(obj.get("in_flight_at_stop", 0))
-
-
-def read_block_hist(bundle: Bundle, name: str = MEMBER) -> BlockHist | None:
-    """The bundle's block IO histograms, or None when the bcc backend did not write them."""
-    if not bundle.has(name):
-        return None
-    try:
-        h = parse_block_hist(bundle.iter_lines(name))
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    bundle.warnings.extend(h.warnings)
-    return h
 
 
 # --------------------------------------------------------------------------- summaries

@@ -767,13 +767,6 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
     return p.finish()
 
 
-def io_from_bundle(bundle: Any, **kw: Any) -> Any:
-    """The IO analysis of a bundle (see :func:`profiler.analyzers.io.stats.io_from_bundle`)."""
-    from profiler.analyzers.io.stats import io_from_bundle as _io_from_bundle
-
-    return _io_from_bundle(bundle, **kw)
-
-
 # --------------------------------------------------------------------------- perf.data, read directly
 #
 # `perf script` spends ~3 us of CPU per event formatting text that we then parse again. For the

@@ -2,7 +2,8 @@
 
 IOPS, throughput, request sizes, in-flight requests (queue depth) and latency percentiles
 per interval and overall, split by op, device and issuer. The verdict and the report call
-:func:`io_from_bundle`; everything returned is plain data (``to_json()`` is JSON-ready).
+:func:`capture_io` (analyzers.views.blockio reads and pairs the trace); everything returned is
+plain data (``to_json()`` is JSON-ready).
 
 Percentiles use numpy's default ("linear") definition, computed per group on the exact
 latencies (not on histogram buckets), so they agree with ``np.percentile`` on the raw values.
@@ -18,10 +19,10 @@ import numpy as np
 from profiler.analyzers.io import pairing as blockio
 from profiler.analyzers.io.pairing import BlockIO
 
-from profiler.bundle import Bundle
+from profiler.bundle import Manifest, members
 
 QUANTILES = (50.0, 95.0, 99.0)
-BLOCK_MEMBER = "block.trace.gz"
+BLOCK_MEMBER = members.BLOCK_TRACE
 
 
 def group_percentiles(values: np.ndarray, groups: np.ndarray, ngroups: int, qs: tuple[float, ...] = QUANTILES) -> dict[str, np.ndarray]:
@@ -266,7 +267,8 @@ class IoAnalysis:
     @property
     def op(self) -> np.ndarray:
         """'read', 'write', 'flush', 'discard' or 'other' per IO."""
-        return np.asarray(blockio.OP_NAMES + ("other",) * (256 - len(blockio.OP_NAMES)), dtype=object)[self.block.ios["op"]]
+        names = np.asarray(blockio.OP_NAMES + ("other",) * (256 - len(blockio.OP_NAMES)), dtype=object)
+        return np.asarray(names[self.block.ios["op"]])
 
     @property
     def comm(self) -> np.ndarray:
@@ -322,11 +324,11 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
     )
 
 
-def targets_of(bundle: Bundle) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def targets_of(manifest: Manifest) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The target processes' tids (pid and every thread) and comms, from the manifest."""
     tids: list[int] = []
     comms: list[str] = []
-    for t in bundle.manifest.targets:
+    for t in manifest.targets:
         tids.append(t.pid)
         tids.extend(th.tid for th in t.threads)
         comms.append(t.comm)
@@ -334,37 +336,19 @@ def targets_of(bundle: Bundle) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return tuple(sorted(set(tids))), tuple(sorted(set(c for c in comms if c)))
 
 
-def block_from_bundle(bundle: Bundle) -> BlockIO | None:
-    """Parse and pair the bundle's block.trace.gz (None when the capture has none)."""
-    if not bundle.has(BLOCK_MEMBER):
-        return None
-    p = blockio.BlockPairer()
-    fh = bundle.open_binary(BLOCK_MEMBER)
-    with fh:
-        for chunk in blockio.iter_chunks(fh, warnings=p.warnings):
-            p.feed(chunk)
-    return p.finish()
-
-
-def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> IoAnalysis | None:
-    """The IO analysis of a capture bundle, or None when it holds no block trace.
+def capture_io(bio: BlockIO, manifest: Manifest, *, interval: float | None = None) -> IoAnalysis:
+    """The IO analysis of a capture's paired block IO (analyzers.views.blockio reads the trace).
 
     Intervals default to the capture's ``options.interval`` (1 s); times start at the block
     collector's start (or the first event), so series line up with the other collectors'.
     """
-    bio = block_from_bundle(bundle)
-    if bio is None:
-        return None
-    m = bundle.manifest
-    rec = m.collector("block-io")
+    rec = manifest.collector("block-io")
     t0 = rec.started if rec and rec.started is not None else None
     t1 = rec.ended if rec and rec.ended is not None else None
     if t0 is not None and bio.t_first is not None:
         t0 = min(t0, bio.t_first)
     if t1 is not None and bio.t_last is not None:
         t1 = max(t1, bio.t_last)
-    iv = interval or float(m.options.get("interval") or 1.0)
-    tids, comms = targets_of(bundle)
-    res = analyze_io(bio, interval=iv, t0=t0, t1=t1, target_tids=tids, target_comms=comms)
-    res.warnings.extend(bundle.warnings)
-    return res
+    iv = interval or float(manifest.options.get("interval") or 1.0)
+    tids, comms = targets_of(manifest)
+    return analyze_io(bio, interval=iv, t0=t0, t1=t1, target_tids=tids, target_comms=comms)

@@ -309,10 +309,3 @@ def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, n
     comm = str(recs[-1].get("comm") or "")
     return ThreadSeries(pid=key[0], tid=key[1], comm=comm, pool=pool_of(comm), t=t, cpu=cpu, state=state,
                         wait=wait, syscall=sc, run_delay=rd, blkio=bk, vcsw=vc, ivcsw=iv, wchans=wchans)
-
-
-def load(bundle: Any, name: str = "proc.jsonl.gz") -> ProcData | None:
-    """Parse a bundle's procfs samples, or None when the bundle has none."""
-    if not bundle.has(name):
-        return None
-    return parse_lines(bundle.iter_lines(name))

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from profiler.analyzers.io import histograms
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series import procfs as procmod
-from profiler.analyzers.verdict.metrics import IOEvents
+from profiler.analyzers.views import IOEvents, Syscalls
+
+from profiler.bundle import TargetInfo
 
 MAX_POINTS = 300
 
@@ -72,13 +75,26 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
     return out
 
 
-def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, t1: float | None,
+def _syscall_counts(syscalls: Syscalls | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(interval start, calls) of the syscalls.csv rows, every thread together; None when there are
+    none, or when an older bundle's syscalls-rate.csv gives the rate itself."""
+    if syscalls is None or syscalls.rate is not None or syscalls.rows is None:
+        return None
+    rows = [(r.time, r.count) for r in syscalls.rows if r.time is not None and r.count is not None]
+    if not rows:
+        return None
+    return np.asarray([t for t, _ in rows]), np.asarray([n for _, n in rows])
+
+
+def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float | None, t1: float | None,
           io: IOEvents | None = None, stat: perfstat.PerfStat | None = None, stat_start: float | None = None,
-          syscall_rate: perfstat.PerfStat | None = None, syscall_start: float | None = None,
-          io_hist: Any = None, syscall_counts: tuple[np.ndarray, np.ndarray] | None = None) -> Timeline:
-    """The timeline panels. ``io_hist``: the bcc backend's block IO histograms (analyzers.bcc_hist.BlockHist),
-    drawn when there are no per-IO events; ``syscall_counts``: (interval start, calls) from
-    syscalls.csv, drawn when there is no syscalls-rate.csv (the bcc backend writes none)."""
+          syscalls: Syscalls | None = None, syscall_start: float | None = None,
+          io_hist: histograms.BlockHist | None = None) -> Timeline:
+    """The timeline panels. ``io_hist``: the bcc backend's block IO histograms, drawn when there
+    are no per-IO events; ``syscalls``: an older bundle's syscalls-rate.csv rate when there is
+    one, else the syscalls.csv counts of every thread."""
+    syscall_rate = syscalls.rate if syscalls is not None else None
+    syscall_counts = _syscall_counts(syscalls)
     if t0 is None or t1 is None or t1 <= t0:
         return Timeline(t=[], step=1.0, t0=t0)
     span = t1 - t0
@@ -203,9 +219,9 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
         if p.series:
             tl.panels[key] = p
     if "syscalls" not in tl.panels and syscall_counts is not None and len(syscall_counts[0]):
-        st, sc = syscall_counts
-        idx = np.clip(np.searchsorted(edges, st, side="right") - 1, 0, len(edges) - 2)
-        rate = np.bincount(idx, weights=sc, minlength=len(edges) - 1) / step
+        calls_t, calls_n = syscall_counts
+        idx = np.clip(np.searchsorted(edges, calls_t, side="right") - 1, 0, len(edges) - 2)
+        rate = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1) / step
         tl.panels["syscalls"] = Panel("Syscalls (syscalls.csv counts, the targets)", "calls/s", {"calls": _clean(rate)})
     if stat is not None and stat_start is not None:
         tc = stat.series("task-clock")
@@ -224,11 +240,9 @@ def build(pd: procmod.ProcData | None, targets: list[Any], *, t0: float | None, 
     return tl
 
 
-def _hist_panels(tl: Timeline, h: Any, edges: np.ndarray, step: float) -> None:
+def _hist_panels(tl: Timeline, h: histograms.BlockHist, edges: np.ndarray, step: float) -> None:
     """IO latency and completions per timeline bucket from in-kernel histograms (a slot counts
     in the bucket where it starts; percentiles interpolated inside a histogram bucket)."""
-    from profiler.analyzers.io import histograms as bcc_hist
-
     n = len(edges) - 1
     merged: list[dict[int, int]] = [{} for _ in range(n)]
     top = [0] * n
@@ -243,7 +257,7 @@ def _hist_panels(tl: Timeline, h: Any, edges: np.ndarray, step: float) -> None:
     p99 = np.full(n, np.nan)
     for b in range(n):
         if merged[b]:
-            p50[b] = (bcc_hist.quantile_ns(merged[b], 50, h.sub_bits, top[b]) or np.nan) / 1e6
-            p99[b] = (bcc_hist.quantile_ns(merged[b], 99, h.sub_bits, top[b]) or np.nan) / 1e6
+            p50[b] = (histograms.quantile_ns(merged[b], 50, h.sub_bits, top[b]) or np.nan) / 1e6
+            p99[b] = (histograms.quantile_ns(merged[b], 99, h.sub_bits, top[b]) or np.nan) / 1e6
     tl.panels["io_latency"] = Panel("Block IO latency (bcc histograms)", "ms", {"p50": _clean(p50), "p99": _clean(p99)})
     tl.panels["io_iops"] = Panel("Block IO completions (bcc histograms)", "IO/s", {"IOPS": _clean(cnt / step)})

@@ -21,6 +21,8 @@ import numpy as np
 from profiler.analyzers.io.pairing import open_input
 from profiler.analyzers.stacks.perfscript import iter_samples
 
+from profiler.bundle import Bundle, members
+
 
 @dataclass
 class SampleTimes:
@@ -95,10 +97,10 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
     return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
 
 
-CPU_MEMBER = "cpu.perf.txt.gz"
+CPU_MEMBER = members.CPU_STACKS
 
 
-def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
+def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
     """Time zero for --from/--to: the capture start (``manifest.clock.monotonic_start``) when
     it precedes the samples, else None (then the first sample is used)."""
     start = bundle.manifest.clock.monotonic_start
@@ -107,7 +109,7 @@ def capture_origin(bundle: Any, t: np.ndarray) -> float | None:
     return None
 
 
-def from_bundle(bundle: Any, *, rows: int = 50) -> SubsecondHeatmap | None:
+def from_bundle(bundle: Bundle, *, rows: int = 50) -> SubsecondHeatmap | None:
     """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
     if not bundle.has(CPU_MEMBER):
         return None

@@ -19,9 +19,9 @@ from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters
 
-from profiler.bundle import PARTIAL, CollectorRecord
+from profiler.bundle import PARTIAL, CollectorRecord, members
 
-MEMBER = "block.hist.jsonl.gz"
+MEMBER = members.BLOCK_HIST
 FORMAT = "profiler.block-hist"
 SUB_BITS = 4
 MAX_EXP = 40

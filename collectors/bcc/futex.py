@@ -27,10 +27,10 @@ from profiler.collectors.bcc.common import (
     stack_addresses,
 )
 
-from profiler.bundle import PARTIAL, CollectorRecord
+from profiler.bundle import PARTIAL, CollectorRecord, members
 
-MEMBER = "futex.folded.gz"
-SUMMARY = "futex.summary.json"
+MEMBER = members.FUTEX_FOLDED
+SUMMARY = members.FUTEX_SUMMARY
 COUNTERS = ["entered", "paired", "fstart_full", "waits_full", "locks_full", "user_stack_collision", "user_stack_error"]
 EEXIST = 17
 TOP_LOCKS = 50

@@ -30,10 +30,10 @@ from profiler.collectors.bcc.common import (
     stack_addresses,
 )
 
-from profiler.bundle import PARTIAL, CollectorRecord
+from profiler.bundle import PARTIAL, CollectorRecord, members
 
-MEMBER = "offcpu.folded.gz"
-SUMMARY = "offcpu.summary.json"
+MEMBER = members.OFFCPU_FOLDED
+SUMMARY = members.OFFCPU_SUMMARY
 STATES = {0: "runnable", 1: "sleep", 2: "disk", 3: "other"}
 COUNTERS = ["switch_out", "switch_in", "offstart_full", "blocked_full",
             "user_stack_collision", "user_stack_error", "kernel_stack_collision", "kernel_stack_error",

@@ -18,9 +18,9 @@ from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters, syscall_name
 
-from profiler.bundle import PARTIAL, CollectorRecord
+from profiler.bundle import PARTIAL, CollectorRecord, members
 
-MEMBER = "syscalls.csv"
+MEMBER = members.SYSCALLS
 HEADER = "time,tid,comm,syscall,count,total_ns\n"
 COUNTERS = ["enters", "exits", "start_full", "counts_full", "began_before"]
 SETTLE_NS = 50_000_000

@@ -35,6 +35,7 @@ from profiler.bundle import (
     CollectorRecord,
     LoadInfo,
     Manifest,
+    members,
 )
 from profiler.collectors import host
 from profiler.collectors import process as _proc
@@ -257,7 +258,7 @@ class Session:
 
     def _start_load(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
         assert self.load_argv
-        log_name = "load.log"
+        log_name = members.LOAD_LOG
         info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic())
         writer.manifest.load = info
         logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - handed to the child, closed below

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle import members
 from profiler.cli._common import parse_duration
 from profiler.cli.attach import capture, make_options
 from profiler.errors import CapabilityError
@@ -66,7 +67,7 @@ def command(
         except subprocess.TimeoutExpired:
             workload.kill()
             workload.wait()
-    report = out / "report.html"
+    report = out / members.REPORT
     if report.exists():
         typer.echo(f"profiler: report written to {report}")
 

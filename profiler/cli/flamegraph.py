@@ -35,7 +35,7 @@ from profiler.analyzers.stacks.folding import (
     parse_folded,
 )
 from profiler.analyzers.stacks.perfscript import iter_samples
-from profiler.bundle import Bundle, looks_like_bundle
+from profiler.bundle import Bundle, looks_like_bundle, members
 from profiler.cli._common import check_output
 from profiler.errors import CapabilityError, InputError, UsageError
 from profiler.renderers.flamegraph_svg import SvgOptions, render
@@ -283,7 +283,7 @@ def load(
         return _load_offcpu(input, kind, bundle, opts)
     if kind == "bundle":
         assert bundle is not None
-        name = "cpu.perf.txt.gz" if bundle.has("cpu.perf.txt.gz") else "cpu.perf.txt"
+        name = members.CPU_STACKS if bundle.has(members.CPU_STACKS) else "cpu.perf.txt"
         if not bundle.has(name):
             raise InputError(f"{input} has no CPU stacks (cpu.perf.txt.gz): was the cpu-stacks collector skipped?")
         with open(bundle.path(name), "rb") as fh:
@@ -329,13 +329,13 @@ def _load_offcpu(input: str, kind: str, bundle: Bundle | None, opts: FoldOptions
     intervals = None
     if kind == "bundle":
         assert bundle is not None
-        name = "offcpu.perf.txt.gz" if bundle.has("offcpu.perf.txt.gz") else "offcpu.perf.txt"
+        name = members.OFFCPU_STACKS if bundle.has(members.OFFCPU_STACKS) else "offcpu.perf.txt"
         if not bundle.has(name):
-            if bundle.has("offcpu.folded.gz"):
+            if bundle.has(members.OFFCPU_FOLDED):
                 return _load_bcc_offcpu(input, bundle, opts)
             raise InputError(f"{input} has no off-CPU evidence (offcpu.perf.txt.gz): was the offcpu-stacks collector skipped?")
-        if bundle.has("offcpu.csv.gz"):
-            intervals = read_intervals(bundle.iter_lines("offcpu.csv.gz"))
+        if bundle.has(members.OFFCPU_INTERVALS):
+            intervals = read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
         lines = bundle.iter_lines(name)
         source = f"{input}/{name}"
     elif kind == "perf.data":
@@ -392,7 +392,7 @@ def _load_bcc_offcpu(input: str, bundle: Bundle, opts: FoldOptions) -> Loaded:
     """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
     from profiler.knowledge import pool_of
 
-    counts = parse_folded(bundle.iter_lines("offcpu.folded.gz"))
+    counts = parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED))
     if opts.pools:
         pooled: dict[str, int] = {}
         for k, v in counts.items():

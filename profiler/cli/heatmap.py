@@ -20,7 +20,7 @@ from profiler.analyzers.io import heatmap
 from profiler.analyzers.io import pairing as blockio
 from profiler.analyzers.io import stats as iostats
 from profiler.analyzers.stacks import subsecond
-from profiler.bundle import Bundle, looks_like_bundle
+from profiler.bundle import Bundle, looks_like_bundle, members
 from profiler.cli._common import check_output
 from profiler.errors import BundleError, CapabilityError, InputError, UsageError
 from profiler.renderers import heatmap_svg
@@ -161,10 +161,10 @@ def _load(input: str, *, cpu: bool, units_time: str, units_latency: str) -> _Sou
         b = Bundle.open(path)
         src.bundle, src.name = b, str(path)
         if cpu:
-            if not b.has("cpu.perf.txt.gz"):
+            if not b.has(members.CPU_STACKS):
                 raise BundleError(f"{path} holds no cpu.perf.txt.gz (cpu-stacks collector: {_status(b, 'cpu-stacks')})")
             src.kind = "cpu"
-            with b.open_binary("cpu.perf.txt.gz") as fh:
+            with b.open_binary(members.CPU_STACKS) as fh:
                 src.samples = subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
             return src
         if not b.has(iostats.BLOCK_MEMBER):
@@ -300,7 +300,7 @@ def command(
         if not len(bio.ios):
             raise InputError(f"{src.name}: no issue/completion pairs found ({bio.counts.events} block events)")
         t, lat = bio.ios["t_complete"], bio.ios["latency"]
-        tids, comms = iostats.targets_of(src.bundle) if src.bundle else ((), ())
+        tids, comms = iostats.targets_of(src.bundle.manifest) if src.bundle else ((), ())
         if by == "none":
             groups = {"all IOs": np.ones(len(t), bool)}
         elif by == "comm":

@@ -71,7 +71,7 @@ def _render(a: Analysis) -> str:
                        f"util {fmt.pct(d.util)}, queue {d.queue_depth:.1f}")
         out += ["```", ""]
     if m.io is not None:
-        out += ["### Block IO (" + ("in-kernel histograms" if m.io.source == "block.hist.jsonl.gz" else "traced") + ")", "", "| device | op | IOs | IOPS | p50 | p99 | max | by targets |",
+        out += ["### Block IO (" + ("in-kernel histograms" if m.io.histograms else "traced") + ")", "", "| device | op | IOs | IOPS | p50 | p99 | max | by targets |",
                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for g in m.io.groups[:8]:
             out.append(f"| {g.dev} | {g.op} | {g.count} | {g.iops:.0f} | {g.p50_ms:.2f} ms | {g.p99_ms:.2f} ms | {g.max_ms:.1f} ms | {fmt.pct(g.target_share)} |")

@@ -11,11 +11,11 @@ from pathlib import Path
 from profiler.analyzers.analysis import Analysis, analyze
 from profiler.analyzers.io import heatmap
 from profiler.analyzers.io.stats import IoAnalysis
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, members
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 
-REPORT_NAME = "report.html"  # the tool's own derived file inside a bundle, rewritten on each analysis
+REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rewritten on each analysis
 
 
 def analysis_of(bundle_dir: str | Path) -> Analysis:

@@ -1,33 +1,27 @@
-"""The capture bundle (the contract between collectors and analyzers): manifest model, writer, loader.
+"""The bundle manifest (bundle layer): its model, parsing and validation, and migrations.
 
-A bundle is a directory holding ``manifest.json`` and the raw files the collectors wrote
-(see docs/bundle.md). Collectors write through :class:`BundleWriter`; analyzers read
-through :class:`Bundle`. The manifest is versioned; older versions load with defaults filled
-in, newer ones are refused with a clear message. Every file name a manifest mentions must
-stay inside the bundle.
+``manifest.json`` says what was captured, how each collector ran and which member files it
+wrote. It is versioned: older versions load with defaults filled in (``_MIGRATIONS`` upgrades
+them step by step), newer ones are refused with a clear message. Every file name a manifest
+mentions must stay inside the bundle (:func:`check_member_name`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gzip
-import io
 import json
-import os
 import time
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from profiler import __version__
-from profiler.errors import BundleError, OutputExists
+from profiler.bundle.members import MANIFEST
+from profiler.errors import BundleError
 
 SCHEMA = "profiler.bundle"
 VERSION = 1
-MANIFEST = "manifest.json"
 
 # Collector and bundle status words.
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
@@ -183,7 +177,7 @@ _NESTED: dict[tuple[str, str], tuple[str, type]] = {
 
 # Upgrades from older manifest versions, applied in order: version N -> N+1.
 # (v1 is the first released version; the table is where v2 will put its step.)
-_MIGRATIONS: dict[int, Any] = {}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
 def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
@@ -230,167 +224,3 @@ def check_member_name(name: str) -> str:
     if p.is_absolute() or ".." in p.parts or name.startswith("~"):
         raise BundleError(f"manifest names a file outside the bundle: {name!r}")
     return name
-
-
-# --------------------------------------------------------------------------- reading
-
-
-class Bundle:
-    """A capture bundle opened for reading (post-mortem or right after a capture)."""
-
-    def __init__(self, root: Path, manifest: Manifest) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.warnings: list[str] = []
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Bundle:
-        root = Path(path)
-        if not root.exists():
-            raise BundleError(f"no capture bundle at {root}")
-        if not root.is_dir():
-            raise BundleError(f"{root} is a file, not a capture bundle directory")
-        mpath = root / MANIFEST
-        if not mpath.is_file():
-            if not any(root.iterdir()):
-                raise BundleError(f"{root} is empty: not a capture bundle")
-            raise BundleError(f"{root} is not a capture bundle (no {MANIFEST})")
-        try:
-            text = mpath.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BundleError(f"cannot read {mpath}: {exc}") from None
-        return cls(root, parse_manifest(text, str(mpath)))
-
-    @property
-    def partial(self) -> bool:
-        return self.manifest.status != OK
-
-    def path(self, name: str) -> Path:
-        """The path of a member file, refusing names (or symlinks) that leave the bundle."""
-        check_member_name(name)
-        p = self.root / name
-        with contextlib.suppress(OSError):
-            if p.exists() and not p.resolve().is_relative_to(self.root.resolve()):
-                raise BundleError(f"bundle member {name!r} points outside the bundle")
-        return p
-
-    def has(self, name: str) -> bool:
-        return self.path(name).is_file()
-
-    def open_binary(self, name: str) -> IO[bytes]:
-        """Open a member for reading bytes; ``.gz`` members are decompressed transparently."""
-        p = self.path(name)
-        try:
-            if name.endswith(".gz"):
-                return gzip.open(p, "rb")
-            return open(p, "rb")
-        except OSError as exc:
-            raise BundleError(f"cannot read {name} in {self.root}: {exc.strerror or exc}") from None
-
-    def open_text(self, name: str) -> IO[str]:
-        return io.TextIOWrapper(self.open_binary(name), encoding="utf-8", errors="replace", newline="")
-
-    def iter_lines(self, name: str) -> Iterator[str]:
-        """Yield the member's lines (without newline); a truncated file ends early with a warning."""
-        n = 0
-        try:
-            with self.open_text(name) as fh:
-                for line in fh:
-                    n += 1
-                    yield line.rstrip("\r\n")
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            self.warnings.append(f"{name} is truncated or corrupted after {n} lines ({exc}); using what was read")
-
-    def read_text(self, name: str) -> str:
-        return "\n".join(self.iter_lines(name))
-
-
-def looks_like_bundle(path: str | os.PathLike[str]) -> bool:
-    return (Path(path) / MANIFEST).is_file()
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-class BundleWriter:
-    """Creates a bundle directory and keeps its manifest current as collectors finish."""
-
-    def __init__(self, root: str | os.PathLike[str], manifest: Manifest, *, force: bool = False) -> None:
-        self.root = Path(root)
-        self.manifest = manifest
-        if self.root.exists():
-            if not self.root.is_dir():
-                raise OutputExists(f"{self.root} exists and is not a directory")
-            if any(self.root.iterdir()) and not force:
-                raise OutputExists(f"{self.root} exists and is not empty: pass --force to overwrite it")
-            if force:
-                for child in self.root.iterdir():
-                    if child.is_file() or child.is_symlink():
-                        child.unlink()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputExists(f"cannot create {self.root}: {exc.strerror or exc}") from None
-        if not manifest.created:
-            manifest.created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(manifest.clock.wall_start or time.time()))
-        self.save()
-
-    def path(self, name: str) -> Path:
-        check_member_name(name)
-        return self.root / name
-
-    def save(self) -> None:
-        """Rewrite the manifest atomically (called whenever a collector changes state)."""
-        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
-
-    def record(self, rec: CollectorRecord) -> None:
-        """Add or replace a collector's record and persist the manifest."""
-        for i, old in enumerate(self.manifest.collectors):
-            if old.name == rec.name:
-                self.manifest.collectors[i] = rec
-                break
-        else:
-            self.manifest.collectors.append(rec)
-        for name in rec.files:
-            check_member_name(name)
-        self.save()
-
-    @contextlib.contextmanager
-    def open_member(self, name: str, *, compress: bool | None = None) -> Iterator[IO[bytes]]:
-        """Open a member for writing under a temporary name; renamed into place on close.
-
-        On an exception the partial file is still renamed into place (a partial capture keeps
-        what it has), and the exception propagates.
-        """
-        final = self.path(name)
-        tmp = final.with_name(f".{final.name}.tmp")
-        gz = name.endswith(".gz") if compress is None else compress
-        raw = open(tmp, "wb")
-        fh: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) if gz else raw
-        try:
-            yield fh
-        finally:
-            try:
-                if fh is not raw:
-                    fh.close()
-                raw.flush()
-                os.fsync(raw.fileno())
-            finally:
-                raw.close()
-                os.replace(tmp, final)
-
-    def finish(self, status: str, reason: str | None = None) -> None:
-        self.manifest.status = status
-        self.manifest.reason = reason
-        self.manifest.ended = time.monotonic()
-        self.save()

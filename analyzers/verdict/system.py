@@ -1,0 +1,50 @@
+"""Host-wide metrics from the procfs sampler's system series (analyzers layer): CPU busy and
+iowait shares, pressure stall (PSI), memory and swap, disks."""
+
+from __future__ import annotations
+
+from profiler.analyzers.series import procfs as procmod
+from profiler.analyzers.verdict.model import DiskMetrics, SystemMetrics
+
+
+def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics | None:
+    if pd is None or pd.system is None or len(pd.system.t) < 2:
+        return None
+    s = pd.system
+    span = float(s.t[-1] - s.t[0])
+    ncpu = int(s.last("ncpu") or host_cpus or 0)
+    sm = SystemMetrics(ncpu=ncpu)
+    deltas = {k: s.delta(f"cpu.{k}") or 0.0 for k in
+              ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")}
+    tot = sum(deltas.values())
+    if tot > 0:
+        busy = tot - deltas["idle"] - deltas["iowait"]
+        sm.cpu_util, sm.iowait, sm.steal = busy / tot, deltas["iowait"] / tot, deltas["steal"] / tot
+    sm.procs_blocked, sm.procs_running = s.mean("procs_blocked"), s.mean("procs_running")
+    for res in ("cpu", "io", "memory"):
+        for kind_ in ("some", "full"):
+            d = s.delta(f"psi.{res}.{kind_}_total")
+            if d is not None and span > 0:
+                sm.psi[f"{res}_{kind_}"] = 100.0 * d / 1e6 / span
+    sm.mem_total = s.last("mem.total")
+    av = s.mean("mem.available")
+    if av is not None and sm.mem_total:
+        sm.mem_available_share = av / sm.mem_total
+    sm.swap_used = s.last("mem.swap_used")
+    si, so = s.rate("vm.pswpin"), s.rate("vm.pswpout")
+    if si is not None or so is not None:
+        sm.swap_io_rate = (si or 0.0) + (so or 0.0)
+    sm.majflt_rate = s.rate("vm.pgmajfault")
+    sm.direct_reclaim_rate = s.rate("vm.pgscan_direct")
+    disks = sorted({k.split(".")[1] for k in s.values if k.startswith("disks.")})
+    for disk in disks:
+        def r(f: str, disk: str = disk) -> float:
+            return s.rate(f"disks.{disk}.{f}") or 0.0
+        ios = r("reads") + r("writes")
+        waited = r("read_ms") + r("write_ms")
+        sm.disks.append(DiskMetrics(
+            name=disk, util=min(1.0, r("io_ticks_ms") / 1000.0), iops=ios, read_iops=r("reads"), write_iops=r("writes"),
+            read_bps=r("read_sectors") * 512, write_bps=r("write_sectors") * 512,
+            await_ms=(waited / ios) if ios > 0 else None, queue_depth=r("time_in_queue_ms") / 1000.0))
+    sm.disks.sort(key=lambda x: (-x.iops, x.name))
+    return sm

@@ -1,0 +1,105 @@
+"""Bundle views (analyzers layer): each member of a capture bundle read once, into a typed view.
+
+``read_views(bundle)`` is the one place an analysis opens bundle members: it reads each member
+at most once (streaming, in one pass), and hides what differs between the perf and the bcc
+backend. Everything downstream (the verdict's metrics, the timeline, the report's pictures)
+takes these views, never the bundle. Which member feeds which view: docs/bundle.md#views.
+
+  view             perf backend                          bcc backend
+  proc             proc.jsonl.gz                         proc.jsonl.gz
+  stat             stat.csv                              stat.csv
+  syscalls         syscalls.csv (older: syscalls-rate.csv) syscalls.csv
+  cpu              cpu.perf.txt.gz                       cpu.perf.txt.gz
+  offcpu           offcpu.perf.txt.gz + offcpu.csv.gz    offcpu.folded.gz
+  io               block.trace.gz                        block.hist.jsonl.gz
+  waits            (none)                                futex.summary.json, futex.folded.gz,
+                                                         offcpu.summary.json
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from profiler.analyzers.series import perfstat
+from profiler.analyzers.series.procfs import ProcData, parse_lines
+from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
+from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
+from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
+from profiler.analyzers.views.stacks import (
+    OFFCPU_MAX_SWITCHES,
+    CpuStacks,
+    OffCpu,
+    read_cpu_stacks,
+    read_offcpu,
+)
+
+from profiler.bundle import Bundle, Manifest, members
+
+# The evidence sources the verdict reports on: source -> (collector, the members that hold it)
+SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "procfs": ("procfs", (members.PROC,)),
+    "perf-stat": ("perf-stat", (members.STAT,)),
+    "cpu-stacks": ("cpu-stacks", (members.CPU_STACKS,)),
+    "offcpu": ("offcpu-stacks", (members.OFFCPU_STACKS, members.OFFCPU_FOLDED)),
+    "block-io": ("block-io", (members.BLOCK_TRACE, members.BLOCK_HIST)),
+    "syscalls": ("syscalls", (members.SYSCALLS, members.SYSCALLS_RATE)),
+}
+_KNOWN = tuple(dict.fromkeys(m for _, files in SOURCES.values() for m in files))
+
+
+@dataclass
+class BundleViews:
+    """One capture, every member read once."""
+
+    root: str  # the bundle directory
+    manifest: Manifest
+    present: frozenset[str]  # the evidence members the bundle holds
+    proc: ProcData | None = None
+    stat: perfstat.PerfStat | None = None
+    syscalls: Syscalls | None = None
+    cpu: CpuStacks | None = None
+    offcpu: OffCpu | None = None
+    io: BlockIo | None = None
+    waits: WaitTotals | None = None
+    warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
+
+    def has(self, member: str) -> bool:
+        return member in self.present
+
+    def source_status(self, collector: str, files: tuple[str, ...]) -> str:
+        """'ok', 'missing', 'partial: why', 'skipped: why', 'failed: why' or 'other format: ...'."""
+        rec = self.manifest.collector(collector)
+        if rec is not None and rec.status in ("skipped", "failed"):
+            return f"{rec.status}: {rec.reason or 'no reason given'}"
+        if any(f in self.present for f in files):
+            if rec is not None and rec.status == "partial":
+                return f"partial: {rec.reason or ''}".rstrip(": ")
+            return "ok"
+        if rec is not None and rec.files:
+            # e.g. the bcc backend's in-kernel histograms: captured, but not the files the verdict reads
+            return f"other format: {rec.backend} wrote {', '.join(rec.files)} (not read by the verdict yet)"
+        return "missing"
+
+
+def read_views(bundle: Bundle) -> BundleViews:
+    """Read every member an analysis uses, each once. Never raises on a missing or cut-off member;
+    a member that cannot be parsed keeps its error in its view (the report says why)."""
+    present = frozenset(m for m in _KNOWN + (members.OFFCPU_INTERVALS, members.FUTEX_SUMMARY, members.FUTEX_FOLDED,
+                                             members.OFFCPU_SUMMARY) if bundle.has(m))
+    v = BundleViews(root=str(bundle.root), manifest=bundle.manifest, present=present)
+    seen = len(bundle.warnings)
+    v.proc = parse_lines(bundle.iter_lines(members.PROC)) if members.PROC in present else None
+    v.offcpu = read_offcpu(bundle)
+    v.syscalls = read_syscalls(bundle)
+    v.stat = read_stat(bundle)
+    v.waits = read_wait_totals(bundle)
+    v.io = read_block_io(bundle)
+    v.cpu = read_cpu_stacks(bundle)
+    v.warnings = bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
+    return v
+
+
+__all__ = [
+    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "OffCpu", "SyscallRow",
+    "Syscalls", "WaitTotals", "read_views",
+]

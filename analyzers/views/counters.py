@@ -1,0 +1,74 @@
+"""Views of the interval counters (analyzers layer): stat.csv, and the syscall counts of syscalls.csv
+or, in older bundles, syscalls-rate.csv.
+
+Both backends write syscalls.csv: per interval, thread and syscall, how many calls and how long
+they took. A perf-backend bundle from an older version has syscalls-rate.csv instead: a
+``perf stat -I`` count of raw_syscalls:sys_enter for all targets together, no names, no times.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+from profiler.analyzers.series import perfstat
+
+from profiler.bundle import Bundle, members
+
+
+def read_stat(bundle: Bundle) -> perfstat.PerfStat | None:
+    """stat.csv (perf stat -I CSV), or None when the capture has none."""
+    if not bundle.has(members.STAT):
+        return None
+    return perfstat.parse(bundle.iter_lines(members.STAT))
+
+
+@dataclass(frozen=True)
+class SyscallRow:
+    """One syscalls.csv row. A field that does not parse is None (a cut-off line, a bad value)."""
+
+    time: float | None  # start of the interval (CLOCK_MONOTONIC s)
+    tid: int | None  # an empty tid reads as 0
+    syscall: str
+    count: float | None  # an empty count reads as 0
+    total_ns: float | None  # an empty time reads as 0
+
+
+@dataclass
+class Syscalls:
+    """The targets' syscalls: per-thread rows (syscalls.csv) and/or an all-targets rate
+    (syscalls-rate.csv; bundles of some older versions hold both)."""
+
+    rows: list[SyscallRow] | None = None  # syscalls.csv
+    rate: perfstat.PerfStat | None = None  # syscalls-rate.csv
+
+
+def _float(text: str | None, blank: float | None) -> float | None:
+    if text is None:
+        return None
+    if text == "":
+        return blank
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _row(raw: dict[str, str]) -> SyscallRow:
+    tid: int | None
+    try:
+        tid = int(raw.get("tid") or 0)
+    except ValueError:
+        tid = None
+    return SyscallRow(time=_float(raw.get("time"), None), tid=tid, syscall=raw.get("syscall") or "?",
+                      count=_float(raw.get("count") or "", 0.0), total_ns=_float(raw.get("total_ns") or "", 0.0))
+
+
+def read_syscalls(bundle: Bundle) -> Syscalls | None:
+    """The syscalls members the capture holds, or None when it has neither."""
+    out = Syscalls()
+    if bundle.has(members.SYSCALLS):
+        out.rows = [_row(r) for r in csv.DictReader(bundle.iter_lines(members.SYSCALLS))]
+    if bundle.has(members.SYSCALLS_RATE):
+        out.rate = perfstat.parse(bundle.iter_lines(members.SYSCALLS_RATE))
+    return out if out.rows is not None or out.rate is not None else None

@@ -1,0 +1,49 @@
+"""Every member file name of a capture bundle, in one place (bundle layer).
+
+Collectors write these names, analyzers and verbs read them: spell a member through its
+constant here, never as a string literal. docs/bundle.md says what each holds and which
+collector writes it; docs/bundle.md#views says which analysis view reads it.
+"""
+
+from __future__ import annotations
+
+MANIFEST = "manifest.json"
+
+# perf stat -I (and the kernel's per-thread counters): interval counters of the targets
+STAT = "stat.csv"
+# the procfs sampler: per-thread and per-process /proc samples, cgroup and system counters
+PROC = "proc.jsonl.gz"
+# cpu-clock stack samples as `perf script` text (both backends)
+CPU_STACKS = "cpu.perf.txt.gz"
+
+# off-CPU evidence: the perf backend's sched_switch stacks and their exact switch-out/in pairs ...
+OFFCPU_STACKS = "offcpu.perf.txt.gz"
+OFFCPU_INTERVALS = "offcpu.csv.gz"
+# ... or the bcc backend's blocked time summed in the kernel per stack, and its per-thread totals
+OFFCPU_FOLDED = "offcpu.folded.gz"
+OFFCPU_SUMMARY = "offcpu.summary.json"
+
+# block IO: the perf backend's block_rq_* trace (one event per line) ...
+BLOCK_TRACE = "block.trace.gz"
+# ... or the bcc backend's in-kernel latency histograms per time slot
+BLOCK_HIST = "block.hist.jsonl.gz"
+
+# syscalls: per-thread counts and times per interval (both backends) ...
+SYSCALLS = "syscalls.csv"
+# ... or, in bundles from older versions, a perf stat -I count of raw_syscalls:sys_enter
+SYSCALLS_RATE = "syscalls-rate.csv"
+
+# futex waits (bcc backend): time waited per stack, and per-thread totals
+FUTEX_FOLDED = "futex.folded.gz"
+FUTEX_SUMMARY = "futex.summary.json"
+
+# `profiler run`: the load command's output
+LOAD_LOG = "load.log"
+# the report `profiler attach` / `profiler analyze` writes beside the evidence
+REPORT = "report.html"
+
+
+def perf_data(collector: str) -> str:
+    """The perf.data a collector keeps with ``--keep-perf-data`` (e.g. ``cpu-stacks.perf.data``)."""
+    return f"{collector}.perf.data"
+

@@ -1,0 +1,105 @@
+"""Writing a capture bundle (bundle layer): the directory, members and manifest, all atomic.
+
+Collectors write members through :meth:`BundleWriter.open_member` (a temporary name renamed
+into place on close, so a reader never sees half a member under its final name, though a
+capture cut mid-way keeps what it wrote); the session records each collector's state with
+:meth:`BundleWriter.record`, which rewrites ``manifest.json`` atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, cast
+
+from profiler.bundle.manifest import CollectorRecord, Manifest, check_member_name
+from profiler.bundle.members import MANIFEST
+from profiler.errors import OutputExists
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class BundleWriter:
+    """Creates a bundle directory and keeps its manifest current as collectors finish."""
+
+    def __init__(self, root: str | os.PathLike[str], manifest: Manifest, *, force: bool = False) -> None:
+        self.root = Path(root)
+        self.manifest = manifest
+        if self.root.exists():
+            if not self.root.is_dir():
+                raise OutputExists(f"{self.root} exists and is not a directory")
+            if any(self.root.iterdir()) and not force:
+                raise OutputExists(f"{self.root} exists and is not empty: pass --force to overwrite it")
+            if force:
+                for child in self.root.iterdir():
+                    if child.is_file() or child.is_symlink():
+                        child.unlink()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputExists(f"cannot create {self.root}: {exc.strerror or exc}") from None
+        if not manifest.created:
+            manifest.created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(manifest.clock.wall_start or time.time()))
+        self.save()
+
+    def path(self, name: str) -> Path:
+        check_member_name(name)
+        return self.root / name
+
+    def save(self) -> None:
+        """Rewrite the manifest atomically (called whenever a collector changes state)."""
+        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
+
+    def record(self, rec: CollectorRecord) -> None:
+        """Add or replace a collector's record and persist the manifest."""
+        for i, old in enumerate(self.manifest.collectors):
+            if old.name == rec.name:
+                self.manifest.collectors[i] = rec
+                break
+        else:
+            self.manifest.collectors.append(rec)
+        for name in rec.files:
+            check_member_name(name)
+        self.save()
+
+    @contextlib.contextmanager
+    def open_member(self, name: str, *, compress: bool | None = None) -> Iterator[IO[bytes]]:
+        """Open a member for writing under a temporary name; renamed into place on close.
+
+        On an exception the partial file is still renamed into place (a partial capture keeps
+        what it has), and the exception propagates.
+        """
+        final = self.path(name)
+        tmp = final.with_name(f".{final.name}.tmp")
+        gz = name.endswith(".gz") if compress is None else compress
+        raw = open(tmp, "wb")
+        fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)) if gz else raw
+        try:
+            yield fh
+        finally:
+            try:
+                if fh is not raw:
+                    fh.close()
+                raw.flush()
+                os.fsync(raw.fileno())
+            finally:
+                raw.close()
+                os.replace(tmp, final)
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        self.manifest.status = status
+        self.manifest.reason = reason
+        self.manifest.ended = time.monotonic()
+        self.save()
