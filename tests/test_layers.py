@@ -76,14 +76,9 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, ...]] = {}
 
 # Modules whose docstring does not name its layer yet, and the branch that owns them (issue 12).
 KNOWN_UNNAMED: dict[str, str] = {
-    "profiler/bundle.py": "reno-views",
     "profiler/usecases/__init__.py": "reno-inputs",
-    "analyzers/__init__.py": "reno-views",
     "analyzers/stacks/__init__.py": "reno-inputs",
     "analyzers/stacks/flame.py": "reno-inputs",
-    "analyzers/io/__init__.py": "reno-views",
-    "analyzers/series/__init__.py": "reno-views",
-    "analyzers/verdict/__init__.py": "reno-views",
 }
 
 _FOLDERS = {"collectors", "analyzers", "templates"}  # repository folders installed under profiler.*
