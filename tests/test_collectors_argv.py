@@ -67,9 +67,12 @@ def test_kernel_counters_count_a_real_process(tmp_path: Path) -> None:
     # but the part after the last full interval (at most one interval of CPU).
     assert before is not None and after is not None
     used, counted = after - before, ms.sum() / 1000.0
-    assert used > 0.1, used  # it did run
+    assert used >= 0.03, used  # it did run (three ticks, even on a crowded host)
     assert used - 0.2 - 0.03 <= counted <= used + 0.03, (counted, used)
-    assert ps.rate("context-switches") > 50  # ~200 sleeps a second
+    # every 4 ms of CPU ends in a sleep, so at least one switch per 4 ms it ran (half, for the
+    # window's edges), whatever the host's load
+    switches = ps.events["context-switches"][1].sum()
+    assert switches >= 0.5 * (used - 0.2) / 0.004 and switches > 0, (switches, used)
 
 
 def test_interval_is_whole_milliseconds_and_at_least_ten() -> None:
