@@ -114,11 +114,15 @@ def _packages() -> list[str]:
 def modules() -> list[Module]:
     """Every module of the package, found where the installed package's import system finds it."""
     out: list[Module] = []
-    for pkg in _packages():
+    packages = _packages()
+    for pkg in packages:
         spec = importlib.util.find_spec(pkg)
         assert spec is not None and spec.submodule_search_locations, (
             f"package {pkg} (pyproject.toml) is not importable: reinstall with pip install -e '.[dev]'")
         for where in spec.submodule_search_locations:
+            unlisted = [f"{pkg}.{d.name}" for d in sorted(Path(where).iterdir())
+                        if (d / "__init__.py").is_file() and f"{pkg}.{d.name}" not in packages]
+            assert not unlisted, f"packages missing from pyproject.toml's packages (never installed): {unlisted}"
             for path in sorted(Path(where).glob("*.py")):
                 name = pkg if path.stem == "__init__" else f"{pkg}.{path.stem}"
                 out.append(Module(name, path, path.stem == "__init__"))
