@@ -8,8 +8,20 @@ import pytest
 
 from profiler.cli import command, main
 
-VERBS: dict[str, Any] = dict(command().commands)
-PID_VERBS = {"attach", "run", "doctor", "flamegraph"}  # --pid names a target (a filter in flamegraph)
+
+
+def _leaves(cmd: Any, prefix: str = "") -> dict[str, Any]:
+    """Every verb that runs something, by its full name ("cluster attach"); groups are walked."""
+    out: dict[str, Any] = {}
+    for name, sub in getattr(cmd, "commands", {}).items():
+        full = f"{prefix}{name}"
+        out.update(_leaves(sub, full + " ") if getattr(sub, "commands", None) else {full: sub})
+    return out
+
+
+VERBS: dict[str, Any] = _leaves(command())
+# --pid names a target (a filter in flamegraph)
+PID_VERBS = {"attach", "run", "doctor", "flamegraph", "cluster attach", "cluster run"}
 
 
 def _opts(verb: str) -> dict[str, Any]:
@@ -40,7 +52,7 @@ def test_flags_mean_one_thing(verb: str) -> None:
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_help_shows_flags_bare(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([verb, "--help"]) == 0
+    assert main([*verb.split(), "--help"]) == 0
     out = capsys.readouterr().out
     assert "<bool>" not in out
     assert "--help" in out and "Examples" in out
