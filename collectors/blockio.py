@@ -1,4 +1,4 @@
-"""Block IO requests, system-wide, through a private tracefs instance (capture layer) -> block.trace.gz.
+"""Block IO requests, system-wide, through a private tracefs instance (collectors layer) -> block.trace.gz.
 
 Why not ``perf record -a -e block:block_rq_issue,block:block_rq_complete``: measured on a mostly
 idle 2-core VM it kept 83K of 725K completions (completions run in the idle task's interrupt
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.collectors import process as _proc
-from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.base import CaptureContext, CollectorBase, Probe, disk_reason
+from profiler.collectors.files import file_size
 
 from profiler.bundle import OK, PARTIAL, CollectorRecord, members
 
@@ -249,9 +250,10 @@ class TraceCounter:
                 self.target_issues += 1
 
 
-class BlockIO:
+class BlockIO(CollectorBase):
     name = "block-io"
     backend = "tracefs"
+    rec: CollectorRecord
 
     def __init__(self, buffer_kb: int | None = None, check_balance: bool = True) -> None:
         self.buffer_kb = buffer_kb
@@ -363,7 +365,7 @@ class BlockIO:
         return self.died
 
     def size(self) -> int:
-        return _proc.file_size(self.out_tmp) if self.out_tmp else 0
+        return file_size(self.out_tmp) if self.out_tmp else 0
 
     def request_stop(self) -> None:
         """Stop the trace and its counter at the same moment (before the other collectors finish)."""
@@ -424,7 +426,7 @@ class BlockIO:
             rec.status = PARTIAL if reasons else OK
             rec.reason = "; ".join(reasons) or None
         except OSError as exc:
-            rec.status, rec.reason = PARTIAL, _proc.disk_reason(exc)
+            rec.status, rec.reason = PARTIAL, disk_reason(exc)
             rec.ended = rec.ended or time.monotonic()
         finally:
             self._teardown(ctx)

@@ -1,4 +1,4 @@
-"""Target resolution for ``--pid`` (profiler layer): names and numbers to live processes.
+"""Target resolution for ``--pid`` (capture layer): names and numbers to live processes.
 
 Rules, in order, for each ``--pid`` value:
 
@@ -8,39 +8,25 @@ Rules, in order, for each ``--pid`` value:
    if none, whose command line contains it. Several matches mean several targets.
 
 The profiler itself and its ancestors (the shell, sudo) never match: their command lines
-contain the name being searched for.
+contain the name being searched for. ``Target`` itself lives with the collectors, which
+capture it (collectors/base.py).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 try:
     import psutil
 except ImportError:  # a remote host of a cluster capture may have only python3: read /proc ourselves
     psutil = None
 
+from profiler.collectors.base import Target
 from profiler.errors import TargetError
-from profiler.knowledge import target_kind
 
-
-@dataclass(frozen=True)
-class Target:
-    pid: int
-    comm: str
-    exe: str | None = None
-    cmdline: tuple[str, ...] = field(default_factory=tuple)
-    matched_by: str = "pid"  # pid | comm | exe | name-substring | cmdline
-    query: str = ""
-
-    @property
-    def kind(self) -> str | None:
-        return target_kind(self.comm, self.exe, list(self.cmdline))
-
-    def describe(self) -> str:
-        return f"{self.comm} (pid {self.pid})"
+__all__ = ["Target", "closest", "match_name", "resolve", "target_from_pid"]
 
 
 def _pid_max() -> int:
@@ -175,7 +161,7 @@ def _base(path: str | None) -> str:
 
 def match_name(query: str, procs: list[tuple[int, str, str | None, tuple[str, ...]]]) -> tuple[str, list[int]]:
     """Apply the name rules to a process snapshot; returns (rule, pids)."""
-    tiers = [
+    tiers: list[tuple[str, Callable[[str, str | None, tuple[str, ...]], bool]]] = [
         ("comm", lambda c, e, a: c == query or (len(query) > 15 and c == query[:15])),
         ("exe", lambda c, e, a: _base(e) == query or (bool(a) and _base(a[0]) == query)),
         ("name-substring", lambda c, e, a: query in c or query in _base(e)),

@@ -1,4 +1,4 @@
-"""The typer CLI (thin): one module per verb; errors become one line and a distinct exit code.
+"""The typer CLI (cli layer, thin): one module per verb; errors become one line and a distinct exit code.
 
 Nothing imports this package; it imports the rest.
 """
