@@ -9,7 +9,6 @@ import pytest
 from profiler.cli import command, main
 
 
-
 def _leaves(cmd: Any, prefix: str = "") -> dict[str, Any]:
     """Every verb that runs something, by its full name ("cluster attach"); groups are walked."""
     out: dict[str, Any] = {}

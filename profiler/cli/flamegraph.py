@@ -1,5 +1,7 @@
-"""`profiler flamegraph`: one flame graph from perf.data, perf script text, folded stacks, a pprof
-profile or a bundle (CLI layer)."""
+"""`profiler flamegraph`: one flame graph from any stack input (cli layer).
+
+Inputs: perf.data, perf script text, folded stacks, a pprof profile or a bundle.
+"""
 
 from __future__ import annotations
 
