@@ -81,7 +81,6 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, ...]] = {}
 KNOWN_UNNAMED: dict[str, str] = {
     "profiler/usecases/__init__.py": "reno-inputs",
     "analyzers/stacks/__init__.py": "reno-inputs",
-    "analyzers/stacks/flame.py": "reno-inputs",
 }
 
 _FOLDERS = {"collectors", "analyzers", "templates"}  # repository folders installed under profiler.*
