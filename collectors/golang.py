@@ -1,4 +1,4 @@
-"""What a Go executable says about itself (capture layer): its build info and its function table.
+"""What a Go executable says about itself (collectors layer): its build info and its function table.
 
 Two sections every Go binary keeps, even stripped (``go build -ldflags=-s -w``, ``strip``):
 

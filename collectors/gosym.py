@@ -1,4 +1,4 @@
-"""Names for the frames of stripped Go binaries in perf script output (capture layer).
+"""Names for the frames of stripped Go binaries in perf script output (collectors layer).
 
 Go keeps frame pointers (amd64 since Go 1.7; arm64 in later releases), so ``perf record --call-graph
 fp`` walks goroutine stacks as well as C ones. Naming the frames is the problem: perf reads

@@ -1,4 +1,4 @@
-"""Which runtime built a target, from its executable (capture layer) -> the manifest's ``runtime_info``.
+"""Which runtime built a target, from its executable (collectors layer) -> the manifest's ``runtime_info``.
 
 Read through ``/proc/PID/exe`` (the binary the process runs, even in a container or deleted),
 in this order, the first answer wins:
