@@ -448,12 +448,12 @@
   function cpuHeatmap() {
     var hm = PAGE.cpu_heatmap, holder = document.getElementById("cpu-heatmap");
     if (!hm || !holder) return;
-    var cols = hm.counts.length, rows = hm.rows, cw = Math.max(4, Math.min(18, Math.floor(1000 / Math.max(1, cols)))), ch = 6;
+    var cols = hm.counts.length, rows = hm.rows, cw = Math.max(4, Math.min(36, Math.floor(1000 / Math.max(1, cols)))), ch = 6;
     var max = 0;
     hm.counts.forEach(function (c) { c.forEach(function (v) { if (v > max) max = v; }); });
-    var Wd = cols * cw + 50, Hd = rows * ch + 24;
+    var Wd = cols * cw + 62, Hd = rows * ch + 24;
     var svg = el("svg", {viewBox: "0 0 " + Wd + " " + Hd, width: Wd, height: Hd, "class": "cpu-heatmap"}, holder);
-    var g = el("g", {transform: "translate(44,4)"}, svg);
+    var g = el("g", {transform: "translate(56,4)"}, svg);
     for (var c = 0; c < cols; c++) {
       for (var r = 0; r < rows; r++) {
         var v = hm.counts[c][r];

@@ -138,18 +138,17 @@ class Browser:
         """Every URL the page asked the network for."""
         return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
 
-    def center(self, selector: str) -> tuple[float, float]:
-        """The middle of the first element matching ``selector``, scrolled into view (page pixels)."""
-        box = self.js(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            if (!e) return null; e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
-            return [r.left, r.top, r.width, r.height]; }})()""")
-        if box is None:
-            raise LookupError(f"no element matches {selector}")
-        return box[0] + box[2] / 2, box[1] + box[3] / 2
+    def center(self, selector: str, scroll: bool = True) -> tuple[float, float]:
+        """The middle of the first element matching ``selector`` in viewport pixels (scrolled into
+        view first unless ``scroll`` is False)."""
+        x, y, w, h = self.box(selector, scroll)
+        return x + w / 2, y + h / 2
 
-    def box(self, selector: str) -> tuple[float, float, float, float]:
+    def box(self, selector: str, scroll: bool = True) -> tuple[float, float, float, float]:
+        """(left, top, width, height) of the first element matching ``selector``, viewport pixels."""
+        into = "e.scrollIntoView({block: 'center'});" if scroll else ""
         b = self.js(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            if (!e) return null; e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
+            if (!e) return null; {into} const r = e.getBoundingClientRect();
             return [r.left, r.top, r.width, r.height]; }})()""")
         if b is None:
             raise LookupError(f"no element matches {selector}")

@@ -94,7 +94,7 @@ _CAPTURED = (("samples", "samples"), ("switches", "context switches"), ("events"
              ("completions", "IO completions"), ("intervals", "intervals"), ("rows", "rows"), ("calls", "calls"),
              ("ticks", "ticks"), ("ios", "IOs"), ("waits", "waits"), ("stacks", "stacks"))
 _PROBLEMS = ("lost", "dropped", "missed_events", "ring_buffer_lost", "lost_user_stacks", "lost_kernel_stacks",
-             "stack_collisions", "unpaired", "timeouts", "late_ticks")
+             "stack_collisions", "timeouts", "late_ticks")
 
 
 def stat_value(v: Any) -> str:
