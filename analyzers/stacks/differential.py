@@ -1,4 +1,4 @@
-"""The differential flame graph model: a tree sized by one capture, each frame carrying how much
+"""The differential flame graph model (analyzers layer): a tree sized by one capture, each frame carrying how much
 it grew or shrank against another (analyzers layer)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`profiler flamegraph`: one flame graph from perf.data, perf script text, folded stacks, a pprof
+"""`profiler flamegraph` (cli layer): one flame graph from perf.data, perf script text, folded stacks, a pprof
 profile or a bundle (CLI layer)."""
 
 from __future__ import annotations

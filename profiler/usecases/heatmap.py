@@ -1,4 +1,4 @@
-"""An IO latency heatmap from block events or `time latency` pairs, or the sub-second heatmap of
+"""An IO latency heatmap (usecases layer) from block events or `time latency` pairs, or the sub-second heatmap of
 CPU samples (use case).
 
 Composes the block readers of profiler.inputs (bundle member, perf.data read directly or
