@@ -136,29 +136,14 @@ def classify_stack(st: ParsedStack, runtime: str | None) -> WaitClass | None:
         if any(k in joined for k in _KERNEL_LOCK):
             return WaitClass(FUTEX, lock=True)
         return WaitClass(IO)
-    if "futex" in joined and any(kw.is_lock_frame(kw.normalise(f)) for f in _first_meaningful(st.user)):
-        return WaitClass(FUTEX, lock=True)
     w = kw.match_frames(st.user, runtime)
-    if w is not None:
+    if w is kw.LOCK:
+        return WaitClass(FUTEX, lock=True)
+    if isinstance(w, kw.IdleWait):
         return WaitClass(_kind_class(w), w.key)
     wchan = next((k for k in st.kernel if not k.startswith(("__traceiter", "__schedule", "schedule", "__x64_sys",
                                                             "do_syscall", "entry_SYSCALL"))), None)
     return classify_sample("S", st.syscall, wchan, runtime)
-
-
-def _first_meaningful(frames: list[str], n: int = 2) -> list[str]:
-    out = []
-    for f in frames:
-        g = kw.normalise(f)
-        if kw.is_lock_frame(g):
-            out.append(g)
-        elif kw.is_plumbing(g):
-            continue
-        else:
-            out.append(g)
-        if len(out) >= n:
-            break
-    return out
 
 
 def mechanism(st: ParsedStack) -> str:

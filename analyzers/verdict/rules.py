@@ -439,8 +439,11 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # makes its waiters block and wake constantly.
         ev.append(_ev("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
         score *= 0.4 + 0.6 * ramp(tm.busy_vcsw_rate, "lock.switches")
-    if tm.active_threads < 2:
-        score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
+    # One thread cannot contend with itself (a futex wait there is a handoff), but single-threaded
+    # processes of one program (PostgreSQL backends, nginx workers) contend with each other.
+    peers = sum(t.active_threads for t in m.targets if (t.kind or t.comm) == (tm.kind or tm.comm))
+    if max(tm.active_threads, peers) < 2:
+        score *= 0.5
     if tm.vcsw_rate is not None and tm.active_threads:
         ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
     bits = [f"{tm.active_threads} busy threads spend {_pct(fut)} of their time waiting in futex"]

@@ -169,8 +169,11 @@ LOCK_FRAMES = (
     "std::sys::sync::rwlock", "spin::mutex", "runtime.lock2", "runtime.lockWithRank",
     "sync.(*Mutex).lockSlow", "sync.(*RWMutex)", "ssux_lock_impl", "srw_mutex_impl", "srw_lock_impl",
     "inline_mysql_mutex_lock", "safe_mutex_lock", "lock_wait", "LWLockAcquire", "PGSemaphoreLock",
-    "LockAcquire", "__GI___pthread_mutex_lock",
+    "LockAcquire", "ProcSleep", "XactLockTableWait", "LockBufferForCleanup", "__GI___pthread_mutex_lock",
 )
+# A wait for another thread or process to let go of something: it may sit in futex, a semaphore or
+# even epoll (PostgreSQL's heavyweight lock waits sleep on their latch: epoll_wait under ProcSleep),
+# so a lock frame anywhere in the first FRAME_DEPTH meaningful frames makes the wait contention.
 
 # Syscalls that wait for IO the caller needs now (the work path waiting on storage).
 SYNC_IO_SYSCALLS = frozenset({
@@ -187,8 +190,9 @@ COMMIT_SYSCALLS = frozenset({"fsync", "fdatasync", "sync_file_range", "msync", "
 
 def entries_for(runtime: str | None) -> list[IdleWait]:
     """The entries that may apply to a target of this runtime (None: unknown): the generic and
-    program entries always, the runtime entries (go, rust, jvm) only for their runtime."""
-    return [w for w in IDLE_WAITS if w.runtime not in _RUNTIMES or w.runtime == runtime]
+    program entries always, the runtime entries (go, rust, jvm) only for their runtime, and first."""
+    own = [w for w in IDLE_WAITS if runtime is not None and w.runtime == runtime]
+    return own + [w for w in IDLE_WAITS if w.runtime not in _RUNTIMES and w not in own]
 
 
 _RUNTIMES = ("go", "rust", "jvm")
@@ -224,20 +228,25 @@ def frame_hit(frame: str, pattern: str) -> bool:
     return not (nxt.isalnum() or nxt == "_")
 
 
-def match_frames(frames: list[str], runtime: str | None = None) -> IdleWait | None:
-    """The idle-by-design wait a user stack (innermost first) names, or None.
+class _Lock:
+    """The sentinel ``match_frames`` returns for a lock acquire."""
 
-    Plumbing is skipped; a lock-acquire frame before the first meaningful frame means
-    contention (None); otherwise the first ``FRAME_DEPTH`` meaningful frames are looked up,
-    innermost first.
-    """
+    def __repr__(self) -> str:
+        return "LOCK"
+
+
+LOCK = _Lock()
+
+
+def match_frames(frames: list[str], runtime: str | None = None) -> IdleWait | _Lock | None:
+    """What a user stack (innermost first) says the thread waits for: ``LOCK`` when one of its
+    first ``FRAME_DEPTH`` meaningful frames (plumbing skipped) acquires a lock; else the
+    idle-by-design table entry the first of those frames to match names; else None."""
     meaningful: list[str] = []
     for raw in frames:
         f = normalise(raw)
         if is_lock_frame(f):
-            if not meaningful:
-                return None
-            break
+            return LOCK
         if is_plumbing(f):
             continue
         meaningful.append(f)
