@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.analyzers.io import hist_heatmap
+from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.series import timeline as tlmod
 from profiler.analyzers.stacks import flame, subsecond
 from profiler.analyzers.verdict import metrics as metmod
@@ -129,13 +129,13 @@ def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
                             + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
 
 
-def _io_trace_heatmap(v: BundleViews) -> Any:
-    """The perf backend's IO analysis (the heatmap renderer bins its per-IO latencies)."""
+def _io_trace_heatmap(v: BundleViews) -> heatmap.LatencyHeatmap | None:
+    """The perf backend's IO latency heatmap: its paired IOs binned, a panel per op."""
     if v.io is None:
         return None
     if members.BLOCK_TRACE in v.io.errors:
         raise v.io.errors[members.BLOCK_TRACE]
-    return v.io.analysis
+    return heatmap.from_io(v.io.analysis) if v.io.analysis is not None else None
 
 
 def _io_hist_heatmap(v: BundleViews) -> hist_heatmap.HistHeatmap | None:

@@ -41,16 +41,16 @@ import sys, time
 t0 = time.perf_counter()
 import profiler.cli
 t1 = time.perf_counter()
-from profiler.analyzers.stacks.folding import parse_folded
+from profiler.inputs.folded import parse_folded
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
-from profiler.renderers.flamegraph_svg import render
+from profiler.renderers.flamegraph_svg import RENDERER
 t2 = time.perf_counter()
 with open(sys.argv[1]) as f:
     counts = parse_folded(f)
 t3 = time.perf_counter()
 root = build_tree(counts, min_fraction=0.1 / 1180)
 t4 = time.perf_counter()
-svg = render(FlameGraph(root))
+svg = RENDERER.render(FlameGraph(root))
 t5 = time.perf_counter()
 print(t3 - t2, t4 - t3, t5 - t4, t1 - t0)
 """

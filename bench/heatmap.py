@@ -191,6 +191,8 @@ def inner(args: argparse.Namespace) -> int:
     from profiler.analyzers.io import heatmap
     from profiler.analyzers.io import pairing as blockio
 
+    from profiler.inputs import blocktrace, perfdata_blocks
+
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # Streaming path first (what the CLI runs): its peak RSS growth is the memory we report.
     direct = open(args.path, "rb").read(8) == b"PERFILE2"
@@ -201,7 +203,7 @@ def inner(args: argparse.Namespace) -> int:
     n = len(bio.ios)
     del bio
     t, c = time.perf_counter(), time.process_time()
-    events = blockio.read_perf_data_events(args.path)[0] if direct else blockio.read_events(args.path)
+    events = perfdata_blocks.read_block_events(args.path)[0] if direct else blocktrace.read_events(args.path)
     t_parse, c_parse = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     ios = blockio.pair_events(events, inplace=True).ios

@@ -13,7 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.io import pairing as blockio
-from profiler.analyzers.io.pairing import COMPLETE, ISSUE, MERGE, REQUEUE
+
+from profiler.inputs import blocktrace
+from profiler.inputs.blocktrace import COMPLETE, ISSUE, MERGE, REQUEUE
+from profiler.inputs.perfdata_blocks import PerfDataUnsupported
+from profiler.inputs.streams import iter_chunks
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "block"
 TRACES = sorted(p.name for p in SAMPLES.glob("*.txt") if not p.name.startswith("pairs"))
@@ -60,7 +64,7 @@ def test_pairing_matches_plain_reference(name: str) -> None:
     ref, ref_uc = _ref_pairs(SAMPLES / name)
     ours = {
         (round(float(r["t_issue"]), 6), round(float(r["t_complete"]), 6), int(r["dev"]) >> 20,
-         -1 if r["op"] == blockio.OP_FLUSH and r["bytes"] == 0 else int(r["sector"]))
+         -1 if r["op"] == blocktrace.OP_FLUSH and r["bytes"] == 0 else int(r["sector"]))
         for r in bio.ios
     }
     assert ours == ref
@@ -89,18 +93,18 @@ def test_counts_match_golden(name: str) -> None:
 
 @pytest.mark.parametrize("name", TRACES)
 def test_fast_parser_agrees_with_regex_path(name: str) -> None:
-    ev = blockio.read_events(SAMPLES / name)
-    comms = blockio._CommTable()
+    ev = blocktrace.read_events(SAMPLES / name)
+    comms = blocktrace.CommTable()
     rows = []
     for line in (SAMPLES / name).read_bytes().splitlines():
-        rec = blockio._parse_slow(line, comms)
+        rec = blocktrace.parse_line(line, comms)
         if rec is not None:
             rows.append(rec)
-    ref = np.zeros(len(rows), blockio.EVENT_DTYPE)
+    ref = np.zeros(len(rows), blocktrace.EVENT_DTYPE)
     for i, r in enumerate(rows):
         ref[i] = (r[0], r[6], r[2], r[5], r[7], r[9], r[8], r[1], r[3], r[4])
     assert len(ev) == len(ref)
-    for f in blockio.EVENT_DTYPE.names:
+    for f in blocktrace.EVENT_DTYPE.names:
         if f == "comm":
             continue
         if f == "t":
@@ -114,7 +118,7 @@ def test_chunk_boundaries_do_not_matter(chunk: int) -> None:
     data = (SAMPLES / "requeue.txt").read_bytes()
     whole = blockio.parse_block_text(data)
     p = blockio.BlockPairer()
-    for part in blockio.iter_chunks(io.BytesIO(data), size=chunk):
+    for part in iter_chunks(io.BytesIO(data), size=chunk):
         p.feed(part)
     pieces = p.finish()
     assert np.array_equal(whole.ios, pieces.ios)
@@ -150,22 +154,22 @@ def test_requeue_pairs_with_the_reissue() -> None:
 def test_merges_are_counted_not_paired() -> None:
     bio = blockio.read_block_trace(SAMPLES / "merges.txt")
     assert bio.counts.merges > 0
-    kinds = blockio.read_events(SAMPLES / "merges.txt")["kind"]
+    kinds = blocktrace.read_events(SAMPLES / "merges.txt")["kind"]
     assert int(np.count_nonzero(kinds == MERGE)) == bio.counts.merges
 
 
 def test_flush_and_discard_pair() -> None:
     bio = blockio.read_block_trace(SAMPLES / "flush-discard.txt")
     ops = set(bio.ios["op"].tolist())
-    assert blockio.OP_FLUSH in ops and blockio.OP_DISCARD in ops
-    fl = bio.ios[bio.ios["op"] == blockio.OP_FLUSH]
+    assert blocktrace.OP_FLUSH in ops and blocktrace.OP_DISCARD in ops
+    fl = bio.ios[bio.ios["op"] == blocktrace.OP_FLUSH]
     assert (fl["bytes"] == 0).all() and (fl["latency"] > 0).all()
     assert (fl["sector"] == np.uint64(0xFFFFFFFFFFFFFFFF)).all()
 
 
 def test_two_devices_do_not_cross_pair() -> None:
     bio = blockio.read_block_trace(SAMPLES / "two-devices.txt")
-    assert {blockio.dev_name(int(d)) for d in np.unique(bio.ios["dev"])} == {"7:0", "254:0"}
+    assert {blocktrace.dev_name(int(d)) for d in np.unique(bio.ios["dev"])} == {"7:0", "254:0"}
     lines = (
         "fio-1 [000] ..... 10.000000: block_rq_issue: 7,0 R 4096 () 800 + 8 [fio]\n"
         "fio-1 [000] ..... 10.000010: block_rq_issue: 254,0 R 4096 () 800 + 8 [loop0]\n"
@@ -173,7 +177,7 @@ def test_two_devices_do_not_cross_pair() -> None:
         "<idle>-0 [000] ..s.. 10.000400: block_rq_complete: 7,0 R () 800 + 8 [0]\n"
     )
     b = blockio.parse_block_text(lines)
-    by_dev = {blockio.dev_name(int(r["dev"])): float(r["latency"]) for r in b.ios}
+    by_dev = {blocktrace.dev_name(int(r["dev"])): float(r["latency"]) for r in b.ios}
     assert by_dev == pytest.approx({"7:0": 0.0004, "254:0": 0.00029})
 
 
@@ -214,12 +218,12 @@ def test_odd_payload_goes_through_the_regex_path() -> None:
     ev = blockio.parse_block_chunks([lines.encode()])
     assert ev.counts.events == 4 and ev.counts.skipped_lines == 0
     fua = ev.ios[ev.ios["sector"] == 2048]
-    assert len(fua) == 1 and fua["flags"][0] & blockio.FLAG_FUA and fua["flags"][0] & blockio.FLAG_SYNC
-    assert blockio.op_name(int(fua["op"][0]), int(fua["flags"][0]), with_flags=True) == "write+sync+fua"
+    assert len(fua) == 1 and fua["flags"][0] & blocktrace.FLAG_FUA and fua["flags"][0] & blocktrace.FLAG_SYNC
+    assert blocktrace.op_name(int(fua["op"][0]), int(fua["flags"][0]), with_flags=True) == "write+sync+fua"
 
 
 def test_event_kinds_are_read() -> None:
-    ev = blockio.read_events(SAMPLES / "merges.txt")
+    ev = blocktrace.read_events(SAMPLES / "merges.txt")
     assert {ISSUE, COMPLETE, REQUEUE, MERGE} == set(np.unique(ev["kind"]).tolist())
 
 
@@ -268,7 +272,7 @@ def test_perf_data_read_directly(tmp_path: Path) -> None:
     got = {"counts": bio.counts.to_json(), "comms": bio.comms,
            "latency_sum_us": round(float(bio.ios["latency"].sum()) * 1e6, 3)}
     assert got == golden
-    assert {blockio.dev_name(int(d)) for d in np.unique(bio.ios["dev"])} == {"7:0"}
+    assert {blocktrace.dev_name(int(d)) for d in np.unique(bio.ios["dev"])} == {"7:0"}
     assert (np.diff(bio.ios["t_complete"]) >= 0).all()
 
 
@@ -289,5 +293,5 @@ def test_perf_data_direct_read_matches_perf_script(tmp_path: Path) -> None:
 def test_not_every_perf_data_is_read_directly(tmp_path: Path) -> None:
     bad = tmp_path / "x.data"
     bad.write_bytes(b"PERFILE2" + b"\0" * 200)
-    with pytest.raises(blockio.PerfDataUnsupported):
+    with pytest.raises(PerfDataUnsupported):
         blockio.read_perf_data(bad)

@@ -7,21 +7,20 @@ import xml.dom.minidom
 from pathlib import Path
 
 import pytest
+from profiler.analyzers.stacks.differential import differential
 from profiler.analyzers.stacks.flame import (
     FlameGraph,
     Node,
     build_tree,
     diff_color,
-    differential,
     frame_color,
     frame_kind,
-    offcpu_folded,
-    wait_reason,
 )
-from profiler.analyzers.stacks.folding import parse_folded
-from profiler.analyzers.stacks.perfscript import iter_samples
+from profiler.analyzers.stacks.offcpu import offcpu_folded, wait_reason
 
-from profiler.renderers.flamegraph_svg import SvgOptions, render
+from profiler.inputs.folded import parse_folded
+from profiler.inputs.perfscript import iter_samples
+from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 TINY = SAMPLES / "folded" / "tiny.folded"
@@ -42,12 +41,12 @@ def test_tree_totals_and_pruned_build_agree() -> None:
     main = pruned.children["app"].children["main"]
     assert set(main.children) == {"run", "idle"}
     assert "runtime.mallocgc" not in pruned.children["app"].children
-    opts = SvgOptions(test_mode=True, min_width=0.15 * 1180)
-    assert render(FlameGraph(full), opts) == render(FlameGraph(pruned), opts)
+    opts = FlameGraphOptions(test_mode=True, min_width=0.15 * 1180)
+    assert RENDERER.render(FlameGraph(full), opts) == RENDERER.render(FlameGraph(pruned), opts)
 
 
 def test_golden_svg_test_mode() -> None:
-    svg = render(FlameGraph(build_tree(tiny()), title="tiny <test>", subtitle="a & b"), SvgOptions(test_mode=True))
+    svg = RENDERER.render(FlameGraph(build_tree(tiny()), title="tiny <test>", subtitle="a & b"), FlameGraphOptions(test_mode=True))
     golden = SAMPLES / "folded" / "tiny.svg"
     assert svg == golden.read_text()
 
@@ -55,7 +54,7 @@ def test_golden_svg_test_mode() -> None:
 def test_svg_is_valid_xml_with_script_and_escaped_names() -> None:
     counts = tiny()
     counts["app;evil</title><script>alert(1)</script>;\x01ctl\x7f"] = 4
-    svg = render(FlameGraph(build_tree(counts), title="<b>t</b>"))
+    svg = RENDERER.render(FlameGraph(build_tree(counts), title="<b>t</b>"))
     doc = xml.dom.minidom.parseString(svg.encode())
     scripts = doc.getElementsByTagName("script")
     assert len(scripts) == 1  # ours only: the frame name stayed text
@@ -71,7 +70,7 @@ def test_inverted_puts_root_on_top() -> None:
         m = re.search(r'<title>all \(.*?<rect x="[\d.]+" y="(\d+)"', svg)
         assert m
         return int(m.group(1))
-    assert root_y(render(g, SvgOptions(inverted=True))) < root_y(render(g))
+    assert root_y(RENDERER.render(g, FlameGraphOptions(inverted=True))) < root_y(RENDERER.render(g))
 
 
 def test_kinds_and_deterministic_colours() -> None:
@@ -136,13 +135,15 @@ def test_node_repr_and_walk() -> None:
 @pytest.mark.parametrize("inverted", [False, True])
 def test_many_unique_stacks_render(inverted: bool) -> None:
     counts = {f"p;f{i % 97};g{i % 1013};h{i}": 1 + i % 5 for i in range(20000)}
-    svg = render(FlameGraph(build_tree(counts, min_fraction=0.1 / 1180)), SvgOptions(inverted=inverted))
+    svg = RENDERER.render(FlameGraph(build_tree(counts, min_fraction=0.1 / 1180)), FlameGraphOptions(inverted=inverted))
     xml.dom.minidom.parseString(svg.encode())
     assert svg.count("<g data-i=") < 2000  # pruned to what can be seen
 
 
 def test_offcpu_switch_events_and_interval_csv() -> None:
-    from profiler.analyzers.stacks.flame import offcpu_by_reason, read_intervals
+    from profiler.analyzers.stacks.offcpu import offcpu_by_reason
+
+    from profiler.inputs.bundles import read_intervals
 
     with open(SAMPLES / "perf-script-collectors" / "switch-events-offcpu.txt") as f:
         counts, stats = offcpu_folded(iter_samples(f))
@@ -163,7 +164,7 @@ def test_offcpu_switch_events_and_interval_csv() -> None:
 
 def test_pruned_build_with_odd_names_matches_full_build() -> None:
     counts = {"a;b": 5, "a;b\x00x;c": 3, "a;;c": 2, "a": 1, "a;b;c": 4, "a;bb": 1}
-    opts = SvgOptions(test_mode=True, min_width=1)
-    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)
+    opts = FlameGraphOptions(test_mode=True, min_width=1)
+    assert RENDERER.render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == RENDERER.render(FlameGraph(build_tree(counts)), opts)
     counts.pop("a;b\x00x;c")
-    assert render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == render(FlameGraph(build_tree(counts)), opts)
+    assert RENDERER.render(FlameGraph(build_tree(counts, min_fraction=1 / 1180)), opts) == RENDERER.render(FlameGraph(build_tree(counts)), opts)

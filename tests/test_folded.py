@@ -12,15 +12,13 @@ from profiler.analyzers.stacks.folding import (
     FoldOptions,
     collapse_stream,
     collapse_text,
-    fix_half_demangled_rust,
     format_folded,
-    is_folded,
-    parse_folded,
-    tidy_args,
-    tidy_args_perl,
 )
+from profiler.analyzers.stacks.naming import fix_half_demangled_rust, tidy_args, tidy_args_perl
 
 from profiler.errors import InputError
+from profiler.inputs.folded import is_folded, parse_folded
+from profiler.inputs.window import TimeWindow
 
 DIR = Path(__file__).resolve().parents[1] / "samples" / "perf-script"
 INPUTS = sorted(DIR.glob("*.txt"))
@@ -110,8 +108,8 @@ def test_time_range_and_tid_filter() -> None:
     c.close()
     assert c.first_time is not None and c.last_time is not None
     mid = (c.first_time + c.last_time) / 2
-    early = collapse_text(text, FoldOptions(time_to=mid, count_samples=True))
-    late = collapse_text(text, FoldOptions(time_from=mid, count_samples=True))
+    early = collapse_text(text, FoldOptions(window=TimeWindow(end=mid), count_samples=True))
+    late = collapse_text(text, FoldOptions(window=TimeWindow(start=mid), count_samples=True))
     assert sum(early.values()) + sum(late.values()) == c.samples
     assert sum(early.values()) > 0 and sum(late.values()) > 0
     only = collapse_text(text, FoldOptions(tid_filter=frozenset({10670}), count_samples=True))
@@ -163,7 +161,7 @@ def test_several_processes_fold_the_same(name: str) -> None:
     from profiler.analyzers.stacks.folding import collapse_file
 
     path = DIR / name
-    for opts in (FoldOptions(), FoldOptions(include_tid=True, time_relative=True, time_from=0.005, count_samples=True)):
+    for opts in (FoldOptions(), FoldOptions(include_tid=True, window=TimeWindow(start=0.005, relative=True), count_samples=True)):
         with open(path, "rb") as f:
             one = collapse_stream(f, opts)
         many = collapse_file(str(path), opts, workers=3)

@@ -20,7 +20,9 @@ from profiler.analyzers.stacks import subsecond
 
 from profiler.bundle import OK, BundleWriter, CollectorRecord, Manifest, TargetInfo
 from profiler.cli import main
+from profiler.inputs import pairs
 from profiler.renderers import heatmap_svg
+from profiler.renderers.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples" / "block"
@@ -59,13 +61,13 @@ def test_log_rows_cover_whole_decades() -> None:
 
 
 def test_pairs_like_trace2heatmap() -> None:
-    p = heatmap.read_pairs(SAMPLES / "pairs-us.txt", units_time="us", units_latency="us")
+    p = pairs.read_pairs(SAMPLES / "pairs-us.txt", units_time="us", units_latency="us")
     raw = np.loadtxt(SAMPLES / "pairs-us.txt")
     assert np.allclose(p.t, raw[:, 0] * 1e-6) and np.allclose(p.lat, raw[:, 1] * 1e-6)
     text = b"time latency\n1.0 250\n1.5 4000\n\n2.25 10\n"
-    q = heatmap.parse_pairs([text], units_time="s", units_latency="ms")
+    q = pairs.parse_pairs([text], units_time="s", units_latency="ms")
     assert q.lat.tolist() == [0.25, 4.0, 0.01]
-    assert heatmap.looks_like_pairs(text) and not heatmap.looks_like_pairs(b"fio-1 [000] 1.0: block_rq_issue: x")
+    assert pairs.looks_like_pairs(text) and not pairs.looks_like_pairs(b"fio-1 [000] 1.0: block_rq_issue: x")
 
 
 def test_subsecond_bins() -> None:
@@ -93,8 +95,9 @@ def test_svg_is_valid_deterministic_and_escaped() -> None:
     bio = blockio.read_block_trace(SAMPLES / "flush-discard.txt")
     groups = {"<script>&x": np.ones(len(bio.ios), bool)}
     ps = heatmap.panels(bio.ios["t_complete"], bio.ios["latency"], groups, log=True)
-    a = heatmap_svg.render(ps, subtitle="a<b", totals={"paired": len(bio.ios)})
-    assert a == heatmap_svg.render(ps, subtitle="a<b", totals={"paired": len(bio.ios)})
+    model = heatmap.LatencyHeatmap(ps, subtitle="a<b", totals={"paired": len(bio.ios)})
+    a = heatmap_svg.LATENCY.render(model)
+    assert a == heatmap_svg.LATENCY.render(model)
     root = _svg_ok(a)
     assert "<script>&x" not in a and "&lt;script&gt;&amp;x" in a
     ns = "{http://www.w3.org/2000/svg}"
@@ -115,7 +118,7 @@ def test_one_hot_cell_does_not_hide_the_rest(scale: str) -> None:
 
 def test_subsecond_svg() -> None:
     h = subsecond.subsecond_heatmap(np.array([1.0, 1.5, 2.25, 5.0]), t0=1.0)
-    text = heatmap_svg.render_subsecond(h, source="cap/")
+    text = heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(source="cap/"))
     _svg_ok(text)
     assert '"source": "cap/"' in text and "profiler flamegraph" in text
 
@@ -231,23 +234,25 @@ def _chromium_title(tmp_path: Path, svg_text: str, actions: str) -> str:
 def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
     bio = blockio.read_block_trace(SAMPLES / "merges.txt")
     ps = heatmap.panels(bio.ios["t_complete"], bio.ios["latency"], {"all": np.ones(len(bio.ios), bool)}, log=True)
-    text = _chromium_title(tmp_path, heatmap_svg.render(ps), "at(0.02, 0.5, 'mousemove');")
+    text = _chromium_title(tmp_path, heatmap_svg.LATENCY.render(heatmap.LatencyHeatmap(ps)), "at(0.02, 0.5, 'mousemove');")
     assert re.match(r"all: time [0-9.]+s-[0-9.]+s, latency .+: \d+ IOs \(", text), text
     h = subsecond.subsecond_heatmap(np.array([0.5, 1.5, 2.5, 3.5]), t0=0.0)
-    text = _chromium_title(tmp_path, heatmap_svg.render_subsecond(h, source="cap/"),
+    text = _chromium_title(tmp_path, heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(source="cap/")),
                            "at(0.1, 0.0, 'click'); at(0.6, 0.5, 'click');")
     assert text == "profiler flamegraph cap/ --from 0s --to 2.52s"
 
 
-def test_render_io_for_the_report(tmp_path: Path) -> None:
+def test_io_heatmap_for_the_report(tmp_path: Path) -> None:
     from profiler.analyzers.views.blockio import io_from_bundle
 
     from profiler.bundle import Bundle
 
     a = io_from_bundle(Bundle.open(_bundle(tmp_path)))
     assert a is not None
-    svg = heatmap_svg.render_io(a, by="issuer", standalone=False)
-    assert svg.startswith("<svg") and ">target <" in svg
+    model = heatmap.from_io(a, by="issuer")
+    assert model.totals["paired"] == sum(p.total for p in model.panels) and model.subtitle.startswith(f"{len(a.block.ios)} IOs, p50 ")
+    svg = heatmap_svg.LATENCY.render(model)
+    assert svg.startswith("<?xml") and ">target <" in svg
     _svg_ok(svg)
 
 
@@ -264,5 +269,7 @@ def test_report_entry_points(tmp_path: Path) -> None:
     n = len(io.block.ios)
     assert len(io.issue) == len(io.latency) == len(io.dev) == len(io.op) == len(io.bytes) == len(io.tid) == len(io.comm) == n
     assert set(io.dev) == {"254:0"} and set(io.op) <= {"read", "write", "flush", "discard", "other"}
-    for model in (io, cpu):
-        _svg_ok(heatmap_svg.render_svg(model))
+    for model in (heatmap.from_io(io), cpu):
+        renderer = REGISTRY.find(model, "svg")
+        assert renderer is not None
+        _svg_ok(renderer.render(model))

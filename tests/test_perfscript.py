@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.analyzers.stacks.perfscript import (
+from profiler.inputs.perfscript import (
     Frame,
     event_base,
     iter_samples,

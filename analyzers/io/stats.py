@@ -20,6 +20,7 @@ from profiler.analyzers.io import pairing as blockio
 from profiler.analyzers.io.pairing import BlockIO
 
 from profiler.bundle import Manifest, members
+from profiler.inputs import blocktrace
 
 QUANTILES = (50.0, 95.0, 99.0)
 BLOCK_MEMBER = members.BLOCK_TRACE
@@ -171,8 +172,8 @@ def io_series(ios: np.ndarray, *, interval: float = 1.0, t0: float | None = None
     idx = np.clip(((tc - t0) // interval).astype(np.int64), 0, k - 1) if len(ios) else np.zeros(0, np.int64)
     counts = np.bincount(idx, minlength=k)[:k] if len(idx) else np.zeros(k, np.int64)
     nbytes = ios["bytes"].astype(np.float64)
-    rd = ios["op"] == blockio.OP_READ
-    wr = ios["op"] == blockio.OP_WRITE
+    rd = ios["op"] == blocktrace.OP_READ
+    wr = ios["op"] == blocktrace.OP_WRITE
     rbytes = np.bincount(idx[rd], weights=nbytes[rd], minlength=k)[:k] if len(idx) else np.zeros(k)
     wbytes = np.bincount(idx[wr], weights=nbytes[wr], minlength=k)[:k] if len(idx) else np.zeros(k)
     allbytes = np.bincount(idx, weights=nbytes, minlength=k)[:k] if len(idx) else np.zeros(k)
@@ -206,10 +207,10 @@ def split(bio: BlockIO, by: str, *, target_tids: tuple[int, ...] = (), target_co
     out: dict[str, np.ndarray] = {}
     if by == "op":
         for op in np.unique(ios["op"]):
-            out[blockio.op_name(int(op))] = ios["op"] == op
+            out[blocktrace.op_name(int(op))] = ios["op"] == op
     elif by == "device":
         for dev in np.unique(ios["dev"]):
-            out[blockio.dev_name(int(dev))] = ios["dev"] == dev
+            out[blocktrace.dev_name(int(dev))] = ios["dev"] == dev
     elif by == "issuer":
         cls = bio.issuer_classes(target_tids, target_comms)
         for name in ("target", "kernel", "other"):
@@ -262,12 +263,12 @@ class IoAnalysis:
     def dev(self) -> np.ndarray:
         """'254:0' per IO."""
         u, inv = np.unique(self.block.ios["dev"], return_inverse=True)
-        return np.asarray([blockio.dev_name(int(d)) for d in u], dtype=object)[inv.ravel()]
+        return np.asarray([blocktrace.dev_name(int(d)) for d in u], dtype=object)[inv.ravel()]
 
     @property
     def op(self) -> np.ndarray:
         """'read', 'write', 'flush', 'discard' or 'other' per IO."""
-        names = np.asarray(blockio.OP_NAMES + ("other",) * (256 - len(blockio.OP_NAMES)), dtype=object)
+        names = np.asarray(blocktrace.OP_NAMES + ("other",) * (256 - len(blocktrace.OP_NAMES)), dtype=object)
         return np.asarray(names[self.block.ios["op"]])
 
     @property
@@ -319,7 +320,7 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
                         **group_summary(sub, duration)})
     return IoAnalysis(
         block=bio, series=series, overall=overall, by_op=by_op, by_device=by_device, by_issuer=by_issuer,
-        top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blockio.OP_FLUSH]),
+        top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blocktrace.OP_FLUSH]),
         duration=duration, warnings=list(bio.warnings), target_tids=tuple(target_tids), target_comms=tuple(target_comms),
     )
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["demangle", "demangle_legacy", "demangle_v0"]
+__all__ = ["demangle", "demangle_legacy", "demangle_v0", "unescape_legacy"]
 
 _LEGACY_ESCAPES = {
     "SP": "@", "BP": "*", "RF": "&", "LT": "<", "GT": ">", "LP": "(", "RP": ")", "C": ",",
 }  # fmt: skip
 _LEGACY_HASH = re.compile(r"^h[0-9a-f]{16}$")
+_HEXDIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def demangle(name: str) -> str:
@@ -36,7 +37,12 @@ def demangle(name: str) -> str:
 # legacy
 
 
-def _legacy_ident(ident: str) -> str | None:
+def unescape_legacy(ident: str, *, lenient: bool = False) -> str | None:
+    """Decode a legacy Rust identifier (or a ``::`` path of them): ``$LT$`` and friends,
+    ``$u20$``-style code points, ``..`` for ``::``, a leading ``_$`` for ``$``.
+
+    An escape it does not know gives None, or with ``lenient`` the rest of the text verbatim.
+    """
     if ident.startswith("_$"):
         ident = ident[1:]
     out: list[str] = []
@@ -46,16 +52,15 @@ def _legacy_ident(ident: str) -> str | None:
         c = ident[i]
         if c == "$":
             j = ident.find("$", i + 1)
-            if j < 0:
-                return None
-            esc = ident[i + 1 : j]
+            esc = ident[i + 1 : j] if j > 0 else ""
             if esc in _LEGACY_ESCAPES:
                 out.append(_LEGACY_ESCAPES[esc])
-            elif esc.startswith("u") and len(esc) > 1:
-                try:
-                    out.append(chr(int(esc[1:], 16)))
-                except ValueError:
-                    return None
+            elif esc.startswith("u") and 1 < len(esc) <= 7 and all(ch in _HEXDIGITS for ch in esc[1:]) \
+                    and int(esc[1:], 16) <= 0x10FFFF:
+                out.append(chr(int(esc[1:], 16)))
+            elif lenient:
+                out.append(ident[i:])
+                break
             else:
                 return None
             i = j + 1
@@ -101,7 +106,7 @@ def demangle_legacy(name: str) -> str | None:
         return None
     out = []
     for p in parts[:-1]:
-        d = _legacy_ident(p)
+        d = unescape_legacy(p)
         if d is None:
             return None
         out.append(d)

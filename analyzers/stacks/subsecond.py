@@ -5,7 +5,7 @@ One column per second since ``t0``, ``rows`` rows per column for the offset with
 (a burst every 200 ms, one stalled second) show up as stripes and holes; a range picked on it
 becomes ``profiler flamegraph --from/--to``.
 
-Sample times come from perf script text, read by :func:`profiler.analyzers.stacks.perfscript.iter_samples`.
+Sample times come from perf script text, read by :func:`profiler.inputs.perfscript.iter_samples`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from profiler.analyzers.io.pairing import open_input
-from profiler.analyzers.stacks.perfscript import iter_samples
 
-from profiler.bundle import Bundle, members
+from profiler.bundle import Bundle
+from profiler.inputs.bundles import cpu_stacks
+from profiler.inputs.perfscript import iter_samples
+from profiler.inputs.streams import open_path
 
 
 @dataclass
@@ -47,7 +48,7 @@ def parse_sample_times(lines: Iterable[str]) -> SampleTimes:
 
 def read_sample_times(path: str | Path) -> SampleTimes:
     """Sample times of a perf script file (plain or gzip)."""
-    with open_input(path) as fh:
+    with open_path(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace")
         return parse_sample_times(text)
 
@@ -97,9 +98,6 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
     return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
 
 
-CPU_MEMBER = members.CPU_STACKS
-
-
 def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
     """Time zero for --from/--to: the capture start (``manifest.clock.monotonic_start``) when
     it precedes the samples, else None (then the first sample is used)."""
@@ -111,9 +109,10 @@ def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
 
 def from_bundle(bundle: Bundle, *, rows: int = 50) -> SubsecondHeatmap | None:
     """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
-    if not bundle.has(CPU_MEMBER):
+    member = cpu_stacks(bundle)
+    if member is None:
         return None
-    with bundle.open_binary(CPU_MEMBER) as fh:
+    with bundle.open_binary(member) as fh:
         st = parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
     if not len(st.t):
         return None

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analyzers.stacks import perfscript
 from profiler.analyzers.verdict.model import TargetMetrics
 from profiler.analyzers.views import WaitTotals
 from profiler.analyzers.views.stacks import FutexStacks
 
 from profiler.bundle import members
+from profiler.inputs import perfscript
 
 
 def top_futex_stacks(by_tid: FutexStacks, tids: set[int], limit: int = 5) -> list[tuple[str, int]]:

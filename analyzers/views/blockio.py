@@ -60,11 +60,8 @@ def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
     """Parse and pair the bundle's block.trace.gz (None when the capture has none)."""
     if not bundle.has(members.BLOCK_TRACE):
         return None
-    p = pairing.BlockPairer()
     with bundle.open_binary(members.BLOCK_TRACE) as fh:
-        for chunk in pairing.iter_chunks(fh, warnings=p.warnings):
-            p.feed(chunk)
-    return p.finish()
+        return pairing.pair_stream(fh)
 
 
 def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:

@@ -20,9 +20,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from profiler.analyzers.stacks import flame, folding, perfscript, subsecond
+from profiler.analyzers.stacks import folding, offcpu, subsecond
 
 from profiler.bundle import Bundle, members
+from profiler.inputs import bundles, perfscript
+from profiler.inputs.folded import parse_folded
+from profiler.inputs.streams import iter_decoded
 from profiler.knowledge import pool_of
 
 # The off-CPU flame graph in the report is built from at most this many switches: a lock storm
@@ -61,7 +64,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True))
     try:
         with bundle.open_binary(members.CPU_STACKS) as fh:
-            times = subsecond.parse_sample_times(_lines(folding.iter_decoded(fh, warnings=c.warnings), c))
+            times = subsecond.parse_sample_times(_lines(iter_decoded(fh, warnings=c.warnings), c))
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
@@ -143,7 +146,7 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
         # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled
         # (duty-cycled) capture from closing a switch-out with the next window's switch-out.
         if bundle.has(members.OFFCPU_INTERVALS):
-            intervals = flame.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
+            intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
     futex = _StackCounter()
@@ -162,7 +165,7 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
 
         try:
             first = itertools.islice(perfscript.iter_samples(lines), OFFCPU_MAX_SWITCHES)
-            view.folded, _ = flame.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
+            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
         except Exception as exc:  # noqa: BLE001 - as above
             view.error = exc
     view.limited = view.switches >= OFFCPU_MAX_SWITCHES
@@ -176,12 +179,12 @@ def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
     view = OffCpu(source=members.OFFCPU_FOLDED)
     try:
         pooled: dict[str, int] = {}
-        for stack, ns in folding.parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED)).items():
+        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED)).items():
             comm, sep, rest = stack.partition(";")
             key = pool_of(comm).replace(" ", "_") + sep + rest
             pooled[key] = pooled.get(key, 0) + ns
         # microseconds, as the perf backend's off-CPU graph counts them
-        view.folded = {k: round(v / 1000) for k, v in flame.offcpu_by_reason(pooled).items() if v >= BCC_MIN_NS}
+        view.folded = {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v >= BCC_MIN_NS}
     except Exception as exc:  # noqa: BLE001 - the flame graph says why
         view.error = exc
     return view

@@ -1,4 +1,4 @@
-"""The typer CLI (thin): one module per verb; errors become one line and a distinct exit code.
+"""The typer CLI (cli layer, thin): one module per verb; errors become one line and a distinct exit code.
 
 Nothing imports this package; it imports the rest.
 """
@@ -53,9 +53,10 @@ def _root(
 
 
 def _register() -> None:
+    import profiler.cli.cluster as cluster
     from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo):
+    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
         mod.register(app)
 
 

@@ -1,11 +1,14 @@
-"""Shared CLI helpers (CLI layer): durations, output paths, progress."""
+"""Shared CLI helpers (CLI layer): durations and time windows, output paths, progress."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 from profiler.errors import OutputExists, UsageError
+from profiler.inputs.window import TimeWindow
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
@@ -38,3 +41,89 @@ def parse_time_offset(text: str | None) -> float | None:
     if not m:
         raise UsageError(f"cannot read time {text!r}: use e.g. 12.5s")
     return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
+
+
+def parse_window(t_from: str | None, t_to: str | None) -> TimeWindow:
+    """--from/--to: '12.5s' is relative to the capture start (a bundle's clock, else the first
+    sample), '@12345.678' an absolute perf timestamp; both of one kind. The use case rebases a
+    relative window once it knows the origin."""
+
+    def one(text: str | None) -> tuple[float | None, bool]:
+        if text is None:
+            return None, False
+        if text.startswith("@"):
+            try:
+                return float(text[1:]), False
+            except ValueError:
+                raise UsageError(f"cannot read absolute time {text!r}: use e.g. @12345.678") from None
+        return parse_time_offset(text), True
+
+    f, frel = one(t_from)
+    t, trel = one(t_to)
+    if t_from is not None and t_to is not None and frel != trel:
+        raise UsageError("--from and --to must both be relative (12s) or both absolute (@12345.6)")
+    if f is not None and t is not None and t <= f:
+        raise UsageError("--to must be later than --from")
+    return TimeWindow(f, t, relative=frel or trel)
+
+
+def check_new_output(output: Path | None, force: bool) -> None:
+    """Refuse an existing regular file early (before the work), unless --force; stdout ('-' or
+    none) and devices or pipes (/dev/null, a fifo) are always written into."""
+    if output is not None and str(output) != "-" and (output.is_file() or not output.exists()):
+        check_output(output, force)
+
+
+def write_output(text: str | list[str], output: Path | None, force: bool) -> None:
+    """Write to stdout, into a device or pipe, or atomically (a temporary file renamed) to a file."""
+    chunks = [text] if isinstance(text, str) else text
+    if output is None or str(output) == "-":
+        sys.stdout.writelines(chunks)
+        sys.stdout.flush()
+        return
+    if output.exists() and not output.is_file():
+        with open(output, "w", encoding="utf-8") as fh:  # never replace a device or a fifo
+            fh.writelines(chunks)
+        return
+    check_output(output, force)
+    tmp = output.with_name(f".{output.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(chunks)
+        os.replace(tmp, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def wrote(output: Path | None, what: str) -> None:
+    """'profiler: wrote FILE (what)' on stderr, when the output went to a file."""
+    if output is not None and str(output) != "-" and output.is_file():
+        sys.stderr.write(f"profiler: wrote {output} ({what})\n")
+
+
+class Progress:
+    """One self-overwriting status line on stderr, when stderr is a terminal (else silent);
+    and warnings, one line each, always."""
+
+    WIDTH = 100
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + msg[: self.WIDTH].ljust(self.WIDTH))
+            sys.stderr.flush()
+            self.shown = True
+
+    def warn(self, msg: str) -> None:
+        self.done()
+        sys.stderr.write(f"profiler: warning: {msg}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * self.WIDTH + "\r")
+            sys.stderr.flush()
+            self.shown = False

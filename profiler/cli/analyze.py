@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import check_output
+from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle
@@ -29,6 +31,9 @@ def command(
 ) -> None:
     if output:
         check_output(output, force)
+    if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
+        typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html), nl=False)
+        return
     typer.echo(default_report(bundle, output, write_html=not no_html), nl=False)
 
 

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import check_output
+from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import default_report, pick_format, report
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
@@ -38,7 +40,7 @@ def command(
     fmt = pick_format(format, output)
     if output:
         check_output(output, force)
-    text = report(bundle, fmt)
+    text = cluster_report.report(bundle, fmt) if is_cluster_bundle(bundle) else report(bundle, fmt)
     if output:
         output.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {output}", err=True)

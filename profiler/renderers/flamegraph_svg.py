@@ -195,7 +195,3 @@ class FlameGraphSvg:
 
 
 RENDERER = FlameGraphSvg()
-
-# Old names, kept until the flamegraph and diff verbs call RENDERER (issue 12); then removed.
-SvgOptions = FlameGraphOptions
-render = RENDERER.render

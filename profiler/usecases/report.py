@@ -1,7 +1,7 @@
-"""Analyze a capture bundle and render its report (use case): what analyze, report, attach and run share.
+"""Analyze a capture bundle and render its report (usecases layer): what analyze, report, attach and run share.
 
-The analysis's pictures are turned into the models the renderers draw here (a perf capture's
-paired block IOs become a LatencyHeatmap), so renderers never see a bundle or an analyzer.
+The analysis holds its pictures as the models the renderers draw (FlameGraph, LatencyHeatmap,
+SubsecondHeatmap), so renderers never see a bundle or run an analyzer.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
-from profiler.analyzers.io import heatmap
-from profiler.analyzers.io.stats import IoAnalysis
 from profiler.bundle import Bundle, members
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
@@ -19,12 +17,8 @@ REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rew
 
 
 def analysis_of(bundle_dir: str | Path) -> Analysis:
-    """The bundle's analysis, its pictures as renderable models."""
-    a = analyze(Bundle.open(bundle_dir))
-    io = a.artifacts.get("io_heatmap")
-    if isinstance(io, IoAnalysis):
-        a.artifacts["io_heatmap"] = heatmap.from_io(io)
-    return a
+    """The bundle's analysis (a missing or invalid bundle is an InputError)."""
+    return analyze(Bundle.open(bundle_dir))
 
 
 def pick_format(fmt: str | None, output: str | Path | None) -> str:

@@ -1,5 +1,8 @@
-"""A streaming parser of `perf script` text into samples and frames (analyzers layer).
+"""perf script text: sniffing, and a streaming parser into samples and frames (inputs layer).
 
+Any text that is not another format is taken for perf script output (plain or gzip, a file,
+a named pipe or stdin). Two ways to read it: :func:`profiler.inputs.streams.iter_decoded` gives the text in large
+decoded chunks (what the fast folder in ``analyzers/stacks/folding.py`` works on), and
 `iter_samples(lines)` reads any iterable of text lines (a file, a gzip stream, a list) and
 yields one `Sample` per event, frames leaf first as perf prints them. Memory stays bounded:
 only the sample being read is held.
@@ -10,7 +13,7 @@ The line variants it meets, each parsed by the code named next to it:
    Skipped wherever a line starts with ``#`` (`_is_comment`).
 2. Blank lines end a sample. Several in a row are one separator; a whitespace-only line
    is a blank line (`iter_samples`).
-3. Event header lines (`_HEADER`), with optional fields depending on what was recorded
+3. Event header lines (`HEADER_LINE`), with optional fields depending on what was recorded
    and on ``perf script -F``::
 
        mariadbd 10451/10460 [001] 12345.678901:    1001001 cpu-clock:ppp:
@@ -27,9 +30,9 @@ The line variants it meets, each parsed by the code named next to it:
 
        python3 10889 469.286639: 250000 cpu-clock:pppH:  7f65d0ebaf02 intel_check_word+0x122 (/usr/lib/ld.so)
 
-   The text after the event is tried as a frame (`_FRAME`); otherwise it is tracepoint payload
+   The text after the event is tried as a frame (`FRAME_LINE`); otherwise it is tracepoint payload
    (``prev_comm=... prev_state=S ==> next_comm=...``), kept verbatim in `Sample.payload`.
-5. Frame lines, one per call-chain entry, tab-indented (`_FRAME`)::
+5. Frame lines, one per call-chain entry, tab-indented (`FRAME_LINE`)::
 
        \tffffffff8152d261 __bpf_prog_enter_recur+0x51 ([kernel.kallsyms])
        \t           14f02 intel_check_word.constprop.0+0x122 (/usr/lib/x86_64-linux-gnu/ld.so)
@@ -44,7 +47,7 @@ The line variants it meets, each parsed by the code named next to it:
    same address; they parse as ordinary frames. JIT-inlined frames joined by ``->``
    (perf-map-agent) stay one frame; folding splits them.
 6. Anything else inside a sample (``-F +srcline`` source lines, ``brstack`` text) is kept out
-   of the frames: lines that do not match `_FRAME` are ignored.
+   of the frames: lines that do not match `FRAME_LINE` are ignored.
 7. A last sample without its closing blank line, or cut mid-line (a truncated capture), is
    still yielded, with ``truncated=True``.
 8. Side-band records (``perf script --show-switch-events`` and friends), one line, no colon
@@ -58,11 +61,38 @@ The line variants it meets, each parsed by the code named next to it:
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import IO
 
-__all__ = ["Frame", "Sample", "iter_samples", "parse_header", "parse_frame", "event_base"]
+from profiler.inputs.source import Format, Source
+from profiler.inputs.streams import open_binary
+
+__all__ = [
+    "FORMAT", "HEADER_LINE", "FRAME_LINE", "Frame", "Sample", "event_base", "iter_samples", "open_lines",
+    "parse_frame", "parse_header", "source_samples",
+]
+
+
+def sniff(head: bytes) -> bool:
+    """Text is perf script output unless a more specific format claimed it first."""
+    return True
+
+
+FORMAT = Format("perf-script", "perf script text", sniff)
+
+
+def open_lines(stream: IO[bytes]) -> IO[str]:
+    """A text stream of lines (gzip or plain; invalid UTF-8 becomes U+FFFD)."""
+    return io.TextIOWrapper(open_binary(stream), encoding="utf-8", errors="replace")
+
+
+def source_samples(src: Source) -> Iterator[Sample]:
+    """The samples of a detected perf script input."""
+    with src.open() as fh:
+        yield from iter_samples(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
 
 
 @dataclass(slots=True)
@@ -94,7 +124,7 @@ class Sample:
 
 # Variant 3/4: the event header. Lazy comm: the first "[pid/]tid" word that is followed by the
 # rest of a header wins, so "V8 WorkerThread 24636/25607 [000] ..." keeps its spaces.
-_HEADER = re.compile(
+HEADER_LINE = re.compile(
     r"""^\s*(?P<comm>.*?)\s+
     (?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+
     (?:\[(?P<cpu>\d+)\]\s+)?
@@ -107,7 +137,7 @@ _HEADER = re.compile(
 
 # Variant 5: a frame line (also the tail of a variant-4 header). The dso may itself hold one
 # parenthesised suffix such as "(deleted)".
-_FRAME = re.compile(
+FRAME_LINE = re.compile(
     r"""^\s*(?P<addr>[0-9a-fA-F]+)\s(?P<sym>.*?)\s*
     \((?P<dso>[^()]*(?:\([^()]*\)[^()]*)?)\)$""",
     re.VERBOSE,
@@ -137,7 +167,7 @@ def _is_comment(line: str) -> bool:
 
 def parse_frame(text: str) -> Frame | None:
     """Parse one frame line (variant 5); None when the line is not a frame."""
-    m = _FRAME.match(text)
+    m = FRAME_LINE.match(text)
     if m is None:
         return None
     sym = m.group("sym")
@@ -151,7 +181,7 @@ def parse_frame(text: str) -> Frame | None:
 
 def parse_header(text: str, line: int = 0) -> Sample | None:
     """Parse one event header line (variants 3 and 4); None when it is not one."""
-    m = _HEADER.match(text)
+    m = HEADER_LINE.match(text)
     if m is None:
         m = _SIDEBAND.match(text)
         if m is None:
@@ -239,6 +269,6 @@ def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
                 current = None
     if current is not None:
         # The input ended inside a sample: no closing blank line, or cut in mid-line.
-        # A frame line cut in mid-line fails _FRAME (no closing parenthesis) and is dropped.
+        # A frame line cut in mid-line fails FRAME_LINE (no closing parenthesis) and is dropped.
         current.truncated = True
         yield current

@@ -1,0 +1,98 @@
+"""Capture bundles as an input: which member answers which question (inputs layer).
+
+A bundle is a directory with ``manifest.json`` (``profiler/bundle.py`` opens it safely). The
+same question is answered by different members depending on the backend that captured it:
+
+| question | perf backend | bcc backend |
+| --- | --- | --- |
+| CPU stacks | ``cpu.perf.txt.gz`` (perf script text; ``cpu.perf.txt`` in old bundles) | same |
+| off-CPU stacks | ``offcpu.perf.txt.gz`` (sched_switch samples) + ``offcpu.csv.gz`` (exact switch-in times) | ``offcpu.folded.gz`` (blocked ns per stack, summed in the kernel, no times) |
+| block IO | ``block.trace.gz`` (one ftrace line per event) | ``block.hist.jsonl.gz`` (in-kernel histograms) |
+
+The functions here name the member (None when the capture has none: :func:`collector_status`
+says why); reading it is the job of the format's reader.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from profiler.bundle import Bundle, members
+from profiler.inputs.source import BUNDLE
+
+__all__ = [
+    "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
+    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "read_intervals",
+]
+
+FORMAT = BUNDLE
+
+# The names are profiler.bundle.members'; the uncompressed ones are what early bundles wrote.
+CPU_STACKS = (members.CPU_STACKS, "cpu.perf.txt")  # perf script text of cpu-clock samples
+OFFCPU_STACKS = (members.OFFCPU_STACKS, "offcpu.perf.txt")  # perf script text of sched_switch samples
+OFFCPU_INTERVALS = members.OFFCPU_INTERVALS  # tid,comm,off,on,state: when each switch-out ended
+OFFCPU_FOLDED = members.OFFCPU_FOLDED  # bcc: blocked ns per folded stack
+BLOCK_TRACE = members.BLOCK_TRACE  # ftrace text of block_rq_* events
+BLOCK_HIST = members.BLOCK_HIST  # bcc: latency histograms per slot
+
+
+def _first(bundle: Bundle, names: Iterable[str]) -> str | None:
+    return next((n for n in names if bundle.has(n)), None)
+
+
+def cpu_stacks(bundle: Bundle) -> str | None:
+    """The member holding CPU stack samples (and their times), if the capture has one."""
+    return _first(bundle, CPU_STACKS)
+
+
+@dataclass(frozen=True)
+class OffCpuMembers:
+    """Where a bundle keeps its off-CPU evidence: perf's samples (+ intervals) or bcc's folded totals."""
+
+    stacks: str | None = None  # perf: sched_switch samples
+    intervals: str | None = None  # perf: switch-in times, when the collector wrote them
+    folded: str | None = None  # bcc
+
+
+def offcpu(bundle: Bundle) -> OffCpuMembers | None:
+    """The members answering "where did the threads wait", if the capture has them."""
+    stacks = _first(bundle, OFFCPU_STACKS)
+    if stacks is not None:
+        return OffCpuMembers(stacks=stacks, intervals=OFFCPU_INTERVALS if bundle.has(OFFCPU_INTERVALS) else None)
+    if bundle.has(OFFCPU_FOLDED):
+        return OffCpuMembers(folded=OFFCPU_FOLDED)
+    return None
+
+
+def block_trace(bundle: Bundle) -> str | None:
+    """The member holding one line per block event, if the capture has one."""
+    return BLOCK_TRACE if bundle.has(BLOCK_TRACE) else None
+
+
+def collector_status(bundle: Bundle, name: str) -> str:
+    """'ok', 'skipped, no perf', 'not run': what the manifest says of a collector."""
+    rec = bundle.manifest.collector(name)
+    if rec is None:
+        return "not run"
+    return rec.status + (f", {rec.reason}" if rec.reason else "")
+
+
+def collector_note(bundle: Bundle, name: str) -> list[str]:
+    """One line when the collector that wrote the evidence did not run the whole window."""
+    rec = bundle.manifest.collector(name)
+    if rec is not None and rec.status not in ("ok", "pending"):
+        return [f"{name} {rec.status}: {rec.reason or 'see manifest'}"]
+    return []
+
+
+def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped."""
+    out: dict[tuple[int, int], float] = {}
+    for row in csv.DictReader(lines):
+        try:
+            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out

@@ -1,0 +1,124 @@
+"""perf.data, read through `perf script` run as a child process (inputs layer).
+
+Sniffed by its magic, ``PERFILE2``, in a plain (not gzip) regular file: perf script seeks in
+it, so a pipe is refused. :func:`read_perf_script` runs ``perf script -i FILE`` and hands its
+stdout to a consumer while perf is still printing (two processes, two cores):
+
+- fields first: the caller names the fields it reads (``-F comm,pid,...``), which spares perf
+  formatting the rest; when perf refuses them (an event type lacks one) without printing
+  anything, it runs again with perf's default fields;
+- a 1 MiB pipe (Linux ``F_SETPIPE_SZ``) instead of 64 KiB, so perf and the reader wake each
+  other 16 times less often;
+- errors: no perf is a CapabilityError (exit 5); perf failing is an InputError naming perf's
+  last stderr line. stderr goes to a temporary file, so a chatty perf never blocks on it.
+
+Block events are read from perf.data directly, without perf script: see ``perfdata_blocks.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TypeVar
+
+from profiler.errors import CapabilityError, InputError
+from profiler.inputs.source import Format
+
+__all__ = ["FORMAT", "MAGIC", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
+
+MAGIC = b"PERFILE2"
+PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031
+
+T = TypeVar("T")
+
+
+def sniff(head: bytes) -> bool:
+    return head[:8] == MAGIC
+
+
+FORMAT = Format("perf.data", "perf.data", sniff, binary=True, plain_only=True, needs_file=True)
+
+
+class PerfScriptRefused(Exception):
+    """perf script exited with an error before printing anything."""
+
+
+def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[str]:
+    perf = shutil.which("perf")
+    if perf is None:
+        raise CapabilityError("perf is not installed: cannot read perf.data (install linux-perf, or pass perf script text)")
+    argv = [perf, "script", "-i", str(perf_data)]
+    if fields:
+        argv += ["-F", fields]
+    return argv
+
+
+def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None) -> T:
+    """``consume(stdout of perf script -i perf_data)``; with ``fields``, perf's default fields
+    when it refuses those. Raises InputError when perf fails."""
+    if fields:
+        try:
+            return _run(perf_script_argv(perf_data, fields), perf_data, consume)
+        except PerfScriptRefused:
+            pass
+    try:
+        return _run(perf_script_argv(perf_data), perf_data, consume)
+    except PerfScriptRefused as exc:
+        raise InputError(str(exc)) from None
+
+
+def _widen_pipe(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+    except (OSError, ImportError):
+        pass
+
+
+class _Counted(io.RawIOBase):
+    """A pipe that counts the bytes read from it (did perf print anything?)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        n: int = self.raw.readinto(b)  # type: ignore[attr-defined]
+        self.count += n or 0
+        return n
+
+
+def _run(argv: list[str], perf_data: str | Path, consume: Callable[[IO[bytes]], T]) -> T:
+    with tempfile.TemporaryFile() as err_fh:
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_fh, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise CapabilityError(f"cannot run perf script: {exc}") from None
+        assert proc.stdout is not None
+        _widen_pipe(proc.stdout.fileno())
+        counted = _Counted(proc.stdout)
+        try:
+            result = consume(io.BufferedReader(counted, PIPE_SIZE))  # type: ignore[type-var]
+        finally:
+            proc.stdout.close()  # a consumer that stopped early: perf ends on SIGPIPE
+            rc = proc.wait()
+        if rc != 0:
+            err_fh.seek(0)
+            last = [ln for ln in err_fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            msg = f"perf script failed on {perf_data}: {last[-1] if last else f'exit code {rc}'}"
+            if counted.count == 0:
+                raise PerfScriptRefused(msg)
+            raise InputError(msg)
+    return result

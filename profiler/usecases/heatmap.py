@@ -1,0 +1,221 @@
+"""An IO latency heatmap from block events or `time latency` pairs, or the sub-second heatmap of
+CPU samples (use case).
+
+Composes the block readers of profiler.inputs (bundle member, perf.data read directly or
+through `perf script`, ftrace / perf script text, HeatMap pairs), pairing and the IO
+statistics, the heatmap model and its SVG renderer. Returns the JSON document and the SVG;
+printing them is the CLI's.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from profiler.analyzers.io import heatmap as hm
+from profiler.analyzers.io import pairing, stats
+from profiler.analyzers.stacks import subsecond
+from profiler.bundle import Bundle
+from profiler.errors import BundleError, InputError, UsageError
+from profiler.inputs import (
+    BLOCK_EVENTS,
+    SAMPLE_TIMES,
+    Source,
+    blocktrace,
+    bundles,
+    detect,
+    pairs,
+    perfdata,
+)
+from profiler.inputs.perfdata_blocks import PerfDataUnsupported
+from profiler.renderers import heatmap_svg
+
+Progress = Callable[[str], None]
+
+BY = ("none", "op", "device", "issuer", "comm")
+PERF_FIELDS = "comm,tid,time,event,trace"  # what block parsing reads; no cpu: per-task recordings may lack it
+
+
+@dataclass
+class HeatmapOptions:
+    """What to draw. Latencies (min/max/step) are in seconds; the units only say how to read pairs."""
+
+    cpu: bool = False  # the sub-second heatmap of CPU samples instead
+    by: str = "none"
+    log: bool = False
+    colour: str = "log"
+    rows: int = 50
+    step_sec: float | None = None
+    step_lat: float | None = None
+    min_lat: float | None = None
+    max_lat: float | None = None
+    max_col: int | None = None
+    units_time: str = "s"
+    units_latency: str = "us"
+    title: str | None = None
+    analysis: bool = False  # add the IO statistics to the document (JSON output)
+
+
+@dataclass
+class HeatmapResult:
+    doc: dict[str, Any]  # the matrix, its axes and totals (what --json prints)
+    svg: str
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Ticker:
+    """Calls ``progress`` at most every half second."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.last = time.monotonic()
+
+    def pairer(self, name: str) -> Callable[[pairing.BlockPairer], None] | None:
+        if self.progress is None:
+            return None
+        progress = self.progress
+
+        def tick(p: pairing.BlockPairer) -> None:
+            if time.monotonic() - self.last > 0.5:
+                progress(f"reading {name}: {p.counts.events} block events, {p.counts.paired} IOs paired")
+                self.last = time.monotonic()
+
+        return tick
+
+
+def heatmap(input: str, opts: HeatmapOptions, *, progress: Progress | None = None, stdin: IO[bytes] | None = None) -> HeatmapResult:
+    """`profiler heatmap`: one input -> the heatmap document and SVG."""
+    src = detect(input, SAMPLE_TIMES if opts.cpu else BLOCK_EVENTS, stdin=stdin)
+    bundle = src.bundle() if src.format is bundles.FORMAT else None
+    name = str(Path(input)) if bundle is not None else src.path.name if src.path is not None else src.name
+    if opts.cpu:
+        return _cpu(src, bundle, name, input, opts)
+    if src.format is pairs.FORMAT:
+        return _pairs(src, name, opts)
+    bio = _block_io(src, bundle, name, _Ticker(progress))
+    return _block(bio, bundle, name, opts)
+
+
+def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.SampleTimes:
+    if bundle is not None:
+        member = bundles.cpu_stacks(bundle)
+        if member is None:
+            raise BundleError(f"{name} holds no {bundles.CPU_STACKS[0]} (cpu-stacks collector: "
+                              f"{bundles.collector_status(bundle, 'cpu-stacks')})")
+        with bundle.open_binary(member) as fh:
+            return subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+    if src.format is perfdata.FORMAT:
+        return perfdata.read_perf_script(
+            src.name, lambda out: subsecond.parse_sample_times(io.TextIOWrapper(out, encoding="utf-8", errors="replace")))
+    with src.open() as fh:
+        st = subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+    if not len(st.t):
+        raise InputError(f"{name}: no perf script samples with times found")
+    return st
+
+
+def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: HeatmapOptions) -> HeatmapResult:
+    st = _sample_times(src, bundle, name)
+    t0 = subsecond.capture_origin(bundle, st.t) if bundle is not None else None
+    h = subsecond.subsecond_heatmap(st.t, rows=opts.rows, t0=t0)
+    doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": name, **h.to_json()}
+    svg = heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(
+        title=opts.title, subtitle=f"{name}: {h.total} samples over {h.ncols} s",
+        source=input if bundle is not None else "BUNDLE",
+    ))
+    return HeatmapResult(doc, svg)
+
+
+def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) -> pairing.BlockIO:
+    if bundle is not None:
+        member = bundles.block_trace(bundle)
+        if member is None:
+            raise BundleError(f"{name} holds no {bundles.BLOCK_TRACE} (block-io collector: "
+                              f"{bundles.collector_status(bundle, 'block-io')})")
+        with bundle.open_binary(member) as fh:
+            bio = pairing.pair_stream(fh, ticker.pairer(member))
+        bio.warnings.extend(bundle.warnings)
+        return bio
+    if src.format is perfdata.FORMAT:
+        try:  # block events straight from the file: no perf script, no text
+            bio = pairing.read_perf_data(src.name)
+        except PerfDataUnsupported:
+            bio = perfdata.read_perf_script(src.name, lambda out: pairing.pair_stream(out, ticker.pairer(name)),
+                                            PERF_FIELDS)
+        if bio.counts.events == 0:
+            raise InputError(f"{src.name} holds no block:block_rq_issue/complete events")
+        return bio
+    assert src.format is blocktrace.FORMAT
+    with src.open() as fh:
+        return pairing.pair_stream(fh, ticker.pairer(name))
+
+
+def _lattice(opts: HeatmapOptions) -> dict[str, Any]:
+    return {"rows": opts.rows, "log": opts.log, "step": opts.step_sec, "max_cols": opts.max_col,
+            "min_lat": opts.min_lat, "max_lat": opts.max_lat, "step_lat": opts.step_lat}
+
+
+def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
+    p = pairs.read_source(src, units_time=opts.units_time, units_latency=opts.units_latency)
+    if not len(p.t):
+        raise InputError(f"{name}: no time/latency pairs")
+    if opts.by != "none":
+        raise UsageError("--by needs block events: 'time latency' pairs carry no op, device or issuer")
+    panels = hm.panels(p.t, p.lat, {"all": np.ones(len(p.t), bool)}, **_lattice(opts))
+    totals: dict[str, Any] = {"ios": len(p.t), "skipped_lines": p.skipped_lines}
+    doc = {"kind": "io-latency", "input": name, "source": "pairs", "totals": totals, "panels": [x.to_json() for x in panels]}
+    short = {"paired": len(p.t), "unpaired issues": 0, "unpaired completions": 0}
+    svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=f"{name}: {len(p.t)} IOs", totals=short),
+                                     heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
+    return HeatmapResult(doc, svg)
+
+
+def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: HeatmapOptions) -> HeatmapResult:
+    if not len(bio.ios):
+        raise InputError(f"{name}: no issue/completion pairs found ({bio.counts.events} block events)")
+    t, lat = bio.ios["t_complete"], bio.ios["latency"]
+    tids, comms = stats.targets_of(bundle.manifest) if bundle is not None else ((), ())
+    if opts.by == "none":
+        groups = {"all IOs": np.ones(len(t), bool)}
+    elif opts.by == "comm":
+        groups = _top_comms(bio)
+    else:
+        groups = stats.split(bio, opts.by, target_tids=tids, target_comms=comms)
+    c = bio.counts
+    totals = {"paired": c.paired, "unpaired_issues": c.unpaired_issues, "unpaired_completions": c.unpaired_completions,
+              "requeues": c.requeues, "merges": c.merges, "dataless_completions": c.dataless_completions,
+              "lost_events": c.lost_events}
+    extra: dict[str, Any] = {}
+    if opts.analysis:
+        a = stats.analyze_io(bio, target_tids=tids, target_comms=comms)
+        extra = {"counts": c.to_json(), "overall": a.overall, "by_op": a.by_op, "by_device": a.by_device,
+                 "by_issuer": a.by_issuer, "warnings": bio.warnings}
+    p50, p99 = np.percentile(lat, [50, 99])
+    panels = hm.panels(t, lat, groups, t0=bio.t_first, **_lattice(opts))
+    doc = {"kind": "io-latency", "input": name, "source": "block", "totals": totals,
+           "panels": [x.to_json() for x in panels], **extra}
+    short = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
+    if c.lost_events:
+        short["lost events"] = c.lost_events
+    lat_s = hm.fmt_latency
+    subtitle = f"{name}: {c.paired} IOs, p50 {lat_s(float(p50))}, p99 {lat_s(float(p99))}, max {lat_s(float(lat.max()))}"
+    svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=subtitle, totals=short),
+                                     heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
+    return HeatmapResult(doc, svg, warnings=list(bio.warnings))
+
+
+def _top_comms(bio: pairing.BlockIO, n: int = 6) -> dict[str, np.ndarray]:
+    """The ``n`` task names that issued most IOs, one group each, and the rest together."""
+    ids, counts = np.unique(bio.ios["comm"], return_counts=True)
+    top = ids[np.argsort(-counts, kind="stable")][:n]
+    groups = {(bio.comms[int(i)] or "?"): bio.ios["comm"] == i for i in top}
+    rest = ~np.isin(bio.ios["comm"], top)
+    if rest.any():
+        groups["(others)"] = rest
+    return groups
