@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from profiler.analyzers.series import procfs as procmod
-from profiler.analyzers.stacks import perfscript
 
+from profiler.inputs import perfscript
 from profiler.knowledge import waits as kw
 
 IO, AIO, FUTEX, IDLE, SLEEP, OTHER = "io", "aio", "futex", "idle", "sleep", "other"

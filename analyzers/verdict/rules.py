@@ -43,8 +43,6 @@ THRESHOLDS: dict[str, Threshold] = {
     # CPU (USE method: utilization and saturation of the CPU resource)
     "cpu.util": Threshold(0.80, 1.0, "of available cores", "USE method (utilization); PingCAP inspection CPU usage > 80%",
                           "cores the target used / cores it may use (host, cpuset, cgroup quota)"),
-    "cpu.runq": Threshold(0.25, 0.6, "of CPU demand", "USE method (saturation); our measurements: 0.8 on a 2-CPU host with 14 runnable tasks",
-                          "time runnable but not running (schedstat run delay) / time wanting a CPU"),
     "cpu.throttled": Threshold(0.20, 0.6, "of CFS periods", "cgroup v1 cpu.stat; USE method (saturation of a software limit)",
                                "periods in which the cgroup ran out of quota / all periods"),
     "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",

@@ -136,7 +136,16 @@ def nginx_cpu_quota(ctx: Ctx) -> Started:
 
 
 def _pg_backends(pg: Postgres, n: int) -> list[int]:
-    return wait_for(lambda: (b if len(b := pg.backends()) >= n else []), 60, f"{n} pgbench backends", 0.3)
+    """The pgbench clients' backends, once the same ``n`` are there twice in a row (pgbench opens and
+    closes a first connection of its own before its clients connect)."""
+    seen: list[list[int]] = []
+
+    def stable() -> list[int]:
+        b = pg.backends()
+        seen.append(b)
+        return b if len(b) == n and len(seen) >= 2 and seen[-2] == b else []
+
+    return wait_for(stable, 60, f"{n} pgbench backends", 0.5)
 
 
 def postgres_select_cpu_quota(ctx: Ctx) -> Started:
