@@ -146,6 +146,23 @@ def classify_stack(st: ParsedStack, runtime: str | None) -> WaitClass | None:
     return classify_sample("S", st.syscall, wchan, runtime)
 
 
+def wait_frames(user: list[str], depth: int = 3) -> str:
+    """The first ``depth`` user frames that say who waits (plumbing and unsymbolised frames
+    skipped), innermost first: ``ProcSleep <- LockAcquireExtended <- XactLockTableWait``."""
+    names: list[str] = []
+    for raw in user:
+        f = kw.normalise(raw)
+        if (kw.is_plumbing(f) and not kw.is_lock_frame(f)) or f.startswith(("__lll_", "lll_")):
+            continue
+        names.append(f.split("(", 1)[0])
+        if len(names) >= kw.FRAME_DEPTH + depth:
+            break
+    # a lock acquire under the wait mechanism (PostgreSQL: epoll_wait <- WaitLatch <- ProcSleep)
+    # is who waits: start there
+    first = next((i for i, f in enumerate(names[:kw.FRAME_DEPTH]) if kw.is_lock_frame(f)), 0)
+    return " <- ".join(names[first:first + depth])
+
+
 def mechanism(st: ParsedStack) -> str:
     """The class the kernel side alone gives (what a procfs sample of the same wait would say)."""
     state = st.state.rstrip("+")
@@ -162,6 +179,9 @@ class StackMix:
 
     switches: int = 0
     by_mechanism: dict[str, dict[WaitClass, int]] = field(default_factory=dict)
+    # the waits the stacks call futex (lock acquires and unnamed condition waits): their first
+    # meaningful user frames, innermost first, " <- "-joined -> switch-outs
+    futex_frames: dict[str, int] = field(default_factory=dict)
 
     def split(self, cls: str) -> list[tuple[WaitClass, float]] | None:
         """How time the procfs sampler put in ``cls`` divides, or None when no stack says."""
@@ -176,7 +196,7 @@ def stack_mixes(stacks_by_tid: dict[int, dict[tuple[str, ...], int]], tids: Iter
                 runtime: str | None) -> dict[int, StackMix]:
     """Per thread (of ``tids``), its stacks' classes grouped by the procfs class of the same wait."""
     out: dict[int, StackMix] = {}
-    cache: dict[tuple[str, ...], tuple[str, WaitClass | None]] = {}
+    cache: dict[tuple[str, ...], tuple[str, WaitClass | None, str]] = {}
     for tid in tids:
         per = stacks_by_tid.get(tid)
         if not per:
@@ -186,14 +206,18 @@ def stack_mixes(stacks_by_tid: dict[int, dict[tuple[str, ...], int]], tids: Iter
             hit = cache.get(key)
             if hit is None:
                 st = parse_stack(key)
-                hit = (mechanism(st), classify_stack(st, runtime))
+                wc0 = classify_stack(st, runtime)
+                names = wait_frames(st.user) if wc0 is not None and wc0.cls == FUTEX else ""
+                hit = (mechanism(st), wc0, names)
                 cache[key] = hit
-            mech, wc = hit
+            mech, wc, names = hit
             if wc is None:
                 continue
             mix.switches += n
             bucket = mix.by_mechanism.setdefault(mech, {})
             bucket[wc] = bucket.get(wc, 0) + n
+            if names:
+                mix.futex_frames[names] = mix.futex_frames.get(names, 0) + n
         if mix.switches:
             out[tid] = mix
     return out

@@ -122,6 +122,7 @@ class TargetMetrics:
     idle_by_design: list[tuple[str, float]] = field(default_factory=list)  # (knowledge.waits key, share of thread time)
     stack_share: float | None = None  # share of blocked thread time whose class the off-CPU stacks decided
     lock_acquire_share: float | None = None  # of the busy threads' futex time: lock acquires, not condition waits
+    lock_wait_stacks: list[tuple[str, int]] = field(default_factory=list)  # (who waits, switch-outs) of busy threads' futex-class stacks
     states: dict[str, float] = field(default_factory=dict)  # share of all thread time
     active_states: dict[str, float] = field(default_factory=dict)  # share of active threads' time
     blocked_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of blocked samples (io+futex)

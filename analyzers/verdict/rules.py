@@ -444,11 +444,15 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
         score *= 0.5
     if tm.vcsw_rate is not None and tm.active_threads:
         ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
-    bits = [f"{tm.active_threads} busy threads spend {_pct(fut)} of their time waiting in futex"]
+    bits = [f"{tm.active_threads} busy thread{'s spend' if tm.active_threads != 1 else ' spends'} {_pct(fut)} "
+            f"of {'their' if tm.active_threads != 1 else 'its'} time waiting on locks (futex and lock waits)"]
     if tm.lock_acquire_share is not None:
         bits.append(f"{_pct(tm.lock_acquire_share)} of it acquiring a mutex or rwlock (off-CPU stacks), "
                     "the rest condition waits")
-    if tm.offcpu_futex_stacks:
+    if tm.lock_wait_stacks:
+        frames, n = tm.lock_wait_stacks[0]
+        bits.append(f"top lock wait stack: {frames} ({n} switches)")
+    elif tm.offcpu_futex_stacks:
         frames, n = tm.offcpu_futex_stacks[0]
         bits.append(f"top futex wait stack: {frames} ({n} switches)")
     elif tm.futex_wait_stacks:

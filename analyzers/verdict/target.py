@@ -127,6 +127,11 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
         tm.stack_share = min(1.0, sum(t.from_stacks for t in tts) / blocked_time)
     if act_secs["futex"] > 0 and stacks:
         tm.lock_acquire_share = sum(t.lock_seconds for t in active) / act_secs["futex"]
+    who: dict[str, int] = {}
+    for t in active:
+        for k, n in t.futex_frames.items():
+            who[k] = who.get(k, 0) + n
+    tm.lock_wait_stacks = sorted(who.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     # what blocked threads sit in
     blocked: dict[str, float] = {}
     io_blocked: dict[str, float] = {}

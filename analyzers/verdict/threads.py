@@ -47,7 +47,8 @@ class ThreadTime:
     io_calls: dict[str, int] = field(default_factory=dict)  # syscall -> samples in the io and aio classes
     from_stacks: float = 0.0  # blocked seconds whose class the off-CPU stacks decided
     lock_seconds: float = 0.0  # futex seconds that are lock acquires (mutex, rwlock, kernel lock), not condvar waits
-    role: str = "work"  # work | reaper | poller | parked | timer | idle (see ``assign_role``)
+    role: str = "work"  # work | reaper | poller | parked | timer | idle (see ``assign_roles``)
+    futex_frames: dict[str, int] = field(default_factory=dict)  # who waits in its futex-class stacks
 
     @property
     def cpu_share(self) -> float:
@@ -141,6 +142,7 @@ def thread_time(s: procmod.ThreadSeries, names: dict[int, str], runtime: str | N
     return ThreadTime(pid=s.pid, tid=s.tid, comm=s.comm, pool=s.pool, span=span, seconds=secs, samples=n,
                       blocked_syscalls=blocked, wchans=wch, vcsw_rate=rate, idle_by_design=idle_keys,
                       completion_waits=aio_keys, io_calls=io_calls,
+                      futex_frames=dict(mix.futex_frames) if mix is not None else {},
                       from_stacks=from_stacks, lock_seconds=lock_secs)
 
 
