@@ -14,7 +14,7 @@ from typing import Any
 
 from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.series import timeline as tlmod
-from profiler.analyzers.stacks import flame, subsecond
+from profiler.analyzers.stacks import flame, ranges, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_views
@@ -48,6 +48,7 @@ class Analysis:
     warnings: list[str]
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
+    devices: dict[str, str] = field(default_factory=dict)  # 'major:minor' -> block device name (vda)
 
     def target_verdict(self, label: str) -> vmod.Verdict | None:
         for v in self.verdict.per_target:
@@ -223,6 +224,36 @@ def analyze_views(v: BundleViews) -> Analysis:
     if m.status != "ok":
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
     a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
-                 health=health, warnings=list(dict.fromkeys(warnings)))
+                 health=health, warnings=list(dict.fromkeys(warnings)),
+                 devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()})
     _artifacts(v, a)
+    _range_stacks(v, a)
     return a
+
+
+def _range_stacks(v: BundleViews, a: Analysis) -> None:
+    """The stacks by time bucket behind the HTML report's range flame graphs (cpu_range,
+    offcpu_range), on the timeline's axis; bcc's off-CPU totals have no times: one bucket."""
+    tl = a.timeline
+    cpu_t = [t for t, _ in v.cpu.timed] if v.cpu is not None else []
+    off_t = [t for iv in v.offcpu.timed for t in iv[:2]] if v.offcpu is not None else []
+    t0 = tl.t0 if tl.t0 is not None else min(cpu_t + off_t, default=None)
+    if t0 is None and not (v.offcpu is not None and v.offcpu.bcc):
+        return
+    t0 = t0 or 0.0
+    t1 = t0 + len(tl.t) * tl.step if tl.t else max(cpu_t + off_t, default=t0)
+    try:
+        if v.cpu is not None and v.cpu.timed:
+            cpu = ranges.from_samples(v.cpu.timed, t0, t1)
+            if cpu is not None:
+                a.artifacts["cpu_range"] = cpu
+        if v.offcpu is not None and v.offcpu.timed:
+            off = ranges.from_intervals(v.offcpu.timed, t0, t1)
+        elif v.offcpu is not None and v.offcpu.bcc and v.offcpu.folded:
+            off = ranges.from_totals(v.offcpu.folded, "us")
+        else:
+            off = None
+        if off is not None:
+            a.artifacts["offcpu_range"] = off
+    except Exception as exc:  # noqa: BLE001 - the report falls back to the whole-capture pictures
+        a.warnings.append(f"range flame graphs could not be built: {type(exc).__name__}: {exc}")

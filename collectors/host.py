@@ -319,44 +319,20 @@ def cpus_allowed(pid: int) -> list[int]:
         return []
 
 
-_GO_SECTIONS = (b".go.buildinfo", b".gopclntab", b".note.go.buildid")
-
-
-def exe_runtime(pid: int) -> str | None:
-    """"go" when the target's executable carries the Go toolchain's sections (present even in
-    stripped Go binaries), else None. A minimal check for the verdict (Go parks idle threads in
-    futex); issue 13 records richer runtime facts."""
-    import struct
-
-    try:
-        with open(f"/proc/{pid}/exe", "rb") as fh:
-            head = fh.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None  # only 64-bit little-endian ELF is read here
-            shoff, = struct.unpack_from("<Q", head, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-            if not shoff or not shnum or shstrndx >= shnum or shentsize < 64 or shnum > 4096:
-                return None
-            fh.seek(shoff)
-            table = fh.read(shentsize * shnum)
-            str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
-            fh.seek(str_off)
-            names = fh.read(min(str_size, 1 << 16))
-    except (OSError, struct.error):
-        return None
-    return "go" if any(n + b"\0" in names for n in _GO_SECTIONS) else None
-
-
 def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: str | None) -> TargetInfo:
     """Everything the manifest records about a target, read at capture start."""
+    from profiler.collectors import runtime  # the ELF readers load only when a capture starts
+
     container = in_container(pid)
+    rt = runtime.detect(pid)
     return TargetInfo(
         pid=pid,
         comm=comm,
         exe=exe,
         cmdline=list(cmdline),
         kind=kind,
-        runtime=exe_runtime(pid),
+        runtime=rt.name if rt is not None else None,
+        runtime_info=rt,
         threads=threads_of(pid),
         cgroup=target_cgroup(pid),
         cpus_allowed=cpus_allowed(pid),

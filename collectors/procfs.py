@@ -227,6 +227,18 @@ def read_cpu_times(exclude: set[int]) -> dict[int, tuple[int, str]]:
     return out
 
 
+def block_devices() -> dict[str, str]:
+    """'major:minor' -> name of every block device (/sys/class/block/*/dev): reports name a disk
+    once (vda), whether a figure came from diskstats, a block trace or a cgroup throttle."""
+    out: dict[str, str] = {}
+    root = "/sys/class/block"
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        dev = _read(f"{root}/{name}/dev")
+        if dev:
+            out[dev.strip()] = name
+    return out
+
+
 def whole_disks() -> list[str]:
     """Block devices worth sampling: whole disks that are not loop/ram devices."""
     out = []
@@ -436,7 +448,7 @@ class Sampler:
             "page_size": os.sysconf("SC_PAGE_SIZE"), "hz": self.hz, "slow_hz": self.hz / self.slow_every,
             "ncpu": os.cpu_count() or 0, "task_delayacct": _int_or_none(_read("/proc/sys/kernel/task_delayacct")),
             "syscall_table": source, "syscall_names": {str(k): v for k, v in sorted(table.items())},
-            "pids": self.pids,
+            "pids": self.pids, "block_devices": block_devices(),
         })
         self.flush()
 

@@ -107,6 +107,7 @@ class Evidence:
     threshold: float | None
     unit: str
     note: str = ""
+    crossed: bool | None = None  # past its threshold (in the threshold's direction); None: no threshold
 
 
 @dataclass
@@ -173,8 +174,12 @@ class Verdict:
 
 def _ev(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
     th = THRESHOLDS[key] if key else None
+    crossed = None
+    if th is not None and value is not None:
+        # most thresholds are floors (worse above); a few are ceilings (idle.cpu: worse below)
+        crossed = bool(value <= th.value) if th.full < th.value else bool(value >= th.value)
     return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
-                    unit=th.unit if th else unit, note=note)
+                    unit=th.unit if th else unit, note=note, crossed=crossed)
 
 
 def _pct(x: float | None) -> str:

@@ -43,6 +43,7 @@ class CpuStacks:
     times: subsecond.SampleTimes  # every sample's time, tid and comm
     origin: float | None  # time zero of the sub-second heatmap: the capture start, when before the samples
     warnings: list[str] = field(default_factory=list)
+    timed: list[tuple[float, str]] = field(default_factory=list)  # every sample's (time, folded stack)
     error: Exception | None = None  # the member could not be read
 
 
@@ -61,7 +62,13 @@ def _lines(chunks: Iterable[str], collapser: folding.Collapser) -> Iterator[str]
 def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     if not bundle.has(members.CPU_STACKS):
         return None
-    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True))
+    timed: list[tuple[float, str]] = []
+
+    def keep(t: float | None, stack: str, count: int) -> None:
+        if t is not None:
+            timed.append((t, stack))
+
+    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True), on_sample=keep)
     try:
         with bundle.open_binary(members.CPU_STACKS) as fh:
             times = subsecond.parse_sample_times(_lines(iter_decoded(fh, warnings=c.warnings), c))
@@ -69,7 +76,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
     return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
-                     warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings])
+                     warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed)
 
 
 # --------------------------------------------------------------------------- off-CPU
@@ -132,6 +139,7 @@ class OffCpu:
     limited: bool = False  # perf: the capture holds more switches than were folded
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
     stacks: WaitStacks = field(default_factory=dict)  # perf: every switch-out's stack per thread
+    timed: list[tuple[float, float, str]] = field(default_factory=list)  # perf: (from, to, stack) of each folded interval
     error: Exception | None = None  # the folded stacks could not be read
 
     @property
@@ -165,7 +173,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
 
         try:
             first = itertools.islice(perfscript.iter_samples(lines), OFFCPU_MAX_SWITCHES)
-            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
+            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals,
+                                                  on_interval=lambda lo, hi, key: view.timed.append((lo, hi, key)))
         except Exception as exc:  # noqa: BLE001 - as above
             view.error = exc
     view.limited = view.switches >= OFFCPU_MAX_SWITCHES

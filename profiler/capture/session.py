@@ -25,7 +25,7 @@ from typing import Any, TextIO
 try:
     import psutil
 except ImportError:  # a remote host of a cluster capture may have only python3
-    psutil = None
+    psutil = None  # type: ignore[assignment]
 
 from profiler.bundle import (
     FAILED,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 try:
     import psutil
 except ImportError:  # a remote host of a cluster capture may have only python3: read /proc ourselves
-    psutil = None
+    psutil = None  # type: ignore[assignment]
 
 from profiler.collectors.base import Target
 from profiler.errors import TargetError

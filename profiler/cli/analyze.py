@@ -27,7 +27,7 @@ def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
     output: Path = typer.Option(None, "--output", "-o", help=f"Write the HTML report here instead of BUNDLE/{REPORT_NAME}."),
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),
 ) -> None:
     if output:
         check_output(output, force)

@@ -8,6 +8,7 @@ import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import check_output
+from profiler.errors import UsageError
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import default_report, pick_format, report
 
@@ -33,10 +34,15 @@ def render_after_capture(bundle_dir: Path) -> None:
 
 def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
-    format: str = typer.Option(None, "--format", "-f", help="html, md, json or text (default: from -o's extension, else text)."),
+    format: str = typer.Option(None, "--format", help="html, md, json or text (default: from -o's extension, else text)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+    json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
 ) -> None:
+    if json_out:
+        if format not in (None, "json"):
+            raise UsageError(f"--json and --format {format} disagree: give one of them")
+        format = "json"
     fmt = pick_format(format, output)
     if output:
         check_output(output, force)
