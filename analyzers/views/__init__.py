@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.analyzers.series import perfstat
+from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
 from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
@@ -61,6 +62,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    server: ServerStatusView | None = None  # server-status: /metrics scrapes and Go profiles (analyzers/server)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
 
     def has(self, member: str) -> bool:
@@ -95,6 +97,7 @@ def read_views(bundle: Bundle) -> BundleViews:
     v.waits = read_wait_totals(bundle)
     v.io = read_block_io(bundle)
     v.cpu = read_cpu_stacks(bundle)
+    v.server = read_server_status(bundle)
     v.warnings = bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
     return v
 
