@@ -238,7 +238,7 @@ def reachable(url: str, local: set[str]) -> tuple[str | None, str]:
         return url, ""
     with contextlib.suppress(OSError):
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        ips = {i[4][0] for i in infos}
+        ips = {str(i[4][0]) for i in infos}
         if ips and ips <= local | {ip for ip in ips if ip.startswith("127.")}:
             return url, ""
     return None, f"{url}: {host} is not an address of this host (name it with --status-url to use it)"

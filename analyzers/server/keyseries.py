@@ -15,9 +15,19 @@ from profiler.analyzers.server import series as S
 from profiler.analyzers.server.prometheus import Labels
 
 from profiler.knowledge import pool_of
-from profiler.knowledge.servers import HIT_RATIO, LEVEL, MEAN, POOL_CPU, QUANTILE, RATE, MetricInfo, for_server
+from profiler.knowledge.servers import (
+    HIT_RATIO,
+    LEVEL,
+    MEAN,
+    POOL_CPU,
+    QUANTILE,
+    RATE,
+    MetricInfo,
+    for_server,
+)
 
 MAX_GROUPS = 8
+UNSET_LIMIT = 2**62
 
 
 @dataclass
@@ -26,6 +36,7 @@ class KeyValue:
     metric: str  # the family found (the name or one of its aliases)
     window: dict[str, float] = field(default_factory=dict)  # group -> value over the window
     times: list[float] = field(default_factory=list)  # capture clock
+    spans: list[tuple[float, float]] = field(default_factory=list)  # the interval each value stands for
     series: dict[str, list[float | None]] = field(default_factory=dict)  # group -> one value per time
 
     @property
@@ -93,9 +104,9 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
     elif m.show == HIT_RATIO:
         label, hit, miss = m.ratio
         counter = scrapes[0].snap.family_type(name) == "counter" if scrapes else True
-        get = (lambda s, w: S.rate(s, name, m.by, w)) if counter else (lambda s, w: S.level(s, name, m.by, w))
-        hits = get(scrapes, {**where, label: hit})
-        misses = get(scrapes, {**where, label: miss})
+        pick = S.rate if counter else S.level
+        hits = pick(scrapes, name, m.by, {**where, label: hit})
+        misses = pick(scrapes, name, m.by, {**where, label: miss})
         for g in set(hits) | set(misses):
             h, x = hits.get(g, 0.0), misses.get(g, 0.0)
             if h + x > 0:
@@ -104,10 +115,12 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
             kv.times, hs = S.rate_series(scrapes, name, m.by, {**where, label: hit})
             _t, ms = S.rate_series(scrapes, name, m.by, {**where, label: miss})
             for g in set(hs) | set(ms):
-                hv, mv = hs.get(g, []), ms.get(g, [])
-                kv.series[S.label_text(g)] = [
-                    (a / (a + b)) if a is not None and b is not None and a + b > 0 else None
-                    for a, b in zip(hv or [None] * len(mv), mv or [None] * len(hv), strict=False)]
+                hv: list[float | None] = hs.get(g) or [None] * len(kv.times)
+                mv: list[float | None] = ms.get(g) or [None] * len(kv.times)
+                ratios: list[float | None] = []
+                for a, b in zip(hv, mv, strict=False):
+                    ratios.append(a / (a + b) if a is not None and b is not None and a + b > 0 else None)
+                kv.series[S.label_text(g)] = ratios
     elif m.show == POOL_CPU:
         per = S.rate(scrapes, name, ("name",), where)
         pools: dict[str, float] = {}
@@ -120,10 +133,15 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
         for labels, vals in ser.items():
             pool = pool_of(dict(labels).get("name", "?"))
             acc = agg.setdefault(pool, [None] * len(vals))
-            for i, v in enumerate(vals):
-                if v is not None:
-                    acc[i] = (acc[i] or 0.0) + v
+            for i, val in enumerate(vals):
+                if val is not None:
+                    acc[i] = (acc[i] or 0.0) + val
         kv.series = agg
+    if m.show == LEVEL:
+        ts = [s.t for s in scrapes]
+        kv.spans = list(zip(ts, ts[1:] + ts[-1:], strict=True))
+    else:
+        kv.spans = [(a.t, b.t) for a, b in zip(scrapes, scrapes[1:], strict=False) if b.t > a.t]
     kv.window = _scaled(kv.window, m.scale)
     kv.series = _scaled_series(kv.series, m.scale)
     kv.window, kv.series = _top(kv.window, kv.series)
@@ -141,6 +159,8 @@ def key_values(server: str | None, scrapes: list[S.Scrape]) -> list[KeyValue]:
         if name is None:
             continue
         kv = evaluate(m, name, scrapes)
+        if m.key == "go.memory_limit" and (kv.total or 0) >= UNSET_LIMIT:
+            continue  # GOMEMLIMIT not set (the runtime reports math.MaxInt64)
         if kv.window or kv.series:
             out.append(kv)
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.analyzers.server.goroutines import is_own_code
+
 from profiler.inputs.pprof import Profile
 
 TOP = 10

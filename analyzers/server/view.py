@@ -21,10 +21,10 @@ from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.server import keyseries, profiles
 from profiler.analyzers.server.prometheus import parse_lines
 from profiler.analyzers.server.series import Scrape
-from profiler.errors import InputError
-from profiler.inputs.pprof import Profile, parse_profile
 
 from profiler.bundle import Bundle, members
+from profiler.errors import InputError
+from profiler.inputs.pprof import Profile, parse_profile
 from profiler.knowledge.servers import server_of
 
 PROFILE_MAX = 64 << 20  # bytes of one profile, decompressed

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.analyzers.series import perfstat
-from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.series.procfs import ProcData, parse_lines
+from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
 from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals

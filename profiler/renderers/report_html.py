@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.stacks import ranges, subsecond
-from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env
+from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env, report_server
 from profiler.renderers import formatting as fmt
 from profiler.renderers import report_charts as charts
 from profiler.renderers.protocol import Registry, ReportOptions
@@ -111,10 +111,12 @@ def context(a: Analysis) -> dict[str, Any]:
                        "unknown": unknown_advice(a, a.artifacts.get(rng))})
     page = page_data(a)
     data = a.to_dict()
+    gflame, gwhy = _artifact_svg(a, "goroutine_flame")
+    server = report_server.html_context(a, gflame, gwhy)
     return {
         "a": a, "v": v, "m": m, "cap": a.manifest,
         "title": fmt.CATEGORY_TITLES[v.category], "colour": CATEGORY_COLOURS[v.category],
-        "panels": panels, "targets": targets, "comparison": comparison, "pictures": pictures, "flames": flames,
+        "panels": panels, "targets": targets, "server": server, "comparison": comparison, "pictures": pictures, "flames": flames,
         "cpu_heatmap_why": None if "cpu_heatmap" in a.artifacts else a.missing_artifacts.get("cpu_heatmap", "not captured"),
         "page": page,
         "devs": a.devices,
