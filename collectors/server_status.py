@@ -56,13 +56,14 @@ INDEX = members.SERVER_STATUS
 METRICS = members.SERVER_METRICS
 
 PROBE_TIMEOUT = 2.0  # s, each probe request
-METRICS_TIMEOUT = 8.0
-PROFILE_TIMEOUT = 15.0
+METRICS_TIMEOUT = 5.0
+PROFILE_TIMEOUT = 10.0
+GIVE_UP_AFTER = 2  # consecutive timeouts or refusals after which a port is left alone
 METRICS_MAX = 32 << 20  # bytes of one /metrics body (decompressed)
 PROFILE_MAX = 64 << 20  # bytes of one profile
 PROBE_MAX = 256 << 10
 MAX_CANDIDATES = 16
-END_BUDGET = 20.0  # s the end-of-capture requests may take in all
+END_BUDGET = 10.0  # s the end-of-capture requests may take in all, once the capture is asked to stop
 MIDDLE_EVERY = 60.0  # s between goroutine profiles when the duration is not known
 
 # Flags that name a server's status address, by server kind: (flag, is a URL list).
@@ -148,12 +149,12 @@ def flag_candidates(kind: str | None, cmdline: list[str]) -> list[Candidate]:
     out: list[Candidate] = []
     if kind is None:
         return out
-    status_host = None
+    hosts = _flag_values(cmdline, "status-host") if kind == "tidb" else []
+    status_host = hosts[-1] if hosts else None
     for flag, is_list in STATUS_FLAGS[kind]:
+        if kind == "tidb" and flag == "status-host":
+            continue
         for value in _flag_values(cmdline, flag):
-            if kind == "tidb" and flag == "status-host":
-                status_host = value
-                continue
             pieces = value.split(",") if is_list else [value]
             for p in pieces:
                 if kind == "tidb" and flag == "status" and p.strip().isdigit():
@@ -412,6 +413,8 @@ class _Plan:
     endpoint: Endpoint | None = None
     thread: threading.Thread | None = None
     seq: dict[str, int] = field(default_factory=dict)
+    misses: int = 0  # consecutive timeouts/refusals
+    gave_up: str = ""  # why its port is no longer asked
 
 
 def parse_status_urls(values: list[str]) -> dict[int | None, list[str]]:
@@ -451,6 +454,8 @@ class ServerStatus(CollectorBase):
         self.interval = 5.0
         self.cpu_profile = True
         self._cpu_threads: list[threading.Thread] = []
+        self._end_deadline: float | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ protocol
     def _plan(self, t: Target, local: set[str]) -> _Plan:
@@ -476,7 +481,8 @@ class ServerStatus(CollectorBase):
         if not any(p.candidates for p in self.plans):
             why = "; ".join(f"{p.target.comm} (pid {p.target.pid}) listens on no TCP port and names no status address"
                             + (f" ({'; '.join(p.refused)})" if p.refused else "") for p in self.plans)
-            return Probe(False, f"no HTTP status port to ask: {why}", "name one with --status-url http://HOST:PORT")
+            return Probe(False, f"no HTTP status port to ask: {why} (name one with --status-url http://HOST:PORT)",
+                         "name one with --status-url http://HOST:PORT")
         return Probe(True)
 
     def argv(self, ctx: CaptureContext) -> list[str]:
@@ -505,24 +511,34 @@ class ServerStatus(CollectorBase):
             plan.thread.start()
 
     def request_stop(self) -> None:
+        if self._end_deadline is None:
+            self._end_deadline = time.monotonic() + END_BUDGET
         self.stop_event.set()
+
+    def _timeout(self, default: float) -> float:
+        """A request's time budget: its own, cut to what is left of the end budget once stopping."""
+        if self._end_deadline is None:
+            return default
+        return max(0.2, min(default, self._end_deadline - time.monotonic()))
 
     def stop(self, ctx: CaptureContext) -> CollectorRecord:
         rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], started=self.started)
-        self.stop_event.set()
-        deadline = time.monotonic() + END_BUDGET + PROFILE_TIMEOUT
+        self.request_stop()
+        deadline = (self._end_deadline or time.monotonic()) + 1.0
         for plan in self.plans:
             if plan.thread is not None:
                 plan.thread.join(timeout=max(0.1, deadline - time.monotonic()))
         for th in self._cpu_threads:
             th.join(timeout=max(0.1, deadline - time.monotonic()))
         with self._lock:
+            self._closed = True  # a request still out (a hung port) can no longer write into the bundle
             if self._stack is not None:
                 try:
                     self._stack.close()
                 except OSError as exc:
                     self.errors.append(f"closing {INDEX}: {exc}")
             self._stack = None
+            self._index = self._metrics = None
         rec.ended = time.monotonic()
         rec.files = list(dict.fromkeys(self.files))
         eps = [p.endpoint for p in self.plans if p.endpoint is not None]
@@ -535,6 +551,9 @@ class ServerStatus(CollectorBase):
             "requests": self.requests, "ok": self.ok, "bytes": self.bytes, "failures": dict(sorted(self.failures.items())),
             "interval": self.interval,
         }
+        gave_up = {str(p.target.pid): p.gave_up for p in self.plans if p.gave_up}
+        if gave_up:
+            rec.stats["gave_up"] = gave_up
         if not found:
             why = "; ".join(f"pid {p.target.pid}: " + ("; ".join(((p.endpoint.tried if p.endpoint else []) + p.refused)[:4])
                                                       or "no candidate")
@@ -544,11 +563,14 @@ class ServerStatus(CollectorBase):
         failed = sum(self.failures.values())
         if self.ok == 0:
             rec.status, rec.reason = FAILED, f"every request failed ({self._failure_text()})"
-        elif failed or self.errors:
-            rec.status = PARTIAL
-            rec.reason = "; ".join(filter(None, [self._failure_text() if failed else "", *self.errors[:2]]))
+        elif self.errors:
+            rec.status, rec.reason = PARTIAL, "; ".join(self.errors[:2])
         else:
+            # Requests a server answered badly are its own evidence (counted, named in the index and the
+            # report), not a hole in the capture: the collector covered the window.
             rec.status = OK
+            if failed:
+                rec.reason = f"{failed} of {self.requests} requests failed: {self._failure_text()}"
         return rec
 
     def _failure_text(self) -> str:
@@ -631,7 +653,14 @@ class ServerStatus(CollectorBase):
         return ep
 
     # ------------------------------------------------------------------ requests
-    def _count(self, r: Reply) -> None:
+    def _count(self, r: Reply, plan: _Plan | None = None) -> None:
+        if plan is not None:
+            if r.error in (TIMEOUT, REFUSED):
+                plan.misses += 1
+                if plan.misses >= GIVE_UP_AFTER and not plan.gave_up:
+                    plan.gave_up = f"{plan.misses} requests in a row: {r.detail}; its port was left alone after that"
+            elif r.error is None:
+                plan.misses = 0
         with self._lock:
             self.requests += 1
             if r.error is None:
@@ -643,7 +672,7 @@ class ServerStatus(CollectorBase):
     def _log(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, separators=(",", ":")).encode() + b"\n"
         with self._lock:
-            if self._index is not None:
+            if self._index is not None and not self._closed:
                 try:
                     self._index.write(line)
                 except OSError as exc:
@@ -658,7 +687,9 @@ class ServerStatus(CollectorBase):
         assert plan.endpoint is not None and plan.endpoint.metrics
         url = f"{plan.endpoint.metrics}/metrics"
         t0 = time.monotonic()
-        r = fetch(url, timeout=METRICS_TIMEOUT, max_bytes=METRICS_MAX, gzip_ok=True,
+        if plan.gave_up:
+            return
+        r = fetch(url, timeout=self._timeout(METRICS_TIMEOUT), max_bytes=METRICS_MAX, gzip_ok=True,
                   accept="text/plain;version=0.0.4;q=1,*/*;q=0.1")
         if r.error is None:
             if looks_html(r.body, r.content_type):
@@ -666,14 +697,14 @@ class ServerStatus(CollectorBase):
                 r.seconds = time.monotonic() - t0
             elif not looks_exposition(r.body):
                 r = _fail(r, NOT_TEXT, "not Prometheus text exposition", t0)
-        self._count(r)
+        self._count(r, plan)
         member = None
         if r.error is None:
             rec = {"pid": plan.target.pid, "t0": round(t0, 6), "t1": round(t0 + r.seconds, 6), "url": url,
                    "body": r.body.decode("utf-8", "replace")}
             line = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
             with self._lock:
-                if self._metrics is not None:
+                if self._metrics is not None and not self._closed:
                     try:
                         self._metrics.write(line)
                         member = METRICS
@@ -688,6 +719,9 @@ class ServerStatus(CollectorBase):
         return n
 
     def _save(self, name: str, body: bytes) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
         try:
             with self.writer.open_member(name, compress=False) as fh:
                 fh.write(body)
@@ -701,10 +735,12 @@ class ServerStatus(CollectorBase):
 
     def _goroutines(self, plan: _Plan) -> None:
         assert plan.endpoint is not None and plan.endpoint.pprof
+        if plan.gave_up:
+            return
         n = self._next(plan, "goroutine")
         url = f"{plan.endpoint.pprof}/debug/pprof/goroutine"
         t0 = time.monotonic()
-        r = fetch(url, timeout=PROFILE_TIMEOUT, max_bytes=PROFILE_MAX)
+        r = fetch(url, timeout=self._timeout(PROFILE_TIMEOUT), max_bytes=PROFILE_MAX)
         member = None
         if r.error is None and looks_pprof(r.body) and not looks_html(r.body, r.content_type):
             member = members.server_profile(plan.target.pid, "goroutine", str(n), r.body[:2] == b"\x1f\x8b")
@@ -712,11 +748,13 @@ class ServerStatus(CollectorBase):
             if r.error is None:
                 r = _fail(r, HTML if looks_html(r.body, r.content_type) else NOT_PPROF,
                           "the goroutine profile is not pprof: asking for the text dump (debug=2)", t0)
-            self._count(r)
+            self._count(r, plan)
             self._entry(plan, "goroutine", url, t0, r, None)
+            if plan.gave_up:
+                return
             url = f"{plan.endpoint.pprof}/debug/pprof/goroutine?debug=2"
             t0 = time.monotonic()
-            r = fetch(url, timeout=PROFILE_TIMEOUT, max_bytes=PROFILE_MAX)
+            r = fetch(url, timeout=self._timeout(PROFILE_TIMEOUT), max_bytes=PROFILE_MAX)
             if r.error is None and (looks_html(r.body, r.content_type) or not r.body.startswith(b"goroutine ")):
                 r = _fail(r, HTML if looks_html(r.body, r.content_type) else NOT_TEXT,
                           "the goroutine dump is not Go's text format", t0)
@@ -724,14 +762,16 @@ class ServerStatus(CollectorBase):
                 member = members.server_goroutine_text(plan.target.pid, str(n))
         if member is not None and not self._save(member, r.body):
             member = None
-        self._count(r)
+        self._count(r, plan)
         self._entry(plan, "goroutine", url, t0, r, member)
 
     def _profile(self, plan: _Plan, kind: str, path: str, tag: str, timeout: float) -> None:
         assert plan.endpoint is not None and plan.endpoint.pprof
+        if plan.gave_up:
+            return
         url = f"{plan.endpoint.pprof}{path}"
         t0 = time.monotonic()
-        r = fetch(url, timeout=timeout, max_bytes=PROFILE_MAX)
+        r = fetch(url, timeout=timeout if kind == "cpu" else self._timeout(timeout), max_bytes=PROFILE_MAX)
         member = None
         if r.error is None:
             if looks_html(r.body, r.content_type):
@@ -742,7 +782,7 @@ class ServerStatus(CollectorBase):
                 member = members.server_profile(plan.target.pid, kind, tag, r.body[:2] == b"\x1f\x8b")
                 if not self._save(member, r.body):
                     member = None
-        self._count(r)
+        self._count(r, plan)
         self._entry(plan, kind, url, t0, r, member)
 
     def _cpu(self, plan: _Plan, seconds: int) -> None:

@@ -91,6 +91,9 @@ WAITS: tuple[tuple[str, str, str], ...] = (
 _EXACT = {name: (state, kind) for name, state, kind in WAITS if not name.endswith("*")}
 _PREFIX = tuple((name[:-1], state, kind) for name, state, kind in WAITS if name.endswith("*"))
 
+# States that a frame further out may name better (a semaphore under a WaitGroup, a bare gopark).
+_GENERIC = frozenset({"parked", "semacquire"})
+
 # The text dump's states, where they say more than the frames (a goroutine parked in gopark
 # with frames we do not know): the kind of each.
 _TEXT_STATES = {
@@ -133,9 +136,9 @@ def classify(frames_leaf_first: list[str]) -> tuple[str, str, str, str]:
                 if f.startswith(prefix):
                     hit = (s, k)
                     break
-        if hit is not None:
+        if hit is not None and (at < 0 or state in _GENERIC):
             state, kind, at = hit[0], hit[1], i
-            if kind != OTHER:
+            if state not in _GENERIC:
                 break
     op = ""
     caller = ""
@@ -144,7 +147,7 @@ def classify(frames_leaf_first: list[str]) -> tuple[str, str, str, str]:
         j = at
         while j + 1 < len(frames_leaf_first) and frames_leaf_first[j + 1].startswith(_PLUMBING):
             j += 1
-        op = frames_leaf_first[j] if kind != OTHER else frames_leaf_first[at]
+        op = frames_leaf_first[j] if state not in _GENERIC else frames_leaf_first[at]
         rest = frames_leaf_first[j + 1:]
     else:
         rest = frames_leaf_first

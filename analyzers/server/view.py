@@ -73,23 +73,31 @@ class ServerStatusView:
     warnings: list[str] = field(default_factory=list)
 
 
+BAD_PROFILE = "bad-profile"  # a kept profile that does not decompress or parse (counted with the failures)
+
+
+def _bad_profile(v: ServerStatusView, name: str, why: str) -> None:
+    v.failures[BAD_PROFILE] = v.failures.get(BAD_PROFILE, 0) + 1
+    v.failure_examples.setdefault(BAD_PROFILE, printable(why if why.startswith(name) else f"{name}: {why}"))
+
+
 def _read_profile(bundle: Bundle, name: str, v: ServerStatusView) -> Profile | None:
     try:
         with bundle.open_binary(name) as fh:
             data = fh.read(PROFILE_MAX + 1)
     except (OSError, EOFError, zlib.error) as exc:
-        v.warnings.append(f"{name}: cannot be read ({printable(str(exc))}): left out")
+        _bad_profile(v, name, f"cannot be read ({exc})")
         return None
     except Exception as exc:  # noqa: BLE001 - gzip.BadGzipFile and friends: a corrupt member
-        v.warnings.append(f"{name}: not a readable profile ({type(exc).__name__}): left out")
+        _bad_profile(v, name, f"not a readable profile ({type(exc).__name__}: {exc})")
         return None
     if len(data) > PROFILE_MAX:
-        v.warnings.append(f"{name}: larger than {PROFILE_MAX >> 20} MiB decompressed: left out")
+        _bad_profile(v, name, f"larger than {PROFILE_MAX >> 20} MiB decompressed")
         return None
     try:
         return parse_profile(data, name)
     except InputError as exc:
-        v.warnings.append(f"{printable(str(exc))}: left out")
+        _bad_profile(v, name, str(exc))
         return None
 
 
@@ -173,7 +181,7 @@ def read_server_status(bundle: Bundle) -> ServerStatusView | None:
             try:
                 t.goroutines.append(G.from_text(bundle.iter_lines(name), when))
             except Exception as exc:  # noqa: BLE001 - a dump we cannot read is a warning
-                v.warnings.append(f"{name}: cannot be read ({type(exc).__name__}): left out")
+                _bad_profile(v, name, f"cannot be read ({type(exc).__name__})")
             continue
         prof = _read_profile(bundle, name, v)
         if kind == "goroutine":
@@ -201,7 +209,11 @@ def read_server_status(bundle: Bundle) -> ServerStatusView | None:
         if t.bad_lines:
             v.warnings.append(f"/metrics of pid {t.pid}: {t.bad_lines} lines could not be read and were skipped"
                               + (f" ({'; '.join(t.bad_examples)})" if t.bad_examples else ""))
-    if v.failures:
-        named = "; ".join(f"{n} {k} (e.g. {v.failure_examples[k]})" for k, n in sorted(v.failures.items()))
-        v.warnings.insert(0, f"server-status: {sum(v.failures.values())} of {v.requests} requests failed: {named}")
+    requests = {k: n for k, n in v.failures.items() if k != BAD_PROFILE}
+    if requests:
+        named = "; ".join(f"{n} {k} (e.g. {v.failure_examples[k]})" for k, n in sorted(requests.items()))
+        v.warnings.insert(0, f"server-status: {sum(requests.values())} of {v.requests} requests failed: {named}")
+    if v.failures.get(BAD_PROFILE):
+        v.warnings.append(f"server-status: {v.failures[BAD_PROFILE]} profile(s) the server sent could not be read and "
+                          f"were left out (e.g. {v.failure_examples[BAD_PROFILE]})")
     return v
