@@ -19,7 +19,7 @@ from profiler.analyzers.stacks import ranges, subsecond
 from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env, report_server
 from profiler.renderers import formatting as fmt
 from profiler.renderers import report_charts as charts
-from profiler.renderers.protocol import Registry, ReportOptions
+from profiler.renderers.protocol import Registry, Renderer, ReportOptions
 
 # The timeline's panels in this order; panels others add (load, server metrics) follow by key.
 PANEL_ORDER = ("load_tps", "load_latency", "cpu", "states", "host_cpu", "io_iops", "io_latency", "disk_iops",
@@ -36,7 +36,7 @@ MAX_HEATMAP_COLUMNS = 900  # seconds of the CPU sub-second heatmap drawn in the 
 UNKNOWN_SHARE = 0.05  # advise about [unknown] frames when this share of a graph's stacks hold one
 
 # The pictures a report embeds, found by the model each artifact holds.
-PICTURES = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
+PICTURES: Registry[Renderer[Any, Any]] = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
 
 
 def _artifact_svg(a: Analysis, name: str) -> tuple[Markup | None, str | None]:
