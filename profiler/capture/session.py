@@ -171,6 +171,10 @@ class Session:
         """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
         a cluster capture prepares every node, then starts them all at one agreed instant."""
         if self._manifest is None:
+            _path, note = host.ensure_tracefs()  # as root, mount tracefs when it is not mounted (as perf does)
+            if note:
+                self.progress.write(f"profiler: {note}\n")
+                self.progress.flush()
             self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
         return self._manifest
 
@@ -237,6 +241,8 @@ class Session:
             try:
                 probe = c.probe(ctx)
                 ok, reason = probe.ok, probe.reason
+                if not ok and probe.fix:
+                    reason = f"{reason}; fix: {probe.fix}"
             except Exception as exc:  # noqa: BLE001 - a broken probe skips one collector, not the capture
                 ok, reason = False, f"probe failed: {type(exc).__name__}: {exc}"
             if not ok:
