@@ -117,7 +117,7 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
-        c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
+        c = perfdata.read_perf_script(src.file, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
         return _from_collapser(c, opts, input)
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
@@ -166,7 +166,7 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
     elif src.format is perfdata.FORMAT:
         source = src.name
         counts, stats = perfdata.read_perf_script(
-            src.name, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
+            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
     else:
         source = src.name
         with src.open_raw() as fh:
