@@ -11,6 +11,8 @@ completion, QUE(ms) (-Q) insert to issue, COMM/PID the process that inserted the
 
 from __future__ import annotations
 
+# ruff: noqa: UP031 - biosnoop's own %-format strings, kept as it prints them
+
 import re
 import subprocess
 import sys
