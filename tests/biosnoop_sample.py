@@ -1,3 +1,4 @@
+# ruff: noqa: UP031 - biosnoop's own %-format strings, kept as it prints them
 """Make samples/biosnoop/ from a real perf capture of block events (test helper, run by hand).
 
 This VM's kernel has no kprobes, so bcc's biosnoop (which needs them) cannot run here. The
@@ -10,8 +11,6 @@ completion, QUE(ms) (-Q) insert to issue, COMM/PID the process that inserted the
 """
 
 from __future__ import annotations
-
-# ruff: noqa: UP031 - biosnoop's own %-format strings, kept as it prints them
 
 import re
 import subprocess
