@@ -36,9 +36,8 @@ from profiler.inputs import (
     perfdata,
 )
 from profiler.inputs.perfdata_blocks import PerfDataUnsupported
+from profiler.progress import Progress
 from profiler.renderers import heatmap_svg
-
-Progress = Callable[[str], None]
 
 BY = ("none", "op", "device", "issuer", "comm")
 PERF_FIELDS = "comm,tid,time,event,trace"  # what block parsing reads; no cpu: per-task recordings may lack it
@@ -84,9 +83,7 @@ class _Ticker:
         progress = self.progress
 
         def tick(p: pairing.BlockPairer) -> None:
-            if time.monotonic() - self.last > 0.5:
-                progress(f"reading {name}: {p.counts.events} block events, {p.counts.paired} IOs paired")
-                self.last = time.monotonic()
+            progress(f"pairing block IO of {name}", p.counts.events, None, "events")
 
         return tick
 
