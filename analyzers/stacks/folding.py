@@ -401,14 +401,14 @@ def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | Non
         size = os.path.getsize(path)
         seen = 0
 
-        def chunk(n: int) -> None:
+        def heard(n: int) -> None:
             nonlocal seen
             seen += n
             if on_progress is not None:
                 on_progress(min(seen, size), size)
 
         with open(path, "rb") as f:
-            return collapse_stream(f, opts, chunk if on_progress is not None and head != b"\x1f\x8b" else None)
+            return collapse_stream(f, opts, heard if on_progress is not None and head != b"\x1f\x8b" else None)
     # settle what the first sample decides, so that every part decides the same
     probe = Collapser(replace(opts, window=WHOLE))
     with open(path, "rb") as f:
