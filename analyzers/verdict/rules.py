@@ -206,6 +206,12 @@ def _others(tm: TargetMetrics, m: Metrics) -> tuple[float | None, str]:
     return others, names
 
 
+def _wants_cpu(busy: float) -> float:
+    """How much CPU demand and run-queue delay count: as much as the work threads want a CPU
+    (running or runnable) "nearly all the time" (issue 14): none at half their time, full at 90%."""
+    return min(1.0, max(0.0, (busy - 0.5) / 0.4))
+
+
 def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
     """CPU-bound: the target uses, or wants, the CPU it may have.
 
@@ -224,7 +230,7 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # add up to cores of "demand" without any of them being CPU-bound: the demand counts as
         # much as the work threads want a CPU for most of their time (none below 30%, full from 70%).
         busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
-        demand_s = ramp(tm.demand_util, "cpu.demand") * min(1.0, max(0.0, (busy - 0.3) / 0.4))
+        demand_s = ramp(tm.demand_util, "cpu.demand") * _wants_cpu(busy)
         ev.append(_ev("cpu_demand", tm.demand_util, "cpu.demand",
                       f"wants {tm.demand_cores or 0:.2f} of {tm.cpu_available or 0:g} cores, gets {tm.cpu_cores or 0:.2f}"))
     if tm.max_thread_demand is not None and tm.threads > 0:
@@ -235,11 +241,11 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         ev.append(_ev("thread_demand", tm.max_thread_demand, "cpu.thread_demand", tm.demand_thread or ""))
     starved_s = 0.0
     if tm.runq_share is not None:
-        # Threads that want a CPU most of their time and wait for a good part of it are held back
-        # by the CPU, whoever takes it (neighbours are the sub-cause, never a discount: issue 14);
-        # a light target that queues now and then on a busy host wants a CPU too little to count.
+        # Threads that want a CPU nearly all their time and wait for a good part of it are held
+        # back by the CPU, whoever takes it (neighbours are the sub-cause, never a discount: issue
+        # 14); a light target that queues now and then on a busy host wants a CPU too little to count.
         busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
-        starved_s = ramp(tm.runq_share, "cpu.runq") * min(1.0, max(0.0, (busy - 0.3) / 0.4))
+        starved_s = ramp(tm.runq_share, "cpu.runq") * _wants_cpu(busy)
         ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay): "
                       f"how much of what it asks for it waits for; the work threads want a CPU {_pct(busy)} of their time"))
     if tm.cpu_throttled_share is not None:
