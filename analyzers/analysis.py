@@ -24,6 +24,7 @@ from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_view
 
 from profiler import __version__
 from profiler.bundle import Bundle, Manifest, members
+from profiler.progress import Progress
 
 SCHEMA = "profiler.report"
 VERSION = 1
@@ -204,14 +205,25 @@ def _artifacts(v: BundleViews, a: Analysis) -> None:
 # --------------------------------------------------------------------------- the analysis
 
 
-def analyze(bundle: Bundle) -> Analysis:
-    """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
-    return analyze_views(read_views(bundle))
+def analyze(bundle: Bundle, progress: Progress | None = None) -> Analysis:
+    """Everything the reports need, from one bundle. Never raises on missing or partial inputs.
+    ``progress`` hears each step (reading the members, then each stage of the analysis)."""
+    return analyze_views(read_views(bundle, progress), progress)
 
 
-def analyze_views(v: BundleViews) -> Analysis:
+STAGES = ("metrics", "verdict", "timeline", "pictures", "range flame graphs")
+
+
+def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     """Everything the reports need, from a bundle's views."""
+
+    def step(i: int) -> None:
+        if progress is not None:
+            progress(f"analysing {v.root}: {STAGES[min(i, len(STAGES) - 1)]}", i, len(STAGES), "steps")
+
+    step(0)
     met = metmod.compute(v)
+    step(1)
     cv = vmod.judge(met)
     m = v.manifest
     pd = v.proc
@@ -224,6 +236,7 @@ def analyze_views(v: BundleViews) -> Analysis:
     srec = m.collector("syscalls")
     events = v.io.events if v.io is not None else None
     hist = v.io.hist if v.io is not None and events is None else None
+    step(2)
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
                      syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
     health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
@@ -235,9 +248,12 @@ def analyze_views(v: BundleViews) -> Analysis:
                  devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()})
     a.server = v.server
     server_report.add_panels(tl, v.server)
+    step(3)
     _artifacts(v, a)
     _server_artifacts(v, a)
+    step(4)
     _range_stacks(v, a)
+    step(len(STAGES))
     return a
 
 

@@ -55,9 +55,20 @@ def _root(
 
 def _register() -> None:
     import profiler.cli.cluster as cluster
-    from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
+    from profiler.cli import (
+        analyze,
+        attach,
+        demo,
+        diff,
+        doctor,
+        flamegraph,
+        heatmap,
+        report,
+        run,
+        stat,
+    )
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
+    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, stat, demo, cluster):
         mod.register(app)
 
 
