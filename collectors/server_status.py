@@ -59,6 +59,7 @@ PROBE_TIMEOUT = 2.0  # s, each probe request
 METRICS_TIMEOUT = 5.0
 PROFILE_TIMEOUT = 10.0
 GIVE_UP_AFTER = 2  # consecutive timeouts or refusals after which a port is left alone
+READ_TIMEOUT = 5.0  # s, each read of a body once its headers arrived
 METRICS_MAX = 32 << 20  # bytes of one /metrics body (decompressed)
 PROFILE_MAX = 64 << 20  # bytes of one profile
 PROBE_MAX = 256 << 10
@@ -282,10 +283,11 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip
             ctx = ssl.create_default_context()
             ctx.check_hostname = False  # our own host, reached by its loopback address
             ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(parts.hostname or "127.0.0.1", port, timeout=min(timeout, 5.0),
-                                               context=ctx)
+            conn = http.client.HTTPSConnection(parts.hostname or "127.0.0.1", port, timeout=timeout, context=ctx)
         else:
-            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", port, timeout=min(timeout, 5.0))
+            # the whole budget for connecting and the first answer (a CPU profile answers after its
+            # seconds); each later read of the body is bounded by READ_TIMEOUT and the deadline
+            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", port, timeout=timeout)
     except (ValueError, OSError) as exc:
         return Reply(error=ERROR, detail=str(exc)[:200])
     try:
@@ -306,7 +308,7 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip
             if left <= 0:
                 raise TimeoutError
             if conn.sock is not None:
-                conn.sock.settimeout(min(left, 5.0))
+                conn.sock.settimeout(min(left, READ_TIMEOUT))
             piece = resp.read1(1 << 16) if hasattr(resp, "read1") else resp.read(1 << 16)
             if not piece:
                 break
