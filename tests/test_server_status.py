@@ -387,7 +387,7 @@ def test_etcd_under_load_status_goroutines_and_metrics(kids: object, tmp_path: P
     pid = etcd.start(kids.spawn)  # type: ignore[attr-defined]
     GoWorkload("etcdload", "-endpoint", etcd.url, "-workers", "8", "-rate", "0").start(kids.spawn)  # type: ignore[attr-defined]
     bundle = tmp_path / "cap"
-    assert main(["attach", "--pid", "etcd", "--duration", "6s", "-o", str(bundle), "--status-interval", "2s"]) == 0
+    assert main(["attach", "--pid", str(pid), "--duration", "6s", "-o", str(bundle), "--status-interval", "2s"]) == 0
     out = capsys.readouterr().out
     assert "server-status  ok" in out
     rec = Bundle.open(bundle).manifest.collector("server-status")
