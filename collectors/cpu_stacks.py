@@ -1,4 +1,4 @@
-"""cpu-clock stack samples on the targets (capture layer) -> cpu.perf.txt.gz.
+"""cpu-clock stack samples on the targets (collectors layer) -> cpu.perf.txt.gz.
 
 ``perf record -a -e cpu-clock:I -F 99 --call-graph fp -k CLOCK_MONOTONIC`` during the capture,
 then ``perf script --pid PIDS`` (no inline resolution: fast) at the end, so the bundle holds
@@ -22,7 +22,9 @@ import contextlib
 from pathlib import Path
 
 from profiler.collectors.base import CaptureContext, Probe
-from profiler.collectors.process import PerfCollector, file_size, pid_list, run_to_file
+from profiler.collectors.files import file_size
+from profiler.collectors.perf_collector import PerfCollector, pid_list
+from profiler.collectors.process import run_to_file, tail
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
 
@@ -67,6 +69,7 @@ class RecordCollector(PerfCollector):
     def __init__(self, keep_perf_data: bool = False) -> None:
         super().__init__()
         self.keep_perf_data = keep_perf_data
+        self._data: Path | None = None  # perf.data, known once perf is about to start
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(f".{self.name}.perf.data")
@@ -78,7 +81,7 @@ class RecordCollector(PerfCollector):
         return SampleCounter()
 
     def size(self) -> int:
-        return file_size(self._data) if getattr(self, "_data", None) else 0
+        return file_size(self._data) if self._data is not None else 0
 
     def prepare(self, ctx: CaptureContext) -> None:
         self._data = self.data_path(ctx)
@@ -97,8 +100,6 @@ class RecordCollector(PerfCollector):
                 rec.files = [self.output]
                 rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
             if rc != 0:
-                from profiler.collectors.process import tail
-
                 rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         except TimeoutError as exc:
             rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"

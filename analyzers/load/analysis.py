@@ -1,5 +1,7 @@
-"""The load next to a capture, analyzed: its series on the capture's clock, its summary, the
-verdict window, dips, and what each transaction cost the targets (analyzers layer).
+"""The load next to a capture, analyzed (analyzers layer).
+
+Its series on the capture's clock, its summary, the verdict window, dips, and what each
+transaction cost the targets.
 
 ``analyze_load(log, manifest)`` is everything that needs only the load's members;
 ``per_transaction`` is added once the verdict's metrics exist (they are computed over the

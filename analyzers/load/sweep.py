@@ -1,5 +1,7 @@
-"""A thread sweep: one capture per concurrency step, the throughput/latency curve, its knee,
-and what the targets were doing there (analyzers layer).
+"""A thread sweep as data: its steps, curve, knee and conclusion (analyzers layer).
+
+One capture per concurrency step, the throughput/latency curve, its knee, and what the
+targets were doing there.
 
 The model ``profiler sweep`` fills step by step (profiler/usecases/sweep.py) and writes as
 DIR/sweep.json; the knee rule is analyzers.load.knee. ``to_dict()`` is sweep.json

@@ -1,5 +1,6 @@
-"""`profiler sweep`: the same load at several concurrencies, one capture each, then the curve,
-its knee and each step's verdict (use case).
+"""`profiler sweep`, one capture per concurrency step, then the curve and its knee (usecases layer).
+
+The same load at several concurrencies; each step's verdict says what the targets did there.
 
 For each value of the placeholder (``{threads}`` by default) the load command is run under a
 capture exactly as `profiler run` does, into DIR/step-<value>/ (a normal bundle with its own
