@@ -46,6 +46,8 @@ class LoadAnalysis:
     argv: list[str]
     exit_code: int | None
     origin: float  # the capture's start (CLOCK_MONOTONIC): series times count from here
+    started: float | None  # the load's start and end (monotonic), when known
+    ended: float | None
     parsed: ParsedLoad
     placement: Placement
     phases: Phases
@@ -68,11 +70,11 @@ class LoadAnalysis:
                 return k
         return max(keys, key=lambda k: float(k[1:]), default=None)
 
-    def transactions(self, start: float, end: float) -> float | None:
-        """Transactions done in [start, end] (monotonic): the series integrated over it, else the
-        mean throughput times its length."""
-        done = 0.0
-        covered = 0.0
+    def transactions(self, start: float, end: float) -> tuple[float, float] | None:
+        """(transactions done, seconds of load) inside [start, end] (monotonic): the series
+        integrated over it; without a series, the tool's summary rate over the part of the load's
+        run (started-ended) inside it. None when neither is known."""
+        done = covered = 0.0
         for p in self.points:
             if p.interval.tps is None or not p.duration:
                 continue
@@ -80,10 +82,13 @@ class LoadAnalysis:
             if overlap > 0:
                 done += p.interval.tps * overlap
                 covered += overlap
-        if covered >= 0.5 * (end - start):
-            return done * (end - start) / covered
-        if self.tps is not None:
-            return self.tps * (end - start)
+        if covered > 0:
+            return done, covered
+        s = self.parsed.summary
+        if s is not None and s.tps is not None and self.started is not None:
+            overlap = min(self.ended if self.ended is not None else end, end) - max(self.started, start)
+            if overlap > 0:
+                return s.tps * overlap, overlap
         return None
 
     def rel(self, t: float | None) -> float | None:
@@ -178,7 +183,8 @@ def analyze_load(log: LoadLog, manifest: Manifest) -> LoadAnalysis:
     phases = find_phases(placement.points, (origin, end)) if placement.points else Phases(
         reason="no load interval on the capture's clock: the whole capture is used")
     la = LoadAnalysis(source=info.source, status="ok", why=None, tool=parsed.tool, argv=list(info.argv),
-                      exit_code=info.exit_code, origin=origin, parsed=parsed, placement=placement, phases=phases,
+                      exit_code=info.exit_code, origin=origin, started=placement.start, ended=info.ended,
+                      parsed=parsed, placement=placement, phases=phases,
                       notes=list(parsed.notes) + list(placement.notes))
     s = parsed.summary
     if log.missing:

@@ -45,7 +45,7 @@ class Dip:
 
 @dataclass
 class Phases:
-    level: float | None = None  # steady throughput (per s)
+    level: float | None = None  # steady throughput (per s): the window's median (else the second half's)
     warmup_end: float | None = None  # CLOCK_MONOTONIC end of the warm-up (None: no warm-up found)
     warmup_intervals: int = 0
     window: tuple[float, float] | None = None  # the verdict window (monotonic), None: the whole capture
@@ -91,7 +91,11 @@ def find_phases(points: list[Point], capture: tuple[float, float] | None) -> Pha
         return out
     out.window = (start, end)
     out.reason = f"{what}; the verdict covers the steady load"
-    out.dips = find_dips([p for p in points if p.start >= start - 1e-6 and p.end <= end + 1e-6])
+    inside = [p for p in points if p.start >= start - 1e-6 and p.end <= end + 1e-6]
+    steady = [r for _, r in _rates(inside)]
+    if steady:
+        out.level = statistics.median(steady)  # the level the dips are measured against
+    out.dips = find_dips(inside)
     return out
 
 
