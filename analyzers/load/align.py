@@ -41,7 +41,7 @@ class Point:
 @dataclass
 class Placement:
     points: list[Point] = field(default_factory=list)
-    how: str | None = None  # which rule placed them (the first point's), for the report
+    how: str | None = None  # which rule placed most of them, for the report
     start: float | None = None  # the load's start on the monotonic clock, when known or estimated
     unplaced: int = 0  # intervals no rule could place
     notes: list[str] = field(default_factory=list)
@@ -70,6 +70,7 @@ def place(parsed: ParsedLoad, *, line_times: dict[int, float] | None = None, sta
             out.notes.append(f"the log's report lines put the load's start {statistics.median(offsets) - out.start:+.1f} s "
                              "from the start given: the lines' own times were used")
     known = {id(iv): (t, how) for iv, t, how in timed}
+    rules: dict[str, int] = {}
     prev_end: float | None = None
     for iv in parsed.intervals:
         if id(iv) in known:
@@ -83,7 +84,8 @@ def place(parsed: ParsedLoad, *, line_times: dict[int, float] | None = None, sta
         if duration is None and prev_end is not None and end > prev_end:
             duration = end - prev_end
         out.points.append(Point(end=end, duration=duration, interval=iv))
-        out.how = out.how or how
+        rules[how] = rules.get(how, 0) + 1
         prev_end = end
+    out.how = max(rules, key=lambda k: rules[k]) if rules else None
     out.points.sort(key=lambda p: p.end)
     return out

@@ -4,7 +4,8 @@ The rules (docs/load.md):
 
 - **Steady level**: the median throughput of the second half of the run's intervals (at
   least ``MIN_INTERVALS`` of them; fewer and no phase is judged).
-- **Warm-up**: the intervals before the first one, in the first half of the run, that reaches
+- **Warm-up**: the intervals before the first one, in the first half of the run (its middle
+  interval included), that reaches
   ``WARMUP_REACH`` (90%) of the steady level. None reaching it in the first half means the run
   never settled: the whole run is used and the report says so.
 - **Verdict window**: from the end of the warm-up to the end of the last interval, inside the
@@ -68,7 +69,8 @@ def find_phases(points: list[Point], capture: tuple[float, float] | None) -> Pha
     half = len(rated) // 2
     level = statistics.median(r for _, r in rated[half:])
     out.level = level
-    first = next((i for i, (_, r) in enumerate(rated[: max(half, 1)]) if r >= WARMUP_REACH * level), None)
+    # the first half, its middle interval included when the count is odd
+    first = next((i for i, (_, r) in enumerate(rated[: (len(rated) + 1) // 2]) if r >= WARMUP_REACH * level), None)
     if first is None:
         out.reason = (f"throughput never reached {WARMUP_REACH:.0%} of its steady level ({level:,.0f}/s) in the "
                       "first half of the run (no steady state): the whole capture is used")
