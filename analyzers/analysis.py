@@ -16,7 +16,7 @@ import numpy as np
 from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.load import analysis as loadmod
 from profiler.analyzers.series import timeline as tlmod
-from profiler.analyzers.stacks import flame, subsecond
+from profiler.analyzers.stacks import flame, ranges, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_views
@@ -51,6 +51,7 @@ class Analysis:
     warnings: list[str]
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
+    devices: dict[str, str] = field(default_factory=dict)  # 'major:minor' -> block device name (vda)
     load: loadmod.LoadAnalysis | None = None  # the load next to the capture (docs/load.md)
 
     def target_verdict(self, label: str) -> vmod.Verdict | None:
@@ -233,6 +234,27 @@ def _load_panels(tl: tlmod.Timeline, la: loadmod.LoadAnalysis) -> None:
                                    f"throughput dip: {d.drop:.0%} below {d.level:,.0f}/s"))
 
 
+def _dip_flame(v: BundleViews, a: Analysis) -> None:
+    """The on-CPU flame graph of the load's deepest dip (drop x length): the CPU samples whose
+    time falls in its range, folded as `profiler flamegraph BUNDLE --from --to` would."""
+    la = a.load
+    if la is None or not la.phases.dips or v.cpu is None or not v.cpu.timed:
+        return
+    d = max(la.phases.dips, key=lambda d: d.drop * (d.end - d.start))
+    rel0, rel1 = d.start - la.origin, d.end - la.origin
+    counts: dict[str, int] = {}
+    for t, stack in v.cpu.timed:
+        if d.start <= t < d.end:
+            counts[stack] = counts.get(stack, 0) + 1
+    if not counts:
+        a.missing_artifacts["load_dip_flame"] = f"no CPU samples of the targets between {rel0:.1f} and {rel1:.1f} s"
+        return
+    a.artifacts["load_dip_flame"] = flame.FlameGraph(
+        root=flame.build_tree(counts, min_fraction=0.0005), unit="samples",
+        title=f"On-CPU during the throughput dip, {rel0:.1f}-{rel1:.1f} s",
+        subtitle=f"{sum(counts.values()):,} cpu-clock samples; {d.drop:.0%} below the steady {d.level:,.0f}/s")
+
+
 def _per_transaction(v: BundleViews, la: loadmod.LoadAnalysis, met: metmod.Metrics) -> None:
     pd = v.proc
     window = la.phases.window
@@ -278,6 +300,38 @@ def analyze_views(v: BundleViews) -> Analysis:
         elif la.exit_code:
             warnings.append(f"load: the load exited with code {la.exit_code}")
     a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
-                 health=health, warnings=list(dict.fromkeys(warnings)), load=la)
+                 health=health, warnings=list(dict.fromkeys(warnings)),
+                 devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()},
+                 load=la)
     _artifacts(v, a)
+    _range_stacks(v, a)
+    _dip_flame(v, a)
     return a
+
+
+def _range_stacks(v: BundleViews, a: Analysis) -> None:
+    """The stacks by time bucket behind the HTML report's range flame graphs (cpu_range,
+    offcpu_range), on the timeline's axis; bcc's off-CPU totals have no times: one bucket."""
+    tl = a.timeline
+    cpu_t = [t for t, _ in v.cpu.timed] if v.cpu is not None else []
+    off_t = [t for iv in v.offcpu.timed for t in iv[:2]] if v.offcpu is not None else []
+    t0 = tl.t0 if tl.t0 is not None else min(cpu_t + off_t, default=None)
+    if t0 is None and not (v.offcpu is not None and v.offcpu.bcc):
+        return
+    t0 = t0 or 0.0
+    t1 = t0 + len(tl.t) * tl.step if tl.t else max(cpu_t + off_t, default=t0)
+    try:
+        if v.cpu is not None and v.cpu.timed:
+            cpu = ranges.from_samples(v.cpu.timed, t0, t1)
+            if cpu is not None:
+                a.artifacts["cpu_range"] = cpu
+        if v.offcpu is not None and v.offcpu.timed:
+            off = ranges.from_intervals(v.offcpu.timed, t0, t1)
+        elif v.offcpu is not None and v.offcpu.bcc and v.offcpu.folded:
+            off = ranges.from_totals(v.offcpu.folded, "us")
+        else:
+            off = None
+        if off is not None:
+            a.artifacts["offcpu_range"] = off
+    except Exception as exc:  # noqa: BLE001 - the report falls back to the whole-capture pictures
+        a.warnings.append(f"range flame graphs could not be built: {type(exc).__name__}: {exc}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from profiler.collectors import gosym
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.files import file_size
 from profiler.collectors.perf_collector import PerfCollector, pid_list
@@ -85,6 +86,8 @@ class RecordCollector(PerfCollector):
 
     def prepare(self, ctx: CaptureContext) -> None:
         self._data = self.data_path(ctx)
+        # stripped Go executables: read their function tables while the targets are alive
+        self._gosyms = gosym.symbolizers(ctx.pids)
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
         data = self.data_path(ctx)
@@ -98,7 +101,14 @@ class RecordCollector(PerfCollector):
         try:
             with ctx.writer.open_member(self.output) as out:
                 rec.files = [self.output]
-                rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                syms = getattr(self, "_gosyms", None)
+                sink = gosym.Rewriter(out, syms, "symoff" in self.fields) if syms else out
+                try:
+                    rc = run_to_file(argv, sink, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                finally:
+                    if isinstance(sink, gosym.Rewriter):
+                        sink.flush()
+                        rec.stats.update(sink.stats())
             if rc != 0:
                 rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         except TimeoutError as exc:

@@ -321,14 +321,18 @@ def cpus_allowed(pid: int) -> list[int]:
 
 def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: str | None) -> TargetInfo:
     """Everything the manifest records about a target, read at capture start."""
+    from profiler.collectors import runtime  # the ELF readers load only when a capture starts
+
     container = in_container(pid)
+    rt = runtime.detect(pid)
     return TargetInfo(
         pid=pid,
         comm=comm,
         exe=exe,
         cmdline=list(cmdline),
         kind=kind,
-        runtime=None,
+        runtime=rt.name if rt is not None else None,
+        runtime_info=rt,
         threads=threads_of(pid),
         cgroup=target_cgroup(pid),
         cpus_allowed=cpus_allowed(pid),

@@ -18,7 +18,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -123,8 +123,14 @@ def kill_all_children() -> list[int]:
     return killed
 
 
+class BytesSink(Protocol):
+    """Where a helper's output goes: a file, or a filter in front of one (collectors/gosym.py)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 def run_to_file(
-    argv: list[str], out: IO[bytes], *, timeout: float, stderr_path: Path | None = None,
+    argv: list[str], out: BytesSink, *, timeout: float, stderr_path: Path | None = None,
     on_chunk: Callable[[bytes], None] | None = None,
 ) -> int:
     """Run a finite helper (perf script) streaming its stdout into ``out``; kill it at ``timeout``.

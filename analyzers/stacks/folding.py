@@ -88,8 +88,10 @@ class Collapser:
     {'a;f': 1}
     """
 
-    def __init__(self, opts: FoldOptions | None = None) -> None:
+    def __init__(self, opts: FoldOptions | None = None,
+                 on_sample: Callable[[float | None, str, int], None] | None = None) -> None:
         self.opts = opts or FoldOptions()
+        self.on_sample = on_sample  # sees each counted sample: (time, folded stack, count)
         self.counts: dict[str, int] = {}
         self.samples = 0  # samples counted
         self.skipped = 0  # samples filtered out (event, time, pid)
@@ -242,6 +244,8 @@ class Collapser:
         counts = self.counts
         counts[stack] = counts.get(stack, 0) + count
         self.samples += 1
+        if self.on_sample is not None:
+            self.on_sample(float(t) if t is not None else None, stack, count)
 
     def _resplit(self, header: str, body: str) -> None:
         # whitespace-only lines end a sample too (the reference trims lines before testing)

@@ -8,7 +8,7 @@ frame says why the thread waited (lock, idle polling, IO, sleep...), read from i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from profiler.analyzers.stacks.naming import frame_name
@@ -77,6 +77,7 @@ def offcpu_folded(
     window: TimeWindow = WHOLE,
     unit: float = 1e-6,
     intervals: dict[tuple[int, int], float] | None = None,
+    on_interval: Callable[[float, float, str], None] | None = None,
 ) -> tuple[dict[str, int], OffCpuStats]:
     """Fold sched_switch samples into blocked time per stack, in `unit` seconds (µs default).
 
@@ -89,6 +90,7 @@ def offcpu_folded(
     run, noted in stats.
     Root frames: wait reason (when by_reason), then the thread name (or its pool). Blocked time
     is clipped to `window` (a relative one counts from the first sample's time).
+    ``on_interval`` sees each blocked interval counted: (from, to, folded stack).
     """
     stats = OffCpuStats()
     rebase = window.relative and window.bounded
@@ -108,6 +110,8 @@ def offcpu_folded(
         root.append((pool_of(comm) if pools else comm).replace(" ", "_"))
         key = ";".join(root + [frame_name(n) for n in reversed(frames)])
         out[key] = out.get(key, 0) + width
+        if on_interval is not None:
+            on_interval(lo, hi, key)
         return True
 
     def close(tid: int, t_in: float, exact: bool) -> None:

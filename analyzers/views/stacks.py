@@ -6,8 +6,9 @@ graph and the sub-second heatmap.
 
 Off-CPU, one view for both backends:
 - perf: offcpu.perf.txt.gz (sched_switch stacks) read in one pass that folds the first
-  ``OFFCPU_MAX_SWITCHES`` switches into blocked time and counts, for every switch, the stacks
-  that pass through futex code; offcpu.csv.gz gives each switch-out its exact switch-in.
+  ``OFFCPU_MAX_SWITCHES`` switches into blocked time and counts, for every switch, its stack
+  per thread (with its prev_state: analyzers.stacks.waits classifies them) and apart the
+  stacks that pass through futex code; offcpu.csv.gz gives each switch-out its exact switch-in.
 - bcc: offcpu.folded.gz (blocked nanoseconds summed in the kernel per stack) folded the same
   way (its per-thread totals, offcpu.summary.json, are in views.locks).
 """
@@ -42,6 +43,7 @@ class CpuStacks:
     times: subsecond.SampleTimes  # every sample's time, tid and comm
     origin: float | None  # time zero of the sub-second heatmap: the capture start, when before the samples
     warnings: list[str] = field(default_factory=list)
+    timed: list[tuple[float, str]] = field(default_factory=list)  # every sample's (time, folded stack)
     error: Exception | None = None  # the member could not be read
 
 
@@ -60,7 +62,13 @@ def _lines(chunks: Iterable[str], collapser: folding.Collapser) -> Iterator[str]
 def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     if not bundle.has(members.CPU_STACKS):
         return None
-    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True))
+    timed: list[tuple[float, str]] = []
+
+    def keep(t: float | None, stack: str, count: int) -> None:
+        if t is not None:
+            timed.append((t, stack))
+
+    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True), on_sample=keep)
     try:
         with bundle.open_binary(members.CPU_STACKS) as fh:
             times = subsecond.parse_sample_times(_lines(iter_decoded(fh, warnings=c.warnings), c))
@@ -68,24 +76,28 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
     return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
-                     warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings])
+                     warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed)
 
 
 # --------------------------------------------------------------------------- off-CPU
 
 _HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
+_PREV_STATE = re.compile(r"prev_state=(\S+)")
 
 FutexStacks = dict[int, dict[tuple[str, ...], int]]  # tid -> raw frame lines -> switch-outs
+# tid -> (prev_state, raw frame lines...) -> switch-outs: every switch-out, for wait classification
+WaitStacks = dict[int, dict[tuple[str, ...], int]]
 
 
-class _FutexCounter:
-    """Cuts perf script lines into samples and counts, per thread, those whose stack passes through
-    futex code. A plain substring test per sample is far cheaper than parsing every frame of every
-    context switch; identical stacks (a lock storm is millions of the same switch) are only counted
-    here, and parsed once later (analyzers.verdict.locks)."""
+class _StackCounter:
+    """Cuts perf script lines into samples and counts, per thread, every switch-out's stack (with
+    its prev_state), and apart those whose stack passes through futex code. Identical stacks (a
+    lock storm is millions of the same switch) are only counted here, and parsed once later
+    (analyzers.stacks.waits, analyzers.verdict.locks)."""
 
     def __init__(self) -> None:
-        self.by_tid: FutexStacks = {}
+        self.by_tid: WaitStacks = {}
+        self.futex: FutexStacks = {}
         self._block: list[str] = []
         self._hit = False
 
@@ -98,17 +110,23 @@ class _FutexCounter:
         self._flush()
 
     def _flush(self) -> None:
-        if self._block and self._hit:
-            m = _HEADER_TID.search(self._block[0])
+        if self._block:
+            head = self._block[0]
+            m = _HEADER_TID.search(head)
             tid = int(m.group(2) or m.group(1)) if m is not None else -1
-            stacks = self.by_tid.setdefault(tid, {})
             stack = tuple(self._block[1:])
-            stacks[stack] = stacks.get(stack, 0) + 1
+            ps = _PREV_STATE.search(head)
+            key = (ps.group(1) if ps is not None else "?", *stack)
+            per = self.by_tid.setdefault(tid, {})
+            per[key] = per.get(key, 0) + 1
+            if self._hit:
+                stacks = self.futex.setdefault(tid, {})
+                stacks[stack] = stacks.get(stack, 0) + 1
         self._block, self._hit = [], False
 
-    def close(self) -> FutexStacks:
+    def close(self) -> tuple[WaitStacks, FutexStacks]:
         self._flush()
-        return self.by_tid
+        return self.by_tid, self.futex
 
 
 @dataclass
@@ -120,6 +138,8 @@ class OffCpu:
     switches: int = 0  # perf: switch-outs folded (at most OFFCPU_MAX_SWITCHES)
     limited: bool = False  # perf: the capture holds more switches than were folded
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
+    stacks: WaitStacks = field(default_factory=dict)  # perf: every switch-out's stack per thread
+    timed: list[tuple[float, float, str]] = field(default_factory=list)  # perf: (from, to, stack) of each folded interval
     error: Exception | None = None  # the folded stacks could not be read
 
     @property
@@ -137,7 +157,7 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
             intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
-    futex = _FutexCounter()
+    futex = _StackCounter()
 
     def tee(lines: Iterable[str]) -> Iterator[str]:
         for line in lines:
@@ -153,13 +173,14 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
 
         try:
             first = itertools.islice(perfscript.iter_samples(lines), OFFCPU_MAX_SWITCHES)
-            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
+            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals,
+                                                  on_interval=lambda lo, hi, key: view.timed.append((lo, hi, key)))
         except Exception as exc:  # noqa: BLE001 - as above
             view.error = exc
     view.limited = view.switches >= OFFCPU_MAX_SWITCHES
     for _ in lines:  # the rest of the member: every switch counts for the futex stacks
         pass
-    view.futex = futex.close()
+    view.stacks, view.futex = futex.close()
     return view
 
 

@@ -9,11 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
-from profiler.analyzers.stacks.flame import FlameGraph, build_tree
-from profiler.analyzers.stacks.folding import FoldOptions
 from profiler.bundle import Bundle, members
-from profiler.errors import ProfilerError
-from profiler.inputs.window import TimeWindow
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 
@@ -21,35 +17,8 @@ REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rew
 
 
 def analysis_of(bundle_dir: str | Path) -> Analysis:
-    """The bundle's analysis (a missing or invalid bundle is an InputError), with the flame graph
-    of the load's deepest throughput dip when there is one."""
-    bundle = Bundle.open(bundle_dir)
-    a = analyze(bundle)
-    _dip_flame(a, str(bundle_dir))
-    return a
-
-
-def _dip_flame(a: Analysis, bundle_dir: str) -> None:
-    """The on-CPU flame graph of the deepest dip's time range (the CPU stacks folded again, kept
-    to that range: what `profiler flamegraph BUNDLE --from --to` draws)."""
-    from profiler.usecases.flamegraph import load_stacks
-
-    if a.load is None or not a.load.phases.dips or "cpu_flame" not in a.artifacts:
-        return
-    d = max(a.load.phases.dips, key=lambda d: d.drop * (d.end - d.start))
-    rel0, rel1 = d.start - a.load.origin, d.end - a.load.origin
-    try:
-        stacks = load_stacks(bundle_dir, FoldOptions(pools=True, count_samples=True, window=TimeWindow(d.start, d.end)))
-    except (ProfilerError, OSError) as exc:
-        a.missing_artifacts["load_dip_flame"] = f"could not be built: {exc}"
-        return
-    if not stacks.counts:
-        a.missing_artifacts["load_dip_flame"] = f"no CPU samples of the targets between {rel0:.1f} and {rel1:.1f} s"
-        return
-    a.artifacts["load_dip_flame"] = FlameGraph(
-        root=build_tree(stacks.counts, min_fraction=0.0005), unit="samples",
-        title=f"On-CPU during the throughput dip, {rel0:.1f}-{rel1:.1f} s",
-        subtitle=f"{stacks.samples:,} cpu-clock samples; {d.drop:.0%} below the steady {d.level:,.0f}/s")
+    """The bundle's analysis (a missing or invalid bundle is an InputError)."""
+    return analyze(Bundle.open(bundle_dir))
 
 
 def pick_format(fmt: str | None, output: str | Path | None) -> str:
