@@ -24,6 +24,7 @@ from profiler.analyzers.views.window import cut
 
 from profiler import __version__
 from profiler.bundle import Bundle, Manifest, members
+from profiler.progress import Progress
 
 SCHEMA = "profiler.report"
 VERSION = 1
@@ -202,9 +203,10 @@ def _artifacts(v: BundleViews, a: Analysis) -> None:
 # --------------------------------------------------------------------------- the analysis
 
 
-def analyze(bundle: Bundle) -> Analysis:
-    """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
-    return analyze_views(read_views(bundle))
+def analyze(bundle: Bundle, progress: Progress | None = None) -> Analysis:
+    """Everything the reports need, from one bundle. Never raises on missing or partial inputs.
+    ``progress`` hears each step (reading the members, then each stage of the analysis)."""
+    return analyze_views(read_views(bundle, progress), progress)
 
 
 def _load_panels(tl: tlmod.Timeline, la: loadmod.LoadAnalysis) -> None:
@@ -265,12 +267,22 @@ def _per_transaction(v: BundleViews, la: loadmod.LoadAnalysis, met: metmod.Metri
     la.per_tx = loadmod.per_transaction(la, met.targets, io_by_pid, met.window)
 
 
-def analyze_views(v: BundleViews) -> Analysis:
+STAGES = ("metrics", "verdict", "timeline", "pictures", "range flame graphs")
+
+
+def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     """Everything the reports need, from a bundle's views. With a load, the verdict covers its
     steady part (the warm-up left out: analyzers.load.phases); the timeline shows the whole capture."""
+
+    def step(i: int) -> None:
+        if progress is not None:
+            progress(f"analysing {v.root}: {STAGES[min(i, len(STAGES) - 1)]}", i, len(STAGES), "steps")
+
+    step(0)
     la = loadmod.analyze_load(v.load, v.manifest) if v.load is not None else None
     window = la.phases.window if la is not None else None
     met = metmod.compute(cut(v, *window) if window is not None else v)
+    step(1)
     cv = vmod.judge(met)
     m = v.manifest
     pd = v.proc
@@ -285,6 +297,7 @@ def analyze_views(v: BundleViews) -> Analysis:
     hist = v.io.hist if v.io is not None and events is None else None
     if window is not None and pd is not None:
         t0 = pd.t0  # the timeline shows the whole capture, warm-up included
+    step(2)
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
                      syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
     if la is not None:
@@ -303,9 +316,12 @@ def analyze_views(v: BundleViews) -> Analysis:
                  health=health, warnings=list(dict.fromkeys(warnings)),
                  devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()},
                  load=la)
+    step(3)
     _artifacts(v, a)
+    step(4)
     _range_stacks(v, a)
     _dip_flame(v, a)
+    step(len(STAGES))
     return a
 
 

@@ -178,6 +178,10 @@ class Session:
         """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
         a cluster capture prepares every node, then starts them all at one agreed instant."""
         if self._manifest is None:
+            _path, note = host.ensure_tracefs()  # as root, mount tracefs when it is not mounted (as perf does)
+            if note:
+                self.progress.write(f"profiler: {note}\n")
+                self.progress.flush()
             self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
         return self._manifest
 
@@ -247,6 +251,8 @@ class Session:
             try:
                 probe = c.probe(ctx)
                 ok, reason = probe.ok, probe.reason
+                if not ok and probe.fix:
+                    reason = f"{reason}; fix: {probe.fix}"
             except Exception as exc:  # noqa: BLE001 - a broken probe skips one collector, not the capture
                 ok, reason = False, f"probe failed: {type(exc).__name__}: {exc}"
             if not ok:
@@ -396,15 +402,16 @@ class Session:
     def _progress(self, elapsed: float, duration: float | None, states: dict[str, str | None]) -> None:
         if not _isatty(self.progress):
             return
-        total = f" / {_fmt_secs(duration)}" if duration else ""
         parts = []
+        written = 0
         for c in self.started:
             state = states.get(c.name)
             size = _size(c)
+            written += size
             word = "" if state is None else (" ended" if state == "ended" else " DIED")
             parts.append(f"{c.name}{word}" + (f" {_human_bytes(size)}" if size else ""))
-        line = f"capturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
-        self._write_status(line)
+        rate = f" {_human_bytes(int(written / elapsed))}/s" if elapsed > 0 and written else ""
+        self._write_status(capture_bar(elapsed, duration) + rate + "  " + " | ".join(parts))
 
     def _write_status(self, line: str) -> None:
         width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
@@ -517,3 +524,14 @@ def _isatty(fh: TextIO) -> bool:
         return fh.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def capture_bar(elapsed: float, duration: float | None, width: int = 24) -> str:
+    """'capturing [#########.......] 12s / 30s, 18s left' (no bar when the capture has no end)."""
+    if not duration:
+        return f"capturing {_fmt_secs(elapsed)} (until Ctrl-C or the targets exit)"
+    share = min(1.0, max(0.0, elapsed / duration))
+    filled = int(round(share * width))
+    left = max(0.0, duration - elapsed)
+    return (f"capturing [{'#' * filled}{'.' * (width - filled)}] {_fmt_secs(elapsed)} / {_fmt_secs(duration)}, "
+            f"{_fmt_secs(left)} left")

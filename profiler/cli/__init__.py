@@ -66,10 +66,11 @@ def _register() -> None:
         heatmap,
         report,
         run,
+        stat,
         sweep,
     )
 
-    for mod in (doctor, attach, run, sweep, analyze, report, flamegraph, heatmap, diff, demo, cluster):
+    for mod in (doctor, attach, run, sweep, analyze, report, flamegraph, heatmap, diff, stat, demo, cluster):
         mod.register(app)
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
+from profiler.cli import _term
 from profiler.cli._common import check_output
+from profiler.cli._progress import Bars
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
@@ -34,7 +36,12 @@ def command(
     if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
         typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html), nl=False)
         return
-    typer.echo(default_report(bundle, output, write_html=not no_html), nl=False)
+    bars = Bars()
+    try:
+        text = default_report(bundle, output, write_html=not no_html, progress=bars)
+    finally:
+        bars.done()
+    _term.report_text(text)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from profiler.bundle import Manifest
 from profiler.capture.loadlog import LoadStart
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
+from profiler.cli import _term
 from profiler.cli._common import parse_duration
 from profiler.collectors.base import CaptureOptions
 from profiler.errors import CaptureIncomplete, InputError, Interrupted, UsageError
@@ -131,7 +132,7 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()
-    typer.echo(summary(result.manifest, out), err=False)
+    show_summary(result.manifest, out)
     if report:
         _report(out)
     if result.interrupted:
@@ -139,6 +140,29 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     if result.manifest.status == "failed":
         raise CaptureIncomplete(f"capture failed: {result.manifest.reason}")
     return result
+
+
+def show_summary(m: Manifest, out: Path) -> None:
+    """The collector table on stdout: coloured on a terminal, plain text in a pipe."""
+    if not _term.rich_stdout():
+        typer.echo(summary(m, out))
+        return
+    head, *_ = summary(m, out).split("\n", 1)
+    _term.line(head, style="bold" if m.status == "ok" else "bold yellow")
+    _term.table(["collector", "status", "files", "notes"], _rows(m), status_col=1)
+
+
+def _rows(m: Manifest) -> list[list[str]]:
+    rows = []
+    for r in m.collectors:
+        notes = []
+        for key in ("samples", "rows", "events", "intervals", "lost", "completions"):
+            if key in r.stats and not isinstance(r.stats[key], (list, dict)):
+                notes.append(f"{r.stats[key]} {key}")
+        if r.reason:
+            notes.append(r.reason)
+        rows.append([r.name, r.status, ", ".join(r.files) or "-", "; ".join(notes)])
+    return rows
 
 
 def summary(m: Manifest, out: Path) -> str:

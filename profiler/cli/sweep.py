@@ -61,10 +61,10 @@ def command(
                        force=force, pause=parse_duration(pause) if pause not in ("0", "0s") else 0.0)
     used, why = registry.backend_choice(options)
 
-    def progress(msg: str) -> None:
+    def say(msg: str) -> None:
         typer.echo(f"profiler: {msg}", err=True)
 
-    sw, code = sweep(req, progress, extra_options={"keep_perf_data": keep_perf_data, "backend_used": used,
+    sw, code = sweep(req, say, extra_options={"keep_perf_data": keep_perf_data, "backend_used": used,
                                                    "backend_reason": why})
     typer.echo(sw.conclusion)
     typer.echo(f"profiler: wrote {output / SWEEP_JSON} and {output / SWEEP_REPORT}", err=True)

@@ -29,7 +29,7 @@ from profiler.errors import Interrupted, OutputExists, ProfilerError, UsageError
 from profiler.renderers import sweep_html
 from profiler.usecases.report import REPORT_NAME, analysis_of, render
 
-Progress = Callable[[str], None]
+Say = Callable[[str], None]  # one line per step (the capture draws its own status line on a terminal)
 SWEEP_JSON = "sweep.json"
 SWEEP_REPORT = "report.html"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -121,7 +121,7 @@ def _pause(seconds: float) -> None:
         time.sleep(min(left, 0.1))
 
 
-def sweep(req: SweepRequest, progress: Progress, *, extra_options: dict[str, Any] | None = None) -> tuple[Sweep, int]:
+def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None = None) -> tuple[Sweep, int]:
     """Run every step, then conclude. Returns the sweep and the exit code to pass through (the
     first failing load's, else 0); raises Interrupted after writing everything on Ctrl-C."""
     from profiler.collectors import registry
@@ -140,7 +140,7 @@ def sweep(req: SweepRequest, progress: Progress, *, extra_options: dict[str, Any
             targets = resolve(req.pids)
             chosen = (registry.by_name(req.options, req.collectors, req.keep_perf_data) if req.collectors
                       else registry.default_collectors(req.options, req.keep_perf_data))
-            progress(f"step {i}/{len(req.values)} ({req.param}={value}): capturing while {req.command[0]} runs")
+            say(f"step {i}/{len(req.values)} ({req.param}={value}): capturing while {req.command[0]} runs")
             t0 = time.monotonic()
             result = Session(targets, out, req.options, chosen, force=True, load=_argv(req, value),
                              extra_options={**(extra_options or {}), "sweep": {"param": req.param, "value": value}}
@@ -162,12 +162,12 @@ def sweep(req: SweepRequest, progress: Progress, *, extra_options: dict[str, Any
             step.status, step.why = "failed", str(exc)
             sw.steps.append(step)
             sw.partial, sw.reason = True, f"stopped at {req.param}={value}: {exc}"
-            progress(_line(req, i, step))
+            say(_line(req, i, step))
             break
         if step.status == "failed" and not code and step.exit_code:
             code = step.exit_code
         sw.steps.append(step)
-        progress(_line(req, i, step))
+        say(_line(req, i, step))
         if interrupted:
             sw.partial, sw.reason = True, f"interrupted (Ctrl-C) at {req.param}={value}"
             break
