@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from profiler.bundle import Bundle, members
 from profiler.cli import main
 from tests.scenarios import cgroup
 from tests.scenarios.procs import Procs, wait_for
-from tests.scenarios.servers import MariaDB, have
+from tests.scenarios.servers import MariaDB, Postgres, have
 
 pytestmark = [
     pytest.mark.privileged,
@@ -100,6 +101,37 @@ def test_run_series_matches_sysbench_summary(server: Server, tmp_path: Path, cap
     assert all(p["p95_ms"] is not None for p in series)
     html = (out / "report.html").read_text()
     assert "Throughput (sysbench)" in html and 'id="load"' in html and "Latency p95 (sysbench)" in html
+
+
+@pytest.mark.skipif(have("psql", "pg_isready") is not None or not Path(Postgres.bin("postgres")).exists(),
+                    reason="PostgreSQL is not installed")
+def test_run_with_sysbench_against_postgresql(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same reading for sysbench's pgsql driver, against our own PostgreSQL (its postmaster is
+    the target: the backends sysbench's connections fork are its children)."""
+    home = Path(tempfile.mkdtemp(prefix="profiler-load-pg-"))  # the postgres user must reach it (pytest's tmp is 0700)
+    os.chmod(home, 0o755)
+    procs = Procs(home)
+    pg = Postgres(procs, home)
+    try:
+        pg.start()
+        pg.psql("CREATE DATABASE sbtest")
+        base = ["sysbench", "oltp_point_select", "--db-driver=pgsql", f"--pgsql-host={pg.dir}", f"--pgsql-port={pg.port}",
+                "--pgsql-user=postgres", "--pgsql-db=sbtest", *TABLE]
+        procs.run("sysbench-prepare", [*base, "prepare"], timeout=120)
+        out = tmp_path / "cap"
+        rc = main(["run", "--pid", str(pg.pid), "-o", str(out), "--collector", "procfs", "--collector", "cpu-stacks", "--",
+                   *base, "--threads=2", "--time=8", "--report-interval=1", "run"])
+        assert rc == 0
+    finally:
+        for p in reversed(procs.started):
+            procs.stop(p)
+        shutil.rmtree(home, ignore_errors=True)
+    load = report_json(out, capsys)["load"]
+    assert load["tool"] == "sysbench" and load["status"] == "ok" and len(load["series"]) >= 6
+    series = load["series"]
+    mean = sum(p["tps"] * p["dt"] for p in series) / sum(p["dt"] for p in series)
+    assert abs(mean / load["summary"]["tps"] - 1) < 0.05, (mean, load["summary"]["tps"])
+    assert "Throughput (sysbench)" in (out / "report.html").read_text()
 
 
 def test_failing_load_keeps_the_capture_and_passes_its_exit_code(server: Server, tmp_path: Path,
