@@ -43,8 +43,10 @@ SERVER_STATUS = "server-status.jsonl"
 SERVER_METRICS = "server-metrics.jsonl.gz"
 # ... and their Go profiles, one file each (see server_profile)
 
-# `profiler run`: the load command's output
+# the load: `profiler run`'s load command output, or the log `profiler attach --load-log` followed
 LOAD_LOG = "load.log"
+# ... and when the profiler read each of its lines (CSV `line,t`: CLOCK_MONOTONIC seconds)
+LOAD_TIMES = "load.times.csv.gz"
 # the report `profiler attach` / `profiler analyze` writes beside the evidence
 REPORT = "report.html"
 
