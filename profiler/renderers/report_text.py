@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
-from profiler.renderers import report_server
-from profiler.renderers import load_text
+from profiler.renderers import load_text, report_server
 from profiler.renderers.protocol import ReportOptions
 
 
