@@ -150,6 +150,14 @@
     for (var k = 0; k * tick <= T_END + 1e-9; k++) {
       el("text", {x: x(k * tick), y: H - 6, "class": "tick", "text-anchor": "middle"}, svg).textContent = fmtNum(k * tick) + "s";
     }
+    // ranges the analysis marks on every panel: a load's warm-up, its throughput dips (docs/load.md)
+    (TL.marks || []).forEach(function (m) {
+      var x0 = x(Math.max(0, m.start)), x1 = x(Math.min(T_END, m.end));
+      if (x1 <= x0) return;
+      var r = el("rect", {x: x0, y: PT, width: x1 - x0, height: ph, "class": "mark mark-" + m.kind,
+                          fill: m.kind === "dip" ? "#d9822b" : "#8c99a6", "fill-opacity": "0.14"}, svg);
+      el("title", {}, r).textContent = m.label;
+    });
     var mid = T.map(function (t) { return t + STEP / 2; });
     names.forEach(function (n, i) {
       var c = colours[n];

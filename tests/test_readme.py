@@ -5,7 +5,8 @@ in a fresh directory holding a `samples` link to the repository's samples (the R
 commands are run from a checkout), with the venv's `profiler` first on PATH; `sudo` is dropped
 (the tests run as root: blocks that need root, perf or live targets are `privileged`). The live
 targets the examples name are started here, real processes: a tikv-server (the TiKV-shaped
-workload), fio writing with fsync, and a redis-server on port 16379. Each command must exit 0,
+workload), fio writing with fsync, a redis-server on port 16379, and a private mariadbd where
+sysbench looks by default (/run/mysqld/mysqld.sock, user sbtest, database sbtest, prepared). Each command must exit 0,
 print something when the README shows its output, and write the file it names with -o.
 `bash install.sh ...` lines are what CI itself runs (.ci/run): checked there, not run twice.
 """
@@ -124,7 +125,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """tikv-server (TiKV-shaped), fio writing with fsync, redis-server on 16379."""
     if not (is_root() and have_perf()):
         pytest.skip("the live examples need root and perf (CI runs as root)")
-    for tool in ("fio", "redis-server", "redis-benchmark"):
+    for tool in ("fio", "redis-server", "redis-benchmark", "mariadbd", "mariadb-install-db", "mariadb", "sysbench"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (install.sh --dev installs it)")
     d = tmp_path_factory.mktemp("world")
@@ -135,6 +136,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         _spawn(["redis-server", "--port", "16379", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(d)]),
     ]
+    try:
+        procs.append(_mariadb(d))
+    except Exception:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
     time.sleep(2)
     dead = [p.args for p in procs if p.poll() is not None]
     if dead:
@@ -146,6 +154,37 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for p in procs:
         p.kill()
         p.wait()
+
+
+SOCKET = Path("/run/mysqld/mysqld.sock")
+
+
+def _mariadb(d: Path) -> subprocess.Popen[bytes]:
+    """A private mariadbd (its own datadir) on sysbench's defaults: the default socket and port
+    3306, user sbtest without a password, database sbtest with sysbench's table prepared."""
+    if SOCKET.exists():
+        pytest.fail(f"{SOCKET} exists: another MariaDB/MySQL runs here; the README's sysbench examples need its place")
+    data = d / "mariadb"
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, capture_output=True, timeout=180)
+    SOCKET.parent.mkdir(parents=True, exist_ok=True)
+    p = _spawn([shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
+                f"--socket={SOCKET}", "--port=3306", "--bind-address=127.0.0.1", "--user=root",
+                f"--pid-file={d / 'mariadbd.pid'}", f"--log-error={d / 'mariadb.err'}", "--skip-log-bin",
+                "--innodb-buffer-pool-size=128M", "--innodb-use-native-aio=0", "--max-connections=200"])
+    sql = ["mariadb", f"--socket={SOCKET}", "-uroot", "-e"]
+    deadline = time.monotonic() + 90
+    while subprocess.run([*sql, "SELECT 1"], capture_output=True).returncode != 0:
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            p.wait()
+            pytest.fail(f"mariadbd did not start: {(d / 'mariadb.err').read_text(errors='replace')[-500:]}")
+        time.sleep(0.3)
+    subprocess.run([*sql, "CREATE DATABASE sbtest; CREATE USER 'sbtest'@'localhost'; "
+                    "GRANT ALL ON sbtest.* TO 'sbtest'@'localhost';"], check=True, capture_output=True)
+    subprocess.run(["sysbench", "oltp_point_select", "prepare"], check=True, capture_output=True, timeout=300)
+    return p
 
 
 def _run_block(block: Block, cwd: Path) -> None:

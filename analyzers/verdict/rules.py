@@ -43,6 +43,8 @@ THRESHOLDS: dict[str, Threshold] = {
     # CPU (USE method: utilization and saturation of the CPU resource)
     "cpu.util": Threshold(0.80, 1.0, "of available cores", "USE method (utilization); PingCAP inspection CPU usage > 80%",
                           "cores the target used / cores it may use (host, cpuset, cgroup quota)"),
+    "cpu.runq": Threshold(0.25, 0.6, "of CPU demand", "USE method (saturation); our measurements: 0.8 on a 2-CPU host with 14 runnable tasks",
+                          "time runnable but not running (schedstat run delay) / time wanting a CPU, of threads that want a CPU most of their time"),
     "cpu.throttled": Threshold(0.20, 0.6, "of CFS periods", "cgroup v1 cpu.stat; USE method (saturation of a software limit)",
                                "periods in which the cgroup ran out of quota / all periods"),
     "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",
@@ -204,6 +206,12 @@ def _others(tm: TargetMetrics, m: Metrics) -> tuple[float | None, str]:
     return others, names
 
 
+def _wants_cpu(busy: float) -> float:
+    """How much CPU demand and run-queue delay count: as much as the work threads want a CPU
+    (running or runnable) "nearly all the time" (issue 14): none at half their time, full at 90%."""
+    return min(1.0, max(0.0, (busy - 0.5) / 0.4))
+
+
 def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
     """CPU-bound: the target uses, or wants, the CPU it may have.
 
@@ -222,7 +230,7 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # add up to cores of "demand" without any of them being CPU-bound: the demand counts as
         # much as the work threads want a CPU for most of their time (none below 30%, full from 70%).
         busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
-        demand_s = ramp(tm.demand_util, "cpu.demand") * min(1.0, max(0.0, (busy - 0.3) / 0.4))
+        demand_s = ramp(tm.demand_util, "cpu.demand") * _wants_cpu(busy)
         ev.append(_ev("cpu_demand", tm.demand_util, "cpu.demand",
                       f"wants {tm.demand_cores or 0:.2f} of {tm.cpu_available or 0:g} cores, gets {tm.cpu_cores or 0:.2f}"))
     if tm.max_thread_demand is not None and tm.threads > 0:
@@ -231,9 +239,15 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         single = tm.threads == 1 or tm.active_threads <= 1
         thread_s = ramp(tm.max_thread_demand, "cpu.thread_demand") * (1.0 if single else 0.8)
         ev.append(_ev("thread_demand", tm.max_thread_demand, "cpu.thread_demand", tm.demand_thread or ""))
+    starved_s = 0.0
     if tm.runq_share is not None:
-        ev.append(_ev("run_queue_share", tm.runq_share, None, "schedstat run delay / (CPU + run delay): "
-                      "how much of what it asks for it waits for", "of CPU demand"))
+        # Threads that want a CPU nearly all their time and wait for a good part of it are held
+        # back by the CPU, whoever takes it (neighbours are the sub-cause, never a discount: issue
+        # 14); a light target that queues now and then on a busy host wants a CPU too little to count.
+        busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
+        starved_s = ramp(tm.runq_share, "cpu.runq") * _wants_cpu(busy)
+        ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay): "
+                      f"how much of what it asks for it waits for; the work threads want a CPU {_pct(busy)} of their time"))
     if tm.cpu_throttled_share is not None:
         throttle_s = ramp(tm.cpu_throttled_share, "cpu.throttled")
         ev.append(_ev("cgroup_throttled_periods", tm.cpu_throttled_share, "cpu.throttled",
@@ -265,7 +279,7 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
     pool_s = pool_best[0] if pool_best else 0.0
     if not ev:
         return None
-    score = min(1.0, max(util_s, demand_s, thread_s, throttle_s, pool_s))
+    score = min(1.0, max(util_s, demand_s, thread_s, throttle_s, pool_s, starved_s))
     # the sub-cause: what keeps more CPU from it, most specific first
     others, names = _others(tm, m)
     starved = (tm.runq_share or 0.0) >= 0.2
@@ -278,7 +292,7 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
     elif pool_best is not None and pool_s >= PRIMARY and pool_s >= score - 0.05:
         _, sub, rec = pool_best
         score = min(1.0, score + 0.02)  # a named pool is a more precise cause than the run queue
-    elif starved and others is not None and others >= 0.3 and (demand_s >= PRIMARY or thread_s >= PRIMARY):
+    elif starved and others is not None and others >= 0.3 and max(demand_s, thread_s, starved_s) >= PRIMARY:
         want, got = _want_got(tm, thread_s > demand_s)
         who = names or f"the host's CPUs are {_pct(m.system.cpu_util if m.system else None)} busy"
         sub = (f"CPU starvation: wants {want:.2f} core{'s' if want >= 1.5 else ''}, gets {got:.2f}: "

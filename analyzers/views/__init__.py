@@ -14,12 +14,14 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
   io               block.trace.gz                        block.hist.jsonl.gz
   waits            (none)                                futex.summary.json, futex.folded.gz,
                                                          offcpu.summary.json
+  load             load.log + load.times.csv.gz           (same)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
@@ -69,6 +71,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
 
     def has(self, member: str) -> bool:
@@ -119,12 +122,14 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     v.io = read_block_io(bundle)
     read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = read_cpu_stacks(bundle)
+    read("the load's log", (members.LOAD_LOG,))
+    v.load = read_load(bundle)
     read("done", ())
     v.warnings = bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
     return v
 
 
 __all__ = [
-    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "OffCpu", "SyscallRow",
-    "Syscalls", "WaitTotals", "read_views",
+    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "LoadLog", "OffCpu",
+    "SyscallRow", "Syscalls", "WaitTotals", "read_views",
 ]

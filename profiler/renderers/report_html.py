@@ -65,6 +65,7 @@ def context(a: Analysis) -> dict[str, Any]:
     tl = a.timeline
     t_max = (tl.t[-1] + tl.step) if tl.t else None
     panels = []
+    marks = [(mk.start, mk.end, mk.kind, mk.label) for mk in tl.marks]
     for key in [k for k in PANEL_ORDER if k in tl.panels] + sorted(k for k in tl.panels if k not in PANEL_ORDER):
         p = tl.panels.get(key)
         if p is None or not p.series:
@@ -72,7 +73,8 @@ def context(a: Analysis) -> dict[str, Any]:
         colours = charts.STATE_COLOURS if key == "states" else None
         panels.append({"key": key, "title": p.title, "unit": p.unit,
                        "svg": Markup(charts.timeline(tl.t, p.series, p.unit, stacked=p.stacked, t_max=t_max,
-                                                     colours=colours, height=170 if key == "states" else 140))})
+                                                     colours=colours, height=170 if key == "states" else 140,
+                                                     marks=marks))})
     targets = []
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
         shares = {k: tm.states.get(k, 0.0) for k in ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")}
@@ -111,7 +113,12 @@ def context(a: Analysis) -> dict[str, Any]:
                        "unknown": unknown_advice(a, a.artifacts.get(rng))})
     page = page_data(a)
     data = a.to_dict()
+    load = None
+    if a.load is not None:
+        dip_svg, dip_why = _artifact_svg(a, "load_dip_flame") if a.load.phases.dips else (None, None)
+        load = {"l": a.load, "d": data["load"], "dip_svg": dip_svg, "dip_why": dip_why}
     return {
+        "load": load,
         "a": a, "v": v, "m": m, "cap": a.manifest,
         "title": fmt.CATEGORY_TITLES[v.category], "colour": CATEGORY_COLOURS[v.category],
         "panels": panels, "targets": targets, "comparison": comparison, "pictures": pictures, "flames": flames,
