@@ -19,18 +19,22 @@ are let go; frames of a target that exited before then may come out ``[unknown]`
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
+import numpy as np
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.files import file_size
 from profiler.collectors.perf_collector import PerfCollector, pid_list
 from profiler.collectors.process import run_to_file, tail
 
-from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
+from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
+from profiler.bundle import perfdata as pdata
 
 OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 SCRIPT_FIELDS = "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
+_BPF_RECORD_FAILED = re.compile(r"failed to process type: (17|18)\b")
 
 
 def call_graph_arg(mode: str) -> str:
@@ -65,11 +69,13 @@ class RecordCollector(PerfCollector):
     output = ""
     fields = SCRIPT_FIELDS
     script_timeout = 600.0
+    max_symbolized = 50_000  # samples symbolized at most; past it a uniform sample (stats.symbolized)
 
     def __init__(self, keep_perf_data: bool = False) -> None:
         super().__init__()
         self.keep_perf_data = keep_perf_data
         self._data: Path | None = None  # perf.data, known once perf is about to start
+        self._pids: list[int] | None = None
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(f".{self.name}.perf.data")
@@ -86,26 +92,78 @@ class RecordCollector(PerfCollector):
     def prepare(self, ctx: CaptureContext) -> None:
         self._data = self.data_path(ctx)
 
+    def script_pids(self, ctx: CaptureContext) -> list[int]:
+        """The processes whose samples are symbolized (perf script --pid)."""
+        if self._pids is None:
+            from profiler.collectors.scope import with_descendants
+
+            self._pids = with_descendants(ctx.pids)
+        return self._pids
+
+    def symbolize_limit(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int | None, int]:
+        """(the targets' samples in perf.data when known, the most to symbolize)."""
+        return None, self.max_symbolized
+
+    def script_input(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, drop: tuple[int, ...] = ()) -> Path:
+        """The perf.data perf script reads: a copy holding the targets' samples only, and a
+        uniform sample of them past ``max_symbolized`` (what perf script costs grows with the
+        samples it reads and the binaries they ran in; stats.symbolized says what was kept).
+        The original when the copy cannot be made."""
+        pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
+        mine: pdata.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
+        out = ctx.writer.root / f".{self.name}.targets.perf.data"
+        try:
+            known, limit = self.symbolize_limit(ctx, rec)
+            total = known if known is not None else pdata.count_samples(data, mine)
+            keep = mine
+            if total > limit:
+                thin = pdata.thinning(limit / total)
+                keep = lambda pid, tid, t: mine(pid, tid, t) & thin(pid, tid, t)  # noqa: E731
+            kept, others = pdata.filter_samples(data, out, keep, drop_types=drop)
+        except (pdata.PerfDataUnsupported, OSError) as exc:
+            rec.stats["symbolized"] = f"every sample (perf.data not filtered: {exc})"
+            return data
+        rec.stats["symbolized"] = {"target_samples": total, "kept": kept, "fraction": round(kept / total, 4) if total else 1.0,
+                                   "other_samples_dropped": others - (total - kept)}
+        return out
+
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
         data = self.data_path(ctx)
         if not data.exists() or data.stat().st_size == 0:
             rec.status, rec.reason = FAILED, "perf record wrote no data" + (f": {self.died}" if self.died else "")
             return
-        counter = self.counter(ctx)
-        argv = script_argv(ctx.perf, data, self.fields, ctx.options.inline, self.script_extra(ctx))
-        rec.stats["script_argv"] = argv
+        src = self.script_input(ctx, rec, data)
         errpath = ctx.writer.root / f".{self.name}.script.stderr"
-        try:
-            with ctx.writer.open_member(self.output) as out:
-                rec.files = [self.output]
-                rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
-            if rc != 0:
-                rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
-        except TimeoutError as exc:
-            rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
-        finally:
+        for attempt in (1, 2):
+            counter = self.counter(ctx)
+            argv = script_argv(ctx.perf, src, self.fields, ctx.options.inline, self.script_extra(ctx))
+            rec.stats["script_argv"] = argv
+            rc = None
+            try:
+                with ctx.writer.open_member(self.output) as out:
+                    if self.output not in rec.files:
+                        rec.files.insert(0, self.output)
+                    rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                if rc != 0:
+                    rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
+            except TimeoutError as exc:
+                rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
+            finally:
+                err = errpath.read_text(errors="replace") if errpath.exists() else ""
+                with contextlib.suppress(OSError):
+                    errpath.unlink()
+            if attempt == 1 and rc not in (0, None) and src != data and _BPF_RECORD_FAILED.search(err):
+                # perf 6.1 stops at a BPF program's symbol record it cannot process (a bcc tool
+                # loaded or unloaded one during the capture), losing every later sample: again
+                # without those records (frames inside BPF programs then show as [unknown])
+                rec.status, rec.reason = OK, None
+                rec.stats["bpf_symbols"] = "dropped: perf script could not process them"
+                src = self.script_input(ctx, rec, data, drop=(pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT))
+                continue
+            break
+        if src != data:
             with contextlib.suppress(OSError):
-                errpath.unlink()
+                src.unlink()
         self.after_script(ctx, rec, counter)
         if self.keep_perf_data:
             kept = members.perf_data(self.name)
@@ -117,8 +175,9 @@ class RecordCollector(PerfCollector):
         rec.stats["samples"] = counter.samples
 
     def cleanup(self, ctx: CaptureContext) -> None:
-        with contextlib.suppress(OSError):
-            self.data_path(ctx).unlink()
+        for p in (self.data_path(ctx), ctx.writer.root / f".{self.name}.targets.perf.data"):
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 class CpuStacks(RecordCollector):
@@ -149,6 +208,4 @@ class CpuStacks(RecordCollector):
                 "--sample-cpu", "-N", "-B", "-o", str(self.data_path(ctx))]
 
     def script_extra(self, ctx: CaptureContext) -> list[str]:
-        from profiler.collectors.scope import with_descendants
-
-        return ["--pid", pid_list(with_descendants(ctx.pids))]
+        return ["--pid", pid_list(self.script_pids(ctx))]

@@ -175,6 +175,7 @@ class PerfCollector(CollectorBase):
             t1 = time.monotonic()
             self.finish(ctx, rec, stderr)
             rec.stats["finish_seconds"] = round(time.monotonic() - t1, 3)
+            lost = lost or int(rec.stats.get("lost") or 0)  # finish may count LOST records in perf.data itself
             if rec.status in ("pending", "running"):
                 rec.status = OK
             if self.died:

@@ -14,15 +14,13 @@ Off-CPU, one view for both backends:
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from profiler.analyzers.stacks import folding, offcpu, subsecond
 
 from profiler.bundle import Bundle, members
-from profiler.inputs import bundles, perfscript
+from profiler.inputs import bundles
 from profiler.inputs.folded import parse_folded
 from profiler.inputs.streams import iter_decoded
 from profiler.knowledge import pool_of
@@ -73,42 +71,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
 
 # --------------------------------------------------------------------------- off-CPU
 
-_HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
-
-FutexStacks = dict[int, dict[tuple[str, ...], int]]  # tid -> raw frame lines -> switch-outs
-
-
-class _FutexCounter:
-    """Cuts perf script lines into samples and counts, per thread, those whose stack passes through
-    futex code. A plain substring test per sample is far cheaper than parsing every frame of every
-    context switch; identical stacks (a lock storm is millions of the same switch) are only counted
-    here, and parsed once later (analyzers.verdict.locks)."""
-
-    def __init__(self) -> None:
-        self.by_tid: FutexStacks = {}
-        self._block: list[str] = []
-        self._hit = False
-
-    def feed(self, line: str) -> None:
-        if line.strip():
-            self._block.append(line)
-            if not self._hit and "futex" in line and line.startswith(("\t", " ")):
-                self._hit = True
-            return
-        self._flush()
-
-    def _flush(self) -> None:
-        if self._block and self._hit:
-            m = _HEADER_TID.search(self._block[0])
-            tid = int(m.group(2) or m.group(1)) if m is not None else -1
-            stacks = self.by_tid.setdefault(tid, {})
-            stack = tuple(self._block[1:])
-            stacks[stack] = stacks.get(stack, 0) + 1
-        self._block, self._hit = [], False
-
-    def close(self) -> FutexStacks:
-        self._flush()
-        return self.by_tid
+FutexStacks = offcpu.FutexStacks  # tid -> raw frame lines -> switch-outs
 
 
 @dataclass
@@ -137,29 +100,23 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
             intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
-    futex = _FutexCounter()
-
-    def tee(lines: Iterable[str]) -> Iterator[str]:
-        for line in lines:
-            futex.feed(line)
-            yield line
-
-    lines = tee(bundle.iter_lines(members.OFFCPU_STACKS))
+    folder = offcpu.SwitchFolder(by_reason=True, pools=True, intervals=intervals, futex=True,
+                                 limit=OFFCPU_MAX_SWITCHES)
+    warnings: list[str] = []
+    try:
+        with bundle.open_binary(members.OFFCPU_STACKS) as fh:
+            # small chunks: a member cut off mid-chunk loses at most one chunk before the cut
+            for chunk in iter_decoded(fh, chunk_size=1 << 18, warnings=warnings):
+                folder.feed(chunk)
+        folder.close()
+    except Exception as exc:  # noqa: BLE001 - as above
+        view.error = view.error or exc
     if view.error is None:
-        def counted(samples: Iterator[perfscript.Sample]) -> Iterator[perfscript.Sample]:
-            for smp in samples:
-                view.switches += 1
-                yield smp
-
-        try:
-            first = itertools.islice(perfscript.iter_samples(lines), OFFCPU_MAX_SWITCHES)
-            view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
-        except Exception as exc:  # noqa: BLE001 - as above
-            view.error = exc
-    view.limited = view.switches >= OFFCPU_MAX_SWITCHES
-    for _ in lines:  # the rest of the member: every switch counts for the futex stacks
-        pass
-    view.futex = futex.close()
+        view.folded = folder.counts
+    view.switches = folder.stats.samples
+    view.limited = folder.stats.limited
+    view.futex = folder.futex
+    bundle.warnings.extend(f"{members.OFFCPU_STACKS}: {w}" for w in warnings)
     return view
 
 
