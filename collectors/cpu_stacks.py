@@ -143,7 +143,8 @@ class RecordCollector(PerfCollector):
                 with ctx.writer.open_member(self.output) as out:
                     if self.output not in rec.files:
                         rec.files.insert(0, self.output)
-                    rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                    rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter,
+                                     on_cpu=self.add_child_cpu)
                 if rc != 0:
                     rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
             except TimeoutError as exc:

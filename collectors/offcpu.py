@@ -99,6 +99,7 @@ class Intervals:
         self.off_us = 0
         self.cut = 0
         self.switch_outs = 0  # switches whose task leaving belongs to a target (what the stacks hold)
+        self._comm_csv: list[str] = []  # comms as CSV fields, by id
         out.write("tid,comm,off,on,state\n")
 
     def _win(self, t: np.ndarray) -> np.ndarray:
@@ -145,12 +146,14 @@ class Intervals:
         if not len(items):
             return
         order = np.lexsort((items["tid"], at))
-        lines = []
-        for tid, t_off, t_on, st, cm in zip(items["tid"][order].tolist(), items["t"][order].tolist(),
-                                            on[order].tolist(), items["state"][order].tolist(),
-                                            items["comm"][order].tolist(), strict=True):
-            lines.append(f"{tid},{_csv(self.comms[cm])},{t_off // 1_000_000}.{t_off % 1_000_000:06d},{t_on:.6f},"
-                         f"{self.states[st]}\n")
+        if len(self._comm_csv) < len(self.comms):  # the reader met new comms
+            self._comm_csv.extend(_csv(c) for c in self.comms[len(self._comm_csv):])
+        comm, states = self._comm_csv, self.states
+        t_off = items["t"][order]
+        sec, usec = (t_off // 1_000_000).tolist(), (t_off % 1_000_000).tolist()
+        lines = [f"{tid},{comm[cm]},{s}.{u:06d},{t_on:.6f},{states[st]}\n" for tid, cm, s, u, t_on, st in zip(
+            items["tid"][order].tolist(), items["comm"][order].tolist(), sec, usec, on[order].tolist(),
+            items["state"][order].tolist(), strict=True)]
         self.off_us += int(np.maximum(0, np.round(on * 1e6).astype(np.int64) - items["t"]).sum())
         self.out.writelines(lines)
         self.intervals += len(lines)
@@ -451,6 +454,7 @@ class OffCpu(RecordCollector):
                 assert proc.stdout is not None
                 for line in io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace"):
                     pairs.feed(line)
+                _proc.reap(proc, self.add_child_cpu)
             finally:
                 _proc.stop_process(proc, 5.0)
             pairs.close()

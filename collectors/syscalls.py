@@ -452,7 +452,7 @@ class Syscalls(PerfCollector):
             assert proc.stdout is not None
             for line in io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace"):
                 pairs.feed(line)
-            rc = proc.wait()
+            rc = _proc.reap(proc, self.add_child_cpu)
         finally:
             _proc.stop_process(proc, 5.0)
         return pairs, pairs.close(), rc

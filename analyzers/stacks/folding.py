@@ -88,8 +88,14 @@ class Collapser:
     {'a;f': 1}
     """
 
-    def __init__(self, opts: FoldOptions | None = None) -> None:
+    def __init__(self, opts: FoldOptions | None = None, *, keep_times: bool = False) -> None:
+        """``keep_times``: also keep the time, tid and comm of every sample that has a time
+        (``times``, ``tids``, ``comms``; what the sub-second heatmap draws), read from the
+        headers this pass parses anyway."""
         self.opts = opts or FoldOptions()
+        self.times: list[float] | None = [] if keep_times else None
+        self.tids: list[int] = []
+        self.comms: list[str] = []
         self.counts: dict[str, int] = {}
         self.samples = 0  # samples counted
         self.skipped = 0  # samples filtered out (event, time, pid)
@@ -188,6 +194,10 @@ class Collapser:
             self._last_event = event
         if t is not None:
             tf = float(t)
+            if self.times is not None:
+                self.times.append(tf)
+                self.tids.append(int(tid))
+                self.comms.append(comm.strip())
             if self.first_time is None:
                 self.first_time = tf
                 if self._rel_pending:

@@ -145,6 +145,7 @@ class SwitchFolder:
         self._from, self._to = window.start, window.end
         self._pending: dict[int, tuple[float, str, str, _Stack]] = {}  # tid -> (t_out, comm, state, stack)
         self._stacks: dict[str, _Stack] = {}
+        self._lines: dict[str, str] = {}  # frame line -> symbol ("" for a line that is no frame)
         self._cached = 0
         self._roots: dict[str, str] = {}
         self._rest = ""
@@ -203,19 +204,27 @@ class SwitchFolder:
         """The frames of one sample's frame text, or None when it is not plain frame lines."""
         frames: list[str] = []
         if body:
+            lines = self._lines
             for line in body.split("\n"):
-                if line[:1] not in ("\t", " ") or not line.strip():
-                    return None  # a header without its blank line, a whitespace-only line: the slow path
-                f = parse_frame(line)
-                if f is None:
-                    if parse_header(line) is not None:
-                        return None
+                sym = lines.get(line)
+                if sym is None:
+                    if line[:1] not in ("\t", " ") or not line.strip():
+                        return None  # a header without its blank line, a whitespace-only line: the slow path
+                    f = parse_frame(line)
+                    if f is None:
+                        if parse_header(line) is not None:
+                            return None
+                        sym = lines[line] = ""  # not a frame (a source line...): skipped
+                        continue
+                    sym = lines[line] = _symbol(f.symbol, f.dso)
+                elif not sym:
                     continue
-                frames.append(_symbol(f.symbol, f.dso))
+                frames.append(sym)
         stack = _Stack(frames, tuple(body.split("\n")) if "futex" in body else None)
         self._cached += len(body)
         if self._cached > CACHE_CHARS:
             self._stacks.clear()  # bounded memory on huge inputs
+            self._lines.clear()
             self._cached = 0
         self._stacks[body] = stack
         return stack

@@ -14,9 +14,9 @@ Off-CPU, one view for both backends:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 from profiler.analyzers.stacks import folding, offcpu, subsecond
 
 from profiler.bundle import Bundle, members
@@ -43,28 +43,20 @@ class CpuStacks:
     error: Exception | None = None  # the member could not be read
 
 
-def _lines(chunks: Iterable[str], collapser: folding.Collapser) -> Iterator[str]:
-    """Feed each decoded chunk to the collapser and yield its lines (one pass for both)."""
-    rest = ""
-    for chunk in chunks:
-        collapser.feed(chunk)
-        lines = (rest + chunk).split("\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
-
-
 def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
     if not bundle.has(members.CPU_STACKS):
         return None
-    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True))
+    # one pass: the folded stacks, and every sample's time from the headers folding parses anyway
+    c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True), keep_times=True)
     try:
         with bundle.open_binary(members.CPU_STACKS) as fh:
-            times = subsecond.parse_sample_times(_lines(iter_decoded(fh, warnings=c.warnings), c))
+            for chunk in iter_decoded(fh, chunk_size=1 << 18, warnings=c.warnings):
+                c.feed(chunk)
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
+    times = subsecond.SampleTimes(t=np.asarray(c.times, dtype=np.float64), tid=np.asarray(c.tids, dtype=np.int64),
+                                  comm=c.comms)
     return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
                      warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings])
 

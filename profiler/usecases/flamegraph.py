@@ -116,8 +116,7 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
-        c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
-        return _from_collapser(c, opts, input)
+        return _from_perf_data(input, opts, meter)
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
@@ -127,6 +126,25 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         return _from_collapser(collapse_file(str(src.path), opts), opts, src.name)  # several processes
     with src.open_raw() as fh:
         return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name)
+
+
+def _from_perf_data(input: str, opts: FoldOptions, meter: _Meter) -> Stacks:
+    """perf.data through perf script, identical stacks merged first (their weight in the period
+    field) unless a time window needs each sample's own time."""
+    if opts.window.bounded:
+        c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
+        return _from_collapser(c, opts, input)
+    merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
+    fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
+    merged: list[perfdata.Merged] = []
+    c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
+                                  merge=merge, merged=merged)
+    out = _from_collapser(c, opts, input)
+    if merged:
+        # perf script read one sample per distinct stack: the file's own count when every
+        # sample was folded, else none (the subtitle leaves it out rather than understate it)
+        out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
+    return out
 
 
 def _pprof(src: Source, opts: FoldOptions) -> Stacks:
