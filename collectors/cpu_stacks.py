@@ -69,7 +69,11 @@ class RecordCollector(PerfCollector):
     output = ""
     fields = SCRIPT_FIELDS
     script_timeout = 600.0
-    max_symbolized = 50_000  # samples symbolized at most; past it a uniform sample (stats.symbolized)
+    # samples symbolized at most, and call-chain frames: past either, a uniform sample of the
+    # targets' samples is symbolized (stats.symbolized says what was kept). perf script costs
+    # ~1 us a frame and the text ~80 bytes a frame, so these bound the work after any capture.
+    max_symbolized = 50_000
+    max_frames = 1_000_000
 
     def __init__(self, keep_perf_data: bool = False) -> None:
         super().__init__()
@@ -100,30 +104,31 @@ class RecordCollector(PerfCollector):
             self._pids = with_descendants(ctx.pids)
         return self._pids
 
-    def symbolize_limit(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int | None, int]:
-        """(the targets' samples in perf.data when known, the most to symbolize)."""
-        return None, self.max_symbolized
+    def targets_in_data(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int, int] | None:
+        """(samples, call-chain frames) of the targets in perf.data, when already known."""
+        return None
 
     def script_input(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, drop: tuple[int, ...] = ()) -> Path:
         """The perf.data perf script reads: a copy holding the targets' samples only, and a
-        uniform sample of them past ``max_symbolized`` (what perf script costs grows with the
-        samples it reads and the binaries they ran in; stats.symbolized says what was kept).
-        The original when the copy cannot be made."""
+        uniform sample of them past ``max_symbolized`` samples or ``max_frames`` frames (what
+        perf script costs grows with the frames it resolves and the binaries they ran in;
+        stats.symbolized says what was kept). The original when the copy cannot be made."""
         pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
         mine: pdata.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
         out = ctx.writer.root / f".{self.name}.targets.perf.data"
         try:
-            known, limit = self.symbolize_limit(ctx, rec)
-            total = known if known is not None else pdata.count_samples(data, mine)
+            total, frames = self.targets_in_data(ctx, rec) or pdata.count_samples(data, mine)
             keep = mine
-            if total > limit:
-                thin = pdata.thinning(limit / total)
+            fraction = min(1.0, self.max_symbolized / max(total, 1), self.max_frames / max(frames, 1))
+            if fraction < 1.0:
+                thin = pdata.thinning(fraction)
                 keep = lambda pid, tid, t: mine(pid, tid, t) & thin(pid, tid, t)  # noqa: E731
             kept, others = pdata.filter_samples(data, out, keep, drop_types=drop)
         except (pdata.PerfDataUnsupported, OSError) as exc:
             rec.stats["symbolized"] = f"every sample (perf.data not filtered: {exc})"
             return data
-        rec.stats["symbolized"] = {"target_samples": total, "kept": kept, "fraction": round(kept / total, 4) if total else 1.0,
+        rec.stats["symbolized"] = {"target_samples": total, "target_frames": frames, "kept": kept,
+                                   "fraction": round(kept / total, 4) if total else 1.0,
                                    "other_samples_dropped": others - (total - kept)}
         return out
 

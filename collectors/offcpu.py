@@ -67,7 +67,7 @@ WINDOW_SLACK = 0.05  # perf switches its events a little after we ask (s)
 # the sample's process, the task leaving (prev) and the one coming in (next); state and comm
 # are ids into the reader's tables.
 SWITCH_DTYPE = np.dtype([("off", "i8"), ("t", "i8"), ("pid", "i8"), ("prev", "i8"), ("next", "i8"),
-                         ("state", "i8"), ("comm", "i8")])
+                         ("state", "i8"), ("comm", "i8"), ("frames", "i8")])
 _ITEM = np.dtype([("t", "i8"), ("tid", "i8"), ("state", "i8"), ("comm", "i8"), ("seq", "i8"), ("win", "i8"),
                   ("out", "?")])
 
@@ -99,6 +99,7 @@ class Intervals:
         self.off_us = 0
         self.cut = 0
         self.switch_outs = 0  # switches whose task leaving belongs to a target (what the stacks hold)
+        self.switch_out_frames = 0  # their call-chain frames
         self._comm_csv: list[str] = []  # comms as CSV fields, by id
         out.write("tid,comm,off,on,state\n")
 
@@ -117,6 +118,7 @@ class Intervals:
         seq = np.arange(len(ev), dtype=np.int64)
         mine = np.ones(len(ev), bool) if self.pids is None else np.isin(ev["pid"], self.pids)
         self.switch_outs += int(mine.sum())
+        self.switch_out_frames += int(ev["frames"][mine].sum())
         outs = (ev["prev"] > 0) & mine
         ins = ev["next"] > 0
         o = np.zeros(int(outs.sum()), _ITEM)
@@ -193,7 +195,7 @@ class IntervalWriter:
         self._state_id: dict[str, int] = {}
         self._comm_id: dict[str, int] = {}
         self.pairs = Intervals(out, windows, pids, self.states, self.comms)
-        self._rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self._rows: list[tuple[int, int, int, int, int, int, int, int]] = []
 
     @staticmethod
     def _id(table: dict[str, int], names: list[str], name: str) -> int:
@@ -210,7 +212,7 @@ class IntervalWriter:
         t = int(round(float(m.group("time")) * 1e6))
         self._rows.append((len(self._rows), t, int(m.group("pid")), int(m.group("prev")), int(m.group("next")),
                            self._id(self._state_id, self.states, m.group("state")),
-                           self._id(self._comm_id, self.comms, m.group("comm"))))
+                           self._id(self._comm_id, self.comms, m.group("comm")), 0))
         if len(self._rows) >= self.BATCH:
             self._push()
 
@@ -270,6 +272,7 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
         if any(n not in fields for n in need):
             raise pd.PerfDataUnsupported("sched_switch format without " + ", ".join(n for n in need if n not in fields))
         letters = pd.state_letters(f.tp_flags("sched_switch"))
+        o_cc = pd.sample_layout(ev.sample_type).callchain
 
         def side(rec: pd.Records) -> None:
             lost[0] += rec.lost()
@@ -293,6 +296,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
                 ids.append(i)
             a["state"] = np.asarray(ids, np.int64)[inv.ravel()]
             a["comm"] = pd.tp_strings(rec, c.raw, fields["prev_comm"], intern)
+            if o_cc >= 0:
+                a["frames"] = rec.u64[c.offs + o_cc].astype(np.int64)
             return a
 
         for batch in pd.ordered(f, decode, side):
@@ -312,8 +317,9 @@ class OffCpu(RecordCollector):
     output = OUTPUT
     fields = SCRIPT_FIELDS + ",trace"
     # stacks symbolized at most (a uniform sample past it): perf script and folding cost ~25 us
-    # a switch, and a lock storm switches hundreds of thousands of times a second
+    # a switch (~1 us a frame), and a lock storm switches hundreds of thousands of times a second
     max_symbolized = 20_000
+    max_frames = 500_000
     max_bytes = 256 << 20  # a stack per context switch: ~30 MB/s on a server switching 100K times a second
 
     def __init__(self, keep_perf_data: bool = False, delayacct_path: str = DELAYACCT,
@@ -395,9 +401,9 @@ class OffCpu(RecordCollector):
         self._paired = None
         super().finish(ctx, rec, stderr)
 
-    def symbolize_limit(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int | None, int]:
+    def targets_in_data(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int, int] | None:
         """The intervals first, straight from perf.data (every switch), which also counts the
-        targets' switch-outs: their stacks are symbolized up to ``max_symbolized``."""
+        targets' switch-outs and their frames: their stacks are symbolized up to the bounds."""
         data = self.data_path(ctx)
         self.pids = self.script_pids(ctx)
         buf = io.StringIO()
@@ -416,7 +422,7 @@ class OffCpu(RecordCollector):
             still = pairs.close()
         except pd.PerfDataUnsupported as exc:
             rec.stats["decoded"] = f"perf script ({exc})"
-            return None, self.max_symbolized
+            return None
         rec.stats["decoded"] = "perf.data read directly"
         if lost and "lost" not in rec.stats:
             rec.stats["lost"] = lost
@@ -424,7 +430,7 @@ class OffCpu(RecordCollector):
             raw.write(buf.getvalue().encode("utf-8"))
         rec.files.append(INTERVALS)
         self._paired = (pairs.intervals, pairs.off_seconds, still, pairs.cut)
-        return pairs.switch_outs, self.max_symbolized
+        return pairs.switch_outs, pairs.switch_out_frames
 
     def after_script(self, ctx: CaptureContext, rec: CollectorRecord, counter: SampleCounter) -> None:
         super().after_script(ctx, rec, counter)

@@ -483,13 +483,29 @@ def _kept(rec: Records, f: PerfFile, keep: Keep) -> tuple[np.ndarray, np.ndarray
     return cat(yes), cat(no)
 
 
-def count_samples(src: str | os.PathLike[str], keep: Keep) -> int:
-    """How many samples of a perf.data ``keep`` takes."""
-    n = 0
+def count_samples(src: str | os.PathLike[str], keep: Keep) -> tuple[int, int]:
+    """How many samples of a perf.data ``keep`` takes, and how many call-chain frames they hold."""
+    n = frames = 0
     with PerfFile(src) as f:
         for rec in f.chunks():
-            n += len(_kept(rec, f, keep)[0])
-    return n
+            yes = _kept(rec, f, keep)[0]
+            n += len(yes)
+            frames += chain_frames(rec, f, yes)
+    return n, frames
+
+
+def chain_frames(rec: Records, f: PerfFile, offs: np.ndarray) -> int:
+    """Call-chain frames of the given samples (0 without call chains)."""
+    if not len(offs):
+        return 0
+    lays = {sample_layout(ev.sample_type).callchain for ev in f.events}
+    if len(lays) != 1 or next(iter(lays)) < 0:
+        o_cc = sample_layout(f.events[0].sample_type).callchain
+        if o_cc < 0:
+            return 0
+    else:
+        o_cc = next(iter(lays))
+    return int(rec.u64[offs + o_cc].astype(np.int64).sum())
 
 
 def thinning(fraction: float, seed: int = 0x5EED) -> Keep:
