@@ -253,6 +253,7 @@ class PerfFile:
         """The data section in whole records: one :class:`Records` per chunk read."""
         self.fh.seek(self.data_off)
         left = self.data_size
+        pos = self.data_off  # file offset of the next byte read
         rest = b""
         while left > 0:
             data = self.fh.read(min(chunk, left))
@@ -260,12 +261,21 @@ class PerfFile:
                 break  # cut short: what was read
             left -= len(data)
             buf = rest + data
+            base = pos - len(rest)
+            pos += len(data)
             offs, end = walk(buf)
             rest = buf[end:]
             if len(offs):
-                yield Records(buf, offs)
+                yield Records(buf, offs, base)
             if len(rest) > chunk:  # one record larger than a chunk: corrupt
                 raise PerfDataUnsupported("corrupt record sizes in perf.data")
+
+    def again(self, plan: list[tuple[int, int, np.ndarray]]) -> Iterator[Records]:
+        """The chunks of an earlier pass (``(rec.base, len(rec.buf), rec.offs)`` each), read
+        again without walking the records a second time."""
+        for base, size, offs in plan:
+            self.fh.seek(base)
+            yield Records(self.fh.read(size), offs, base)
 
 
 def walk(buf: bytes) -> tuple[np.ndarray, int]:
@@ -289,9 +299,10 @@ def walk(buf: bytes) -> tuple[np.ndarray, int]:
 class Records:
     """The whole records of one chunk of the data section."""
 
-    def __init__(self, buf: bytes, offs: np.ndarray) -> None:
+    def __init__(self, buf: bytes, offs: np.ndarray, base: int = 0) -> None:
         self.buf = buf
         self.offs = offs
+        self.base = base  # file offset of buf[0]
         b = np.frombuffer(buf, np.uint8)
         # unaligned little-endian reads at any byte offset
         self.u64 = np.ndarray(shape=(max(0, len(b) - 7),), dtype="<u8", buffer=b, strides=(1,))
@@ -605,7 +616,9 @@ def merge_samples(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, b
         comm_ids: dict[bytes, int] = {}
         first: dict[int, list[int]] = {}  # key hash -> [chunk, offset, event index, weight]
         glob = 0  # generation of the kernel's own symbols (BPF programs come and go)
+        plan: list[tuple[int, int, np.ndarray]] = []
         for ci, rec in enumerate(f.chunks()):
+            plan.append((rec.base, len(rec.buf), rec.offs))
             sides = rec.offs[np.isin(rec.types, np.asarray((*_RESOLUTION, RECORD_KSYMBOL), np.uint32))]
             cols = samples(rec, f, f.events)
             all_s = rec.of_type(RECORD_SAMPLE)
@@ -635,7 +648,7 @@ def merge_samples(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, b
         for ci, off, idx, w in first.values():
             keep_at.setdefault(ci, {})[off] = (idx, w)
         out.written = len(first)
-        _write_merged(f, dst, keep_at)
+        _write_merged(f, dst, keep_at, plan)
     return out
 
 
@@ -689,14 +702,15 @@ def _side_record(rec: Records, off: int, gen: dict[int, int], comm_of: dict[int,
     return glob
 
 
-def _write_merged(f: PerfFile, dst: str | os.PathLike[str], keep_at: dict[int, dict[int, tuple[int, int]]]) -> None:
+def _write_merged(f: PerfFile, dst: str | os.PathLike[str], keep_at: dict[int, dict[int, tuple[int, int]]],
+                  plan: list[tuple[int, int, np.ndarray]]) -> None:
     lays = {ev.index: sample_layout(ev.sample_type) for ev in f.events}
     f.fh.seek(0)
     head = bytearray(f.fh.read(f.data_off))
     with open(dst, "wb") as out:
         out.write(head)
         size = 0
-        for ci, rec in enumerate(f.chunks()):
+        for ci, rec in enumerate(f.again(plan)):
             here = keep_at.get(ci, {})
             take = rec.types != RECORD_SAMPLE
             buf = bytearray(rec.buf)
