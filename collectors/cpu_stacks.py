@@ -22,14 +22,14 @@ import contextlib
 import re
 from pathlib import Path
 
-import numpy as np
+from profiler.collectors import gosym
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.files import file_size
 from profiler.collectors.perf_collector import PerfCollector, pid_list
 from profiler.collectors.process import run_to_file, tail
 
 from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
-from profiler.bundle import perfdata as pdata
+from profiler.bundle.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
 
 OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
@@ -95,6 +95,8 @@ class RecordCollector(PerfCollector):
 
     def prepare(self, ctx: CaptureContext) -> None:
         self._data = self.data_path(ctx)
+        # stripped Go executables: read their function tables while the targets are alive
+        self._gosyms = gosym.symbolizers(ctx.pids)
 
     def script_pids(self, ctx: CaptureContext) -> list[int]:
         """The processes whose samples are symbolized (perf script --pid)."""
@@ -113,9 +115,16 @@ class RecordCollector(PerfCollector):
         uniform sample of them past ``max_symbolized`` samples or ``max_frames`` frames (what
         perf script costs grows with the frames it resolves and the binaries they ran in;
         stats.symbolized says what was kept). The original when the copy cannot be made."""
+        out = ctx.writer.root / f".{self.name}.targets.perf.data"
+        try:
+            import numpy as np
+
+            from profiler.bundle import perfdata as pdata
+        except ImportError:  # the cluster agent's bare python3
+            rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
+            return data
         pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
         mine: pdata.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
-        out = ctx.writer.root / f".{self.name}.targets.perf.data"
         try:
             total, frames = self.targets_in_data(ctx, rec) or pdata.count_samples(data, mine)
             keep = mine
@@ -124,7 +133,7 @@ class RecordCollector(PerfCollector):
                 thin = pdata.thinning(fraction)
                 keep = lambda pid, tid, t: mine(pid, tid, t) & thin(pid, tid, t)  # noqa: E731
             kept, others = pdata.filter_samples(data, out, keep, drop_types=drop)
-        except (pdata.PerfDataUnsupported, OSError) as exc:
+        except (PerfDataUnsupported, OSError) as exc:
             rec.stats["symbolized"] = f"every sample (perf.data not filtered: {exc})"
             return data
         rec.stats["symbolized"] = {"target_samples": total, "target_frames": frames, "kept": kept,
@@ -148,8 +157,15 @@ class RecordCollector(PerfCollector):
                 with ctx.writer.open_member(self.output) as out:
                     if self.output not in rec.files:
                         rec.files.insert(0, self.output)
-                    rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter,
-                                     on_cpu=self.add_child_cpu)
+                    syms = getattr(self, "_gosyms", None)
+                    sink = gosym.Rewriter(out, syms, "symoff" in self.fields) if syms else out
+                    try:
+                        rc = run_to_file(argv, sink, timeout=self.script_timeout, stderr_path=errpath,
+                                         on_chunk=counter, on_cpu=self.add_child_cpu)
+                    finally:
+                        if isinstance(sink, gosym.Rewriter):
+                            sink.flush()
+                            rec.stats.update(sink.stats())
                 if rc != 0:
                     rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
             except TimeoutError as exc:
@@ -164,7 +180,7 @@ class RecordCollector(PerfCollector):
                 # without those records (frames inside BPF programs then show as [unknown])
                 rec.status, rec.reason = OK, None
                 rec.stats["bpf_symbols"] = "dropped: perf script could not process them"
-                src = self.script_input(ctx, rec, data, drop=(pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT))
+                src = self.script_input(ctx, rec, data, drop=(RECORD_KSYMBOL, RECORD_BPF_EVENT))
                 continue
             break
         if src != data:

@@ -33,7 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the cluster agent runs collectors under a bare python3: perf script text then
+    np = None  # type: ignore[assignment]
+
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
@@ -47,7 +51,7 @@ from profiler.collectors.scope import (
 )
 
 from profiler.bundle import CollectorRecord, members
-from profiler.bundle import perfdata as pd
+from profiler.bundle.perfdata import PerfDataUnsupported
 
 OUTPUT = members.OFFCPU_STACKS
 INTERVALS = members.OFFCPU_INTERVALS
@@ -63,13 +67,79 @@ PAIR_FIELDS = "pid,tid,time,event,trace"
 WINDOW_SLACK = 0.05  # perf switches its events a little after we ask (s)
 
 
+class PyIntervalWriter:
+    """Pairs each thread's switch-out (with its prev_state) with its next switch-in, line by line in
+    plain Python: the fallback where numpy is missing (the cluster agent's bare python3); the same
+    rules as :class:`Intervals` (tests compare them)."""
+
+    def __init__(self, out: IO[str], windows: list[list[float]] | None = None,
+                 pids: set[int] | None = None) -> None:
+        """``pids``: the target processes; a switch-out counts when the task leaving the CPU
+        belongs to one of them (None: every task)."""
+        self.out = out
+        self.pids = pids
+        self.pending: dict[int, tuple[float, str, str]] = {}  # tid -> (off time, state, comm)
+        self.intervals = 0
+        self.off_seconds = 0.0
+        # Traced windows of a duty-cycled capture: a thread still off the CPU when its window
+        # closed gets an interval cut at the window's end (its switch-in was not traced).
+        self.windows = windows or []
+        self.win = 0
+        self.cut = 0
+        out.write("tid,comm,off,on,state\n")
+
+    def _write(self, tid: int, comm: str, t_off: float, t_on: float, state: str) -> None:
+        self.out.write(f"{tid},{_csv(comm)},{t_off:.6f},{t_on:.6f},{state}\n")
+        self.intervals += 1
+        self.off_seconds += max(0.0, t_on - t_off)
+
+    def _advance(self, t: float) -> None:
+        nxt = self.win + 1
+        while nxt < len(self.windows) and t >= self.windows[nxt][0] - WINDOW_SLACK:
+            end = self.windows[self.win][1]
+            for tid, (t_off, state, comm) in sorted(self.pending.items()):
+                self._write(tid, comm, t_off, max(t_off, end), state)
+                self.cut += 1
+            self.pending = {}
+            self.win = nxt
+            nxt += 1
+
+    def close(self) -> None:
+        """End of a duty-cycled capture: threads still off at the last window's end are cut there."""
+        if self.windows:
+            self._advance(float("inf"))
+            end = self.windows[-1][1]
+            for tid, (t_off, state, comm) in sorted(self.pending.items()):
+                if end > t_off:
+                    self._write(tid, comm, t_off, end, state)
+                    self.cut += 1
+            self.pending = {}
+
+    def feed(self, line: str) -> None:
+        m = _LINE.match(line)
+        if m is None:
+            return
+        t = float(m.group("time"))
+        if self.windows:
+            self._advance(t)
+        nxt = int(m.group("next"))
+        got = self.pending.pop(nxt, None)
+        if got is not None:  # a target thread comes back
+            t_off, state, comm = got
+            self._write(nxt, comm, t_off, t, state)
+        prev = int(m.group("prev"))
+        if prev > 0 and (self.pids is None or int(m.group("pid")) in self.pids):
+            self.pending[prev] = (t, m.group("state"), m.group("comm"))
+
+
 # One sched_switch, as the pairing reads it: time in µs as perf script prints it (truncated),
 # the sample's process, the task leaving (prev) and the one coming in (next); state and comm
 # are ids into the reader's tables.
-SWITCH_DTYPE = np.dtype([("off", "i8"), ("t", "i8"), ("pid", "i8"), ("prev", "i8"), ("next", "i8"),
-                         ("state", "i8"), ("comm", "i8"), ("frames", "i8")])
-_ITEM = np.dtype([("t", "i8"), ("tid", "i8"), ("state", "i8"), ("comm", "i8"), ("seq", "i8"), ("win", "i8"),
-                  ("out", "?")])
+SWITCH_DTYPE = None if np is None else np.dtype([
+    ("off", "i8"), ("t", "i8"), ("pid", "i8"), ("prev", "i8"), ("next", "i8"), ("state", "i8"), ("comm", "i8"),
+    ("frames", "i8")])
+_ITEM = None if np is None else np.dtype([
+    ("t", "i8"), ("tid", "i8"), ("state", "i8"), ("comm", "i8"), ("seq", "i8"), ("win", "i8"), ("out", "?")])
 
 
 class Intervals:
@@ -246,6 +316,12 @@ class IntervalWriter:
         return self.pairs.cut
 
 
+def interval_writer(out: IO[str], windows: list[list[float]] | None = None,
+                    pids: set[int] | None = None) -> IntervalWriter | PyIntervalWriter:
+    """The line-fed pairing: numpy batches where numpy is installed, plain Python elsewhere."""
+    return IntervalWriter(out, windows, pids) if np is not None else PyIntervalWriter(out, windows, pids)
+
+
 def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None]) -> int:
     """Every sched_switch of an offcpu-stacks perf.data, straight from the file, in time-ordered
     batches: ``consume(batch, states, comms)``. Returns perf's lost-event count;
@@ -262,6 +338,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
             i = comm_id[name] = len(comms)
             comms.append(name.decode("utf-8", "replace"))
         return i
+
+    from profiler.bundle import perfdata as pd
 
     with pd.PerfFile(data) as f:
         ev = f.event("sched:sched_switch")
@@ -420,7 +498,7 @@ class OffCpu(RecordCollector):
             if pairs is None:
                 pairs = Intervals(buf, self._windows, set(self.pids), [], [])
             still = pairs.close()
-        except pd.PerfDataUnsupported as exc:
+        except PerfDataUnsupported as exc:
             rec.stats["decoded"] = f"perf script ({exc})"
             return None
         rec.stats["decoded"] = "perf.data read directly"
@@ -454,7 +532,7 @@ class OffCpu(RecordCollector):
         with ctx.writer.open_member(INTERVALS) as raw:
             rec.files.append(INTERVALS)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs = IntervalWriter(text, windows, set(self.pids or ctx.pids))
+            pairs = interval_writer(text, windows, set(self.pids or ctx.pids))
             proc = _proc.spawn(argv, stdout=subprocess.PIPE)
             try:
                 assert proc.stdout is not None

@@ -43,10 +43,12 @@ def perf_probe(ctx: CaptureContext, events: list[str]) -> Probe:
         paranoid = host.perf_event_paranoid()
         if paranoid is None or paranoid > 1 or any(":" in e for e in events):
             return Probe(False, "permission denied: run as root (perf_event_paranoid is "
-                         f"{paranoid}, tracepoints need root)", "sudo profiler ...")
+                         f"{paranoid}, tracepoints need root)", "run profiler as root (sudo)")
     for ev in events:
-        if ":" in ev and not host.tracepoint_available(ev):
-            return Probe(False, f"tracepoint {ev} is not available on this kernel")
+        if ":" in ev:
+            ok, why, fix = host.tracepoint_status(ev)
+            if not ok:
+                return Probe(False, why, fix)
     return Probe(True)
 
 

@@ -18,7 +18,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -123,6 +123,12 @@ def kill_all_children() -> list[int]:
     return killed
 
 
+class BytesSink(Protocol):
+    """Where a helper's output goes: a file, or a filter in front of one (collectors/gosym.py)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 def reap(proc: subprocess.Popen[bytes], on_cpu: Callable[[float], None] | None = None) -> int:
     """Wait for a child and return its exit code; ``on_cpu`` hears the CPU seconds (user + system)
     it used, from the kernel's own accounting of the reaped child."""
@@ -138,7 +144,7 @@ def reap(proc: subprocess.Popen[bytes], on_cpu: Callable[[float], None] | None =
 
 
 def run_to_file(
-    argv: list[str], out: IO[bytes], *, timeout: float, stderr_path: Path | None = None,
+    argv: list[str], out: BytesSink, *, timeout: float, stderr_path: Path | None = None,
     on_chunk: Callable[[bytes], None] | None = None, on_cpu: Callable[[float], None] | None = None,
 ) -> int:
     """Run a finite helper (perf script) streaming its stdout into ``out``; kill it at ``timeout``.

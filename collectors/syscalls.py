@@ -39,7 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the cluster agent runs collectors under a bare python3: perf script text then
+    np = None  # type: ignore[assignment]
+
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
@@ -54,7 +58,7 @@ from profiler.collectors.scope import (
 )
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
-from profiler.bundle import perfdata as pd
+from profiler.bundle.perfdata import PerfDataUnsupported
 
 RATE_OUTPUT = members.SYSCALLS_RATE
 OUTPUT = members.SYSCALLS
@@ -144,8 +148,112 @@ def parse_line(line: str) -> tuple[str, int, float, bool, int] | None:
     return comm, tid, t, enter, nr
 
 
+class PyPairing:
+    """Pairs enters and exits per thread, line by line in plain Python: the fallback where numpy is
+    missing (the cluster agent's bare python3); the same rules as :class:`Pairs` (tests compare them).
+    Writes interval rows as soon as an interval is over.
+
+    The input is time-ordered (perf script sorts it), so each interval is written once the
+    first event of a later interval arrives: memory stays bounded by one interval's keys.
+    """
+
+    def __init__(self, out: IO[str], t0: float, interval: float, names: dict[int, str],
+                 windows: list[list[float]] | None = None) -> None:
+        self.out = out
+        self.t0 = t0
+        self.interval = interval
+        self.names = names
+        # Traced windows of a duty-cycled capture ([start, end], monotonic): a call still open when
+        # its window closed counts there with its time up to the window's end; an exit seen in a
+        # later window without its enter adds its time from that window's start (count 0).
+        self.windows = windows or []
+        self.win = 0
+        self.continued = 0
+        self.open: dict[int, tuple[int, float]] = {}  # tid -> (nr, enter time)
+        self.comm: dict[int, str] = {}
+        self.bucket: int | None = None
+        self.acc: dict[tuple[int, int], list[int]] = {}  # (tid, nr) -> [count, ns]
+        self.calls = 0
+        self.rows = 0
+        self.unpaired_exits = 0
+        self.last_time = t0
+        out.write(HEADER)
+
+    def _bucket(self, t: float) -> int:
+        return max(0, int((t - self.t0) // self.interval))
+
+    def _flush(self) -> None:
+        if self.bucket is None or not self.acc:
+            self.acc = {}
+            return
+        start = self.t0 + self.bucket * self.interval
+        for (tid, nr), (count, ns) in sorted(self.acc.items()):
+            comm = self.comm.get(tid, "")
+            if any(c in comm for c in ',"\n'):
+                comm = '"' + comm.replace('"', '""') + '"'
+            self.out.write(f"{start:.6f},{tid},{comm},{syscall_name(nr, self.names)},{count},{ns}\n")
+            self.rows += 1
+        self.acc = {}
+
+    def _add(self, t: float, tid: int, nr: int, ns: int, count: int = 1) -> None:
+        b = self._bucket(t)
+        if self.bucket is None:
+            self.bucket = b
+        elif b > self.bucket:
+            self._flush()
+            self.bucket = b
+        slot = self.acc.setdefault((tid, nr), [0, 0])
+        slot[0] += count
+        slot[1] += ns
+        self.calls += count
+
+    def _advance(self, t: float) -> None:
+        """Past the end of the current window: close the calls it left open at its end."""
+        nxt = self.win + 1
+        while nxt < len(self.windows) and t >= self.windows[nxt][0] - WINDOW_SLACK:
+            end = self.windows[self.win][1]
+            for tid, (nr, te) in sorted(self.open.items()):
+                self._add(max(te, end - 1e-6), tid, nr, max(0, int(round((end - te) * 1e9))))
+            self.open = {}
+            self.win = nxt
+            nxt += 1
+
+    def feed(self, line: str) -> None:
+        got = parse_line(line)
+        if got is None:
+            return
+        comm, tid, t, enter, nr = got
+        self.comm[tid] = comm
+        self.last_time = max(self.last_time, t)
+        if self.windows:
+            self._advance(t)
+        if enter:
+            self.open[tid] = (nr, t)
+            return
+        started = self.open.pop(tid, None)
+        if started is None or started[0] != nr:
+            if self.win > 0 and started is None:
+                # blocked since before this window opened: its time inside the window counts
+                self.continued += 1
+                self._add(t, tid, nr, max(0, int(round((t - self.windows[self.win][0]) * 1e9))), count=0)
+                return
+            self.unpaired_exits += 1
+            return
+        self._add(t, tid, nr, max(0, int(round((t - started[1]) * 1e9))))
+
+    def close(self) -> int:
+        """Count the syscalls still blocked at the end up to the last event; write the last interval."""
+        still = len(self.open)
+        for tid, (nr, t) in sorted(self.open.items()):
+            self._add(max(t, self.last_time), tid, nr, max(0, int(round((self.last_time - t) * 1e9))))
+        self.open = {}
+        self._flush()
+        return still
+
+
 # One event of the enter/exit trace, as the pairing reads it (time in ns, CLOCK_MONOTONIC).
-EVENT_DTYPE = np.dtype([("off", "i8"), ("t", "i8"), ("tid", "i8"), ("nr", "i8"), ("enter", "?")])
+EVENT_DTYPE = None if np is None else np.dtype([("off", "i8"), ("t", "i8"), ("tid", "i8"), ("nr", "i8"),
+                                                ("enter", "?")])
 
 
 class Pairs:
@@ -192,7 +300,8 @@ class Pairs:
         return np.searchsorted(self._advance_at, t, side="right").astype(np.int64)
 
     def _bucket(self, t: np.ndarray) -> np.ndarray:
-        return np.maximum(0, (t - self.t0) // self.interval)
+        out: np.ndarray = np.maximum(0, (t - self.t0) // self.interval)
+        return out
 
     def _add(self, t: np.ndarray, tid: np.ndarray, nr: np.ndarray, count: int, ns: np.ndarray) -> None:
         if not len(t):
@@ -338,10 +447,19 @@ class Pairing:
         return self.pairs.continued
 
 
+def pairing(out: IO[str], t0: float, interval: float, names: dict[int, str],
+            windows: list[list[float]] | None = None) -> Pairing | PyPairing:
+    """The line-fed pairing: numpy batches where numpy is installed, plain Python elsewhere."""
+    return (Pairing(out, t0, interval, names, windows) if np is not None
+            else PyPairing(out, t0, interval, names, windows))
+
+
 def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], str]], Pairs]) -> tuple[Pairs, int]:
     """Pair the enter/exit trace straight from perf.data (no perf script): the samples of the
     processes ``pids`` (their threads' names from the file's COMM records). Returns the
     pairing and perf's lost-event count; PerfDataUnsupported when the file cannot be read so."""
+    from profiler.bundle import perfdata as pd
+
     comms: dict[int, str] = {}
     lost = [0]
     with pd.PerfFile(data) as f:
@@ -441,11 +559,12 @@ class Syscalls(PerfCollector):
         return ctx.writer.root / ".syscalls.script.stderr"
 
     def _pair_text(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, pids: list[int], text: IO[str],
-                   t0: float, names: dict[int, str], windows: list[list[float]] | None) -> tuple[Pairing, int, int]:
+                   t0: float, names: dict[int, str],
+                   windows: list[list[float]] | None) -> tuple[Pairing | PyPairing, int, int]:
         """The fallback: perf script text, paired line by line."""
         argv = [ctx.perf, "script", "-i", str(data), "-F", PAIR_FIELDS, "--pid", pid_list(pids)]
         rec.stats["pair_argv"] = argv
-        pairs = Pairing(text, t0, ctx.options.interval, names, windows)
+        pairs = pairing(text, t0, ctx.options.interval, names, windows)
         with open(self._errpath(ctx), "wb") as err:
             proc = _proc.spawn(argv, stdout=subprocess.PIPE, stderr=err)
         try:
@@ -486,12 +605,12 @@ class Syscalls(PerfCollector):
             rec.stats["decoded"] = "perf.data read directly"
             if lost and "lost" not in rec.stats:
                 rec.stats["lost"] = lost
-        except pd.PerfDataUnsupported as exc:
+        except PerfDataUnsupported as exc:
             rec.stats["decoded"] = f"perf script ({exc})"
         with ctx.writer.open_member(OUTPUT) as raw:
             rec.files.append(OUTPUT)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs: Pairs | Pairing
+            pairs: Pairs | Pairing | PyPairing
             if direct is not None:
                 text.write(rows.getvalue())
                 pairs = direct

@@ -258,3 +258,47 @@ def test_a_chunk_boundary_inside_records_reads_the_same(tmp_path: Path) -> None:
     assert len(offs) == 50 and end == len(recs)
     offs2, end2 = pd.walk(recs[:-5])
     assert len(offs2) == 49 and end2 == offs[-1]
+
+
+def test_plain_python_pairing_agrees_with_numpy_batches() -> None:
+    """Where numpy is missing (the cluster agent's bare python3) the line-by-line pairings run:
+    same rows as the batched ones on real perf script text, windows and all."""
+    lines = (SAMPLES / "raw-syscalls-pairs.txt").read_text().splitlines()
+    first = syscalls.parse_line(lines[0])
+    assert first is not None
+    names = {230: "clock_nanosleep", 110: "getppid"}
+    windows = [[first[2], first[2] + 0.004], [first[2] + 0.006, first[2] + 1]]
+    got = []
+    for cls in (syscalls.Pairing, syscalls.PyPairing):
+        out = io.StringIO()
+        p = cls(out, first[2], 0.001, names, windows)
+        for line in lines:
+            p.feed(line)
+        still = p.close()
+        got.append((out.getvalue().splitlines(), p.calls, p.continued, p.unpaired_exits, still))
+    assert got[0] == got[1] and got[0][1] > 0
+
+    lines = (SAMPLES / "sched-switch-offcpu.txt").read_text().splitlines()
+    times = [float(m.group("time")) for m in map(offcpu._LINE.match, lines) if m]
+    windows = [[times[0], times[len(times) // 3]], [times[len(times) // 2], times[-1]]]
+    rows = []
+    for wcls in (offcpu.IntervalWriter, offcpu.PyIntervalWriter):
+        out = io.StringIO()
+        w = wcls(out, windows, {11598})
+        for line in lines:
+            w.feed(line)
+        w.close()
+        rows.append((sorted(out.getvalue().splitlines()), w.intervals, w.cut, round(w.off_seconds, 6)))
+    assert rows[0] == rows[1] and rows[0][1] > 5
+
+
+def test_collectors_import_without_numpy(tmp_path: Path) -> None:
+    """The cluster agent ships the collectors to hosts with nothing but python3: they import,
+    and pick the plain-Python pairings."""
+    code = ("import sys; sys.modules['numpy'] = None; "
+            "from profiler.collectors import offcpu, syscalls, cpu_stacks; from profiler.bundle import perfdata; "
+            "import io; assert isinstance(offcpu.interval_writer(io.StringIO()), offcpu.PyIntervalWriter); "
+            "assert isinstance(syscalls.pairing(io.StringIO(), 0.0, 1.0, {}), syscalls.PyPairing); "
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -162,6 +162,7 @@ class ProcData:
     cgroups: dict[int, Series]
     events: list[dict[str, Any]]
     syscall_names: dict[int, str]
+    top: list[dict[str, Any]] = field(default_factory=list)  # "top" records: the host's top CPU users
     clk_tck: int = 100
     bad_lines: int = 0
 
@@ -211,6 +212,7 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     sys_rows: tuple[list[dict[str, float]], list[float]] = ([], [])
     cg_rows: dict[int, tuple[list[dict[str, float]], list[float]]] = {}
     events: list[dict[str, Any]] = []
+    top: list[dict[str, Any]] = []
     bad = 0
     for line in lines:
         if not line.strip():
@@ -249,6 +251,8 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
                 host = rec
         elif kind == "event":
             events.append(rec)
+        elif kind == "top":
+            top.append(rec)
         else:
             bad += 0  # an unknown kind from a newer writer: ignored on purpose
     clk = int(host.get("clk_tck") or 100)
@@ -270,6 +274,7 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
         cgroups={p: _series(r, ts) for p, (r, ts) in cg_rows.items()},
         events=events,
         syscall_names=names,
+        top=top,
         clk_tck=clk,
         bad_lines=bad,
     )

@@ -8,7 +8,7 @@ frame says why the thread waited (lock, idle polling, IO, sleep...), read from i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from profiler.inputs.perfscript import Sample, iter_samples, parse_frame, parse_
 from profiler.inputs.window import WHOLE, TimeWindow
 from profiler.knowledge import pool_of
 
-__all__ = ["FutexStacks", "OffCpuStats", "SwitchFolder", "fold_switch_text", "offcpu_by_reason", "offcpu_folded", "pool_roots",
+__all__ = ["FutexStacks", "OffCpuStats", "SwitchFolder", "WaitStacks", "fold_switch_text", "offcpu_by_reason", "offcpu_folded", "pool_roots",
            "wait_reason"]
 
 _PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d+) .*?prev_state=(?P<state>\S+)")
@@ -74,21 +74,25 @@ class OffCpuStats:
 
 
 FutexStacks = dict[int, dict[tuple[str, ...], int]]  # tid -> raw frame lines -> switch-outs
+# tid -> (prev_state, raw frame lines...) -> switch-outs: every switch-out, for wait classification
+WaitStacks = dict[int, dict[tuple[str, ...], int]]
 
 
 class _Stack:
     """One call chain as folding needs it, computed once per distinct frame text."""
 
-    __slots__ = ("frames", "futex", "reasons", "tail")
+    __slots__ = ("frames", "futex", "lines", "reasons", "tail", "waits")
 
-    def __init__(self, frames: list[str], futex: tuple[str, ...] | None) -> None:
+    def __init__(self, frames: list[str], futex: tuple[str, ...] | None, lines: tuple[str, ...] = ()) -> None:
         # the tracepoint's own machinery sits on top of every stack: it says nothing
         while frames and (frames[0].startswith("__traceiter_") or frames[0] == "__schedule"):
             frames.pop(0)
         self.frames = frames  # symbols, leaf first
         self.tail = ";".join(frame_name(n) for n in reversed(frames))  # folded frames, root first
         self.futex = futex  # the raw frame lines when the stack passes through futex code
+        self.lines = lines  # the raw frame lines
         self.reasons: dict[str, str] = {}
+        self.waits: dict[str, tuple[str, ...]] = {}  # prev_state -> (prev_state, *lines)
 
     def reason(self, state: str) -> str:
         r = self.reasons.get(state)
@@ -124,16 +128,20 @@ class SwitchFolder:
     storm repeats the same few call chains millions of times, so each distinct frame text is
     parsed and named once (``_Stack``), and a sample costs one regular-expression search of its
     header. ``limit``: fold at most that many samples (the rest still count for ``futex``).
-    ``futex``: count, per thread, the switch-outs whose stack passes through futex code (the
-    lock metrics' evidence).
+    ``futex``: count, per thread, every switch-out's stack with its prev_state (``stacks``: the
+    wait classification's evidence) and apart those passing through futex code (``futex``: the
+    lock metrics'). ``on_interval`` sees each blocked interval counted: (from, to, folded stack).
     """
 
     def __init__(self, *, by_reason: bool = True, pools: bool = False, window: TimeWindow = WHOLE,
                  unit: float = 1e-6, intervals: dict[tuple[int, int], float] | None = None,
-                 futex: bool = False, limit: int | None = None) -> None:
+                 futex: bool = False, limit: int | None = None,
+                 on_interval: Callable[[float, float, str], None] | None = None) -> None:
         self.stats = OffCpuStats()
         self.counts: dict[str, int] = {}
         self.futex: FutexStacks = {}
+        self.stacks: WaitStacks = {}  # with futex: every sample's (prev_state, frame lines) per thread
+        self.on_interval = on_interval
         self.by_reason = by_reason
         self.pools = pools
         self.unit = unit
@@ -191,8 +199,16 @@ class SwitchFolder:
             if stack is None:
                 self._general(block, last)
                 return
-        if self.count_futex and (stack.futex is not None or (header[0] in " \t" and "futex" in header)):
-            self._count_futex(int(m.group("tid")), stack, body)
+        if self.count_futex:
+            tid = int(m.group("tid"))
+            state = m.group("state")
+            key = stack.waits.get(state)
+            if key is None:
+                key = stack.waits[state] = (state, *stack.lines)
+            per = self.stacks.setdefault(tid, {})
+            per[key] = per.get(key, 0) + 1
+            if stack.futex is not None or (header[0] in " \t" and "futex" in header):
+                self._count_futex(tid, stack, body)
         if self.limit is not None and self.stats.samples >= self.limit:
             self.stats.limited = True
             return
@@ -220,7 +236,8 @@ class SwitchFolder:
                 elif not sym:
                     continue
                 frames.append(sym)
-        stack = _Stack(frames, tuple(body.split("\n")) if "futex" in body else None)
+        raw = tuple(body.split("\n")) if body else ()
+        stack = _Stack(frames, raw if "futex" in body else None, raw)
         self._cached += len(body)
         if self._cached > CACHE_CHARS:
             self._stacks.clear()  # bounded memory on huge inputs
@@ -238,7 +255,7 @@ class SwitchFolder:
         """Samples the fast search does not take: parsed line by line (profiler.inputs.perfscript)."""
         lines = block.split("\n")
         if self.count_futex:
-            _count_futex_lines(self.futex, lines)
+            _count_futex_lines(self.futex, self.stacks, lines)
         for s in iter_samples(lines):
             if last and s.truncated:
                 s.truncated = False
@@ -323,24 +340,36 @@ class SwitchFolder:
             key += ";" + stack.tail
         out = self.counts
         out[key] = out.get(key, 0) + width
+        if self.on_interval is not None:
+            self.on_interval(lo, hi, key)
         return True
 
 
 _HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
 
 
-def _count_futex_lines(by_tid: FutexStacks, lines: list[str]) -> None:
-    """Per thread, the samples among ``lines`` whose stack passes through futex code (a plain
-    substring test: identical stacks are only counted here, and parsed once later)."""
+_PREV_STATE = re.compile(r"prev_state=(\S+)")
+
+
+def _count_futex_lines(by_tid: FutexStacks, waits: WaitStacks, lines: list[str]) -> None:
+    """Per thread, every sample's stack with its prev_state (``waits``), and apart those whose
+    stack passes through futex code (a plain substring test: identical stacks are only counted
+    here, and parsed once later, by analyzers.stacks.waits and analyzers.verdict.locks)."""
     block: list[str] = []
     hit = False
 
     def flush() -> None:
-        if block and hit:
-            m = _HEADER_TID.search(block[0])
-            tid = int(m.group(2) or m.group(1)) if m is not None else -1
+        if not block:
+            return
+        m = _HEADER_TID.search(block[0])
+        tid = int(m.group(2) or m.group(1)) if m is not None else -1
+        key = tuple(block[1:])
+        ps = _PREV_STATE.search(block[0])
+        wkey = (ps.group(1) if ps is not None else "?", *key)
+        per = waits.setdefault(tid, {})
+        per[wkey] = per.get(wkey, 0) + 1
+        if hit:
             stacks = by_tid.setdefault(tid, {})
-            key = tuple(block[1:])
             stacks[key] = stacks.get(key, 0) + 1
 
     for line in lines:
@@ -363,10 +392,13 @@ def offcpu_folded(
     window: TimeWindow = WHOLE,
     unit: float = 1e-6,
     intervals: dict[tuple[int, int], float] | None = None,
+    on_interval: Callable[[float, float, str], None] | None = None,
 ) -> tuple[dict[str, int], OffCpuStats]:
     """Fold parsed sched_switch samples into blocked time per stack (see :class:`SwitchFolder`,
-    which also reads perf script text directly, faster)."""
-    f = SwitchFolder(by_reason=by_reason, pools=pools, window=window, unit=unit, intervals=intervals)
+    which also reads perf script text directly, faster). ``on_interval`` sees each blocked
+    interval counted: (from, to, folded stack)."""
+    f = SwitchFolder(by_reason=by_reason, pools=pools, window=window, unit=unit, intervals=intervals,
+                     on_interval=on_interval)
     for s in samples:
         f.sample(s)
     return f.close()

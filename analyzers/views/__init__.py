@@ -14,12 +14,14 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
   io               block.trace.gz                        block.hist.jsonl.gz
   waits            (none)                                futex.summary.json, futex.folded.gz,
                                                          offcpu.summary.json
+  load             load.log + load.times.csv.gz           (same)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
@@ -34,6 +36,14 @@ from profiler.analyzers.views.stacks import (
 )
 
 from profiler.bundle import Bundle, Manifest, members
+from profiler.progress import Progress
+
+
+def _size(bundle: Bundle, member: str) -> int:
+    try:
+        return bundle.path(member).stat().st_size
+    except (OSError, ValueError):
+        return 0
 
 # The evidence sources the verdict reports on: source -> (collector, the members that hold it)
 SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -61,6 +71,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
 
     def has(self, member: str) -> bool:
@@ -81,25 +92,44 @@ class BundleViews:
         return "missing"
 
 
-def read_views(bundle: Bundle) -> BundleViews:
+def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     """Read every member an analysis uses, each once. Never raises on a missing or cut-off member;
-    a member that cannot be parsed keeps its error in its view (the report says why)."""
+    a member that cannot be parsed keeps its error in its view (the report says why). ``progress``
+    hears each member read (bytes of the members, compressed, of their total)."""
     present = frozenset(m for m in _KNOWN + (members.OFFCPU_INTERVALS, members.FUTEX_SUMMARY, members.FUTEX_FOLDED,
                                              members.OFFCPU_SUMMARY) if bundle.has(m))
     v = BundleViews(root=str(bundle.root), manifest=bundle.manifest, present=present)
     seen = len(bundle.warnings)
+    sizes = {m: _size(bundle, m) for m in sorted(present)}
+    total, done = float(sum(sizes.values()) or 1), 0.0
+
+    def read(label: str, member_names: tuple[str, ...]) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(f"reading {v.root}: {label}", done, total, "B")
+        done += sum(sizes.get(m, 0) for m in member_names)
+
+    read("procfs samples", (members.PROC,))
     v.proc = parse_lines(bundle.iter_lines(members.PROC)) if members.PROC in present else None
+    read("off-CPU stacks", (members.OFFCPU_STACKS, members.OFFCPU_INTERVALS, members.OFFCPU_FOLDED))
     v.offcpu = read_offcpu(bundle)
+    read("syscalls and counters", (members.SYSCALLS, members.SYSCALLS_RATE, members.STAT, members.FUTEX_SUMMARY,
+                                   members.FUTEX_FOLDED, members.OFFCPU_SUMMARY))
     v.syscalls = read_syscalls(bundle)
     v.stat = read_stat(bundle)
     v.waits = read_wait_totals(bundle)
+    read("block IO", (members.BLOCK_TRACE, members.BLOCK_HIST))
     v.io = read_block_io(bundle)
+    read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = read_cpu_stacks(bundle)
+    read("the load's log", (members.LOAD_LOG,))
+    v.load = read_load(bundle)
+    read("done", ())
     v.warnings = bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
     return v
 
 
 __all__ = [
-    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "OffCpu", "SyscallRow",
-    "Syscalls", "WaitTotals", "read_views",
+    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "LoadLog", "OffCpu",
+    "SyscallRow", "Syscalls", "WaitTotals", "read_views",
 ]

@@ -2,7 +2,9 @@
 
 ``manifest.json`` says what was captured, how each collector ran and which member files it
 wrote. It is versioned: older versions load with defaults filled in (``_MIGRATIONS`` upgrades
-them step by step), newer ones are refused with a clear message. Every file name a manifest
+them step by step), newer ones are refused with a clear message. Versions: 1 the first; 2
+records each target's runtime (``TargetInfo.runtime_info``: Go version and build settings,
+Rust, C/C++, JVM; the ELF facts stack walking depends on). Every file name a manifest
 mentions must stay inside the bundle (:func:`check_member_name`).
 """
 
@@ -21,7 +23,7 @@ from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
 
 SCHEMA = "profiler.bundle"
-VERSION = 1
+VERSION = 3
 
 # Collector and bundle status words.
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
@@ -52,6 +54,19 @@ class ThreadInfo:
 
 
 @dataclass
+class RuntimeInfo:
+    """What built a target's executable (collectors/runtime.py): read from the binary, not guessed."""
+
+    name: str | None = None  # "go", "rust", "c++", "c", "jvm"; None: not known
+    version: str | None = None  # "go1.19.8", "rustc 1.74.0", "GCC 12.2.0"
+    evidence: str = ""  # how we know ("Go build info (.go.buildinfo)", ".comment: rustc version", ...)
+    build: dict[str, str] = field(default_factory=dict)  # Go build settings (-buildmode, -trimpath, ...), compiler
+    binary: dict[str, Any] = field(default_factory=dict)  # ELF type (executable | pie), stripped, build_id
+    frame_pointers: bool | None = None  # True where the runtime guarantees them (Go)
+    symbols: str = ""  # where user frames get their names (".symtab", "... from .gopclntab by the profiler")
+
+
+@dataclass
 class TargetInfo:
     """A process the capture attached to, as it was when the capture started."""
 
@@ -60,7 +75,8 @@ class TargetInfo:
     exe: str | None = None
     cmdline: list[str] = field(default_factory=list)
     kind: str | None = None  # "tikv", "tidb", "pd" or None (see analyzers.knowledge)
-    runtime: str | None = None  # "go", "rust", "jvm", "native" or None
+    runtime: str | None = None  # "go", "rust", "c++", "c", "jvm" or None (runtime_info.name)
+    runtime_info: RuntimeInfo | None = None  # bundle v2+; None in v1 bundles and when unreadable
     threads: list[ThreadInfo] = field(default_factory=list)
     cgroup: dict[str, Any] = field(default_factory=dict)  # limits, see docs/bundle.md
     cpus_allowed: list[int] = field(default_factory=list)
@@ -88,23 +104,30 @@ class ClockInfo:
     monotonic_start: float = 0.0
     wall_start: float = 0.0
     offset: float = 0.0
+    utc_offset: float | None = None  # the capture host's local time zone, seconds east of UTC (v3)
 
     @classmethod
     def now(cls) -> ClockInfo:
         mono = time.monotonic()
         wall = time.time()
-        return cls(monotonic_start=mono, wall_start=wall, offset=wall - mono)
+        return cls(monotonic_start=mono, wall_start=wall, offset=wall - mono,
+                   utc_offset=float(time.localtime(wall).tm_gmtoff))
 
 
 @dataclass
 class LoadInfo:
-    """The load command a `profiler run` capture wrapped."""
+    """The load next to the capture: the command `profiler run` wrapped, or the log file
+    `profiler attach --load-log` followed. Times are CLOCK_MONOTONIC seconds (docs/load.md)."""
 
-    argv: list[str] = field(default_factory=list)
-    exit_code: int | None = None
-    log: str | None = None
-    started: float | None = None
-    ended: float | None = None
+    argv: list[str] = field(default_factory=list)  # run: the load command (attach: empty)
+    exit_code: int | None = None  # run: its exit code (128+N when a signal N ended it)
+    log: str | None = None  # the member holding its output (load.log)
+    started: float | None = None  # when the load started, if known (run: spawned; attach: --load-start)
+    ended: float | None = None  # run: when it exited
+    source: str = "run"  # "run" or "attach" (v3)
+    times: str | None = None  # the member with each log line's arrival time (load.times.csv.gz) (v3)
+    start_from: str | None = None  # how ``started`` is known: "spawn", or the --load-start given (v3)
+    file: str | None = None  # attach: the log file that was followed (v3)
 
 
 @dataclass
@@ -173,11 +196,32 @@ _NESTED: dict[tuple[str, str], tuple[str, type]] = {
     ("Manifest", "collectors"): ("list", CollectorRecord),
     ("Manifest", "load"): ("one", LoadInfo),
     ("TargetInfo", "threads"): ("list", ThreadInfo),
+    ("TargetInfo", "runtime_info"): ("one", RuntimeInfo),
 }
 
+
 # Upgrades from older manifest versions, applied in order: version N -> N+1.
-# (v1 is the first released version; the table is where v2 will put its step.)
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 adds ``runtime_info`` to each target; v1 never read the binary, so it stays unknown
+    (None), and v1's ``runtime`` (always None in practice) is kept."""
+    for t in data.get("targets") or []:
+        if isinstance(t, dict):
+            t.setdefault("runtime_info", None)
+    return data
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 says where a load came from (older bundles only had `profiler run`'s: its start was the
+    spawn) and which member holds its lines' arrival times (older ones recorded none)."""
+    load = data.get("load")
+    if isinstance(load, dict):
+        load.setdefault("source", "run")
+        if load.get("started") is not None:
+            load.setdefault("start_from", "spawn")
+    return data
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
@@ -211,8 +255,10 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
             raise BundleError(f"collector {rec.name!r} has an unknown status {rec.status!r}")
         for name in rec.files:
             check_member_name(name)
-    if manifest.load and manifest.load.log:
-        check_member_name(manifest.load.log)
+    if manifest.load:
+        for member in (manifest.load.log, manifest.load.times):
+            if member:
+                check_member_name(member)
     return manifest
 
 

@@ -28,9 +28,12 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the cluster agent runs collectors under a bare python3: they fall back to perf script
+    np = None  # type: ignore[assignment]
 
 MAGIC = b"PERFILE2"
 HEADER_SIZE = 104
@@ -52,7 +55,8 @@ _SAMPLE_ID_ALL = 1 << 18  # perf_event_attr flag bit: non-sample records carry t
 _FIELD = re.compile(rb"field:([^;]*?)\b(\w+)(?:\[\d+\])?;\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
 _FLAG = re.compile(rb"\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*\"([^\"]*)\"\s*\}")
 
-U64 = np.uint64
+if TYPE_CHECKING or np is not None:
+    U64 = np.uint64
 
 
 class PerfDataUnsupported(Exception):
@@ -139,6 +143,8 @@ class PerfFile:
     """One perf.data: header, events, feature sections; records on demand."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        if np is None:
+            raise PerfDataUnsupported("numpy is not installed")
         self.path = Path(path)
         try:
             self.fh = open(self.path, "rb")  # noqa: SIM115 - closed by close()/with
@@ -282,7 +288,7 @@ def walk(buf: bytes) -> tuple[np.ndarray, int]:
     """Offsets of the whole records in ``buf`` and where the first incomplete one starts."""
     n = len(buf)
     mv = memoryview(buf)[: n - n % 2].cast("H")
-    offs = []
+    offs: list[int] = []
     add = offs.append
     p = 0
     while p + 8 <= n:
@@ -310,7 +316,8 @@ class Records:
         self.types = self.u32[offs] if len(offs) else np.zeros(0, np.uint32)
 
     def of_type(self, typ: int) -> np.ndarray:
-        return self.offs[self.types == typ]
+        out: np.ndarray = self.offs[self.types == typ]
+        return out
 
     def lost(self) -> int:
         o = self.of_type(RECORD_LOST)
@@ -398,11 +405,11 @@ def samples(rec: Records, f: PerfFile, events: list[Event]) -> dict[int, Samples
 
 def tp_column(rec: Records, raw: np.ndarray, fld: TpField) -> np.ndarray:
     """One integer field of tracepoint payloads starting at ``raw``, sign-extended when signed."""
-    w = rec.u64[raw + fld.offset]
+    w: np.ndarray = rec.u64[raw + fld.offset]
     if fld.size >= 8:
         return w.view(np.int64) if fld.signed else w
     bits = 8 * fld.size
-    v = (w & U64((1 << bits) - 1)).astype(np.int64)
+    v: np.ndarray = (w & U64((1 << bits) - 1)).astype(np.int64)
     if fld.signed:
         v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
     return v
@@ -480,7 +487,7 @@ def ordered(f: PerfFile, decode: Callable[[Records], np.ndarray], on_chunk: Call
         yield pend[np.argsort(pend["t"], kind="stable")]
 
 
-Keep = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (pid, tid, time ns) -> which samples to keep
+Keep = Callable[["np.ndarray", "np.ndarray", "np.ndarray"], "np.ndarray"]  # (pid, tid, time ns) -> which to keep
 
 
 def _kept(rec: Records, f: PerfFile, keep: Keep) -> tuple[np.ndarray, np.ndarray]:
@@ -490,7 +497,9 @@ def _kept(rec: Records, f: PerfFile, keep: Keep) -> tuple[np.ndarray, np.ndarray
         ok = keep(c.pid, c.tid, c.time)
         yes.append(c.offs[ok])
         no.append(c.offs[~ok])
-    cat = lambda parts: np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)  # noqa: E731
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
     return cat(yes), cat(no)
 
 
@@ -540,13 +549,13 @@ def thinning(fraction: float, seed: int = 0x5EED) -> Keep:
 # records that change how a sample resolves: a process's maps, a thread's name
 _RESOLUTION = (RECORD_MMAP, RECORD_MMAP2, RECORD_COMM, RECORD_FORK)
 _UNSAFE_TO_MERGE = S_READ | S_BRANCH_STACK | S_REGS_USER | S_STACK_USER  # (dwarf unwinding copies the stack)
-_DEPTH_MULT: np.ndarray = np.zeros(0, U64)
+_DEPTH_MULT: np.ndarray | None = None
 
 
 def _depth_mult(n: int) -> np.ndarray:
     """Per-depth odd 64-bit multipliers for hashing call chains (fixed: hashes are reproducible)."""
     global _DEPTH_MULT
-    if len(_DEPTH_MULT) < n:
+    if _DEPTH_MULT is None or len(_DEPTH_MULT) < n:
         size = max(n, 256)
         rng = np.random.Generator(np.random.PCG64(0x51AC4))
         _DEPTH_MULT = rng.integers(0, 2**63, size=size, dtype=np.uint64) * U64(2) + U64(1)
@@ -557,7 +566,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         x = (x ^ (x >> U64(30))) * U64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> U64(27))) * U64(0x94D049BB133111EB)
-        return x ^ (x >> U64(31))
+        out: np.ndarray = x ^ (x >> U64(31))
+        return out
 
 
 def _chain_hash(rec: Records, offs: np.ndarray, o_cc: int) -> np.ndarray:

@@ -5,6 +5,7 @@ Nothing imports this package; it imports the rest.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ app = typer.Typer(
         "  profiler doctor                                  # what this host can capture\n\n"
         "  profiler attach --pid tikv --duration 30s -o cap  # capture every tikv-server, then report\n\n"
         "  profiler run --pid tidb -o cap -- sysbench oltp_point_select run\n\n"
+        "  profiler sweep --threads 8,16,32 --pid tidb -o sw -- sysbench oltp_point_select --threads={threads} run\n\n"
         "  profiler report cap --format md                  # post-mortem on a bundle\n\n"
         "  profiler demo                                    # first run: profile a bundled workload"
     ),
@@ -54,13 +56,55 @@ def _root(
 
 def _register() -> None:
     import profiler.cli.cluster as cluster
-    from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
+    from profiler.cli import (
+        analyze,
+        attach,
+        demo,
+        diff,
+        doctor,
+        flamegraph,
+        heatmap,
+        report,
+        run,
+        stat,
+        sweep,
+    )
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
+    for mod in (doctor, attach, run, sweep, analyze, report, flamegraph, heatmap, diff, stat, demo, cluster):
         mod.register(app)
 
 
 _register()
+
+
+@functools.cache
+def command() -> Any:
+    """The click command behind the app, with every boolean flag shown bare in --help
+    (``--force``, not ``--force <bool>``: a flag takes no value; docs/cli.md)."""
+    import typer.main
+
+    cmd = typer.main.get_command(app)
+    stack: list[Any] = [cmd]
+    while stack:
+        c = stack.pop()
+        for param in c.params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        c.get_help_option = _bare_help(c.get_help_option)
+        stack.extend(getattr(c, "commands", {}).values())
+    return cmd
+
+
+def _bare_help(get: Any) -> Any:
+    """-h/--help is made per context by click: show it bare too."""
+
+    def wrapped(ctx: Any) -> Any:
+        opt = get(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+    return wrapped
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -71,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure is one line on stderr and a distinct exit code."""
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        app(args=argv, prog_name="profiler", standalone_mode=True)
+        command()(args=argv, prog_name="profiler", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

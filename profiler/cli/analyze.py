@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
+from profiler.cli import _term
 from profiler.cli._common import check_output
+from profiler.cli._progress import Bars
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
@@ -27,14 +29,19 @@ def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
     output: Path = typer.Option(None, "--output", "-o", help=f"Write the HTML report here instead of BUNDLE/{REPORT_NAME}."),
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),
 ) -> None:
     if output:
         check_output(output, force)
     if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
         typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html), nl=False)
         return
-    typer.echo(default_report(bundle, output, write_html=not no_html), nl=False)
+    bars = Bars()
+    try:
+        text = default_report(bundle, output, write_html=not no_html, progress=bars)
+    finally:
+        bars.done()
+    _term.report_text(text)
 
 
 def register(app: typer.Typer) -> None:

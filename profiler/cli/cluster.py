@@ -124,7 +124,7 @@ _HOST = typer.Option(None, "--host", help="[USER@]HOST[:PORT] of one node; repea
 _ROLE = typer.Option(None, "--role", help="The node's role (tikv, tidb, pd, ...): one per --host, or one for all.")
 _PID = typer.Option(None, "--pid", "-p", help="What to capture on the node (name or pid; comma-separated for several): one per --host, or one for all.")
 _OUTPUT = typer.Option(None, "--output", "-o", help="Cluster bundle directory (default: profiler-cluster-YYYYmmdd-HHMMSS).")
-_FORCE = typer.Option(False, "--force", help="Overwrite a non-empty output directory.")
+_FORCE = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory.")
 _FREQ = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz).")
 _CG = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr.")
 _IV = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval.")

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import typer
 
-from profiler.cli._common import Progress, check_output, write_output
+from profiler.cli._common import check_output, write_output
+from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.inputs.pairs import TIME_UNITS
 from profiler.renderers import heatmap_svg
@@ -54,7 +55,7 @@ def command(
     units_latency: str = typer.Option("us", "--units-latency", "--unitslatency", help="Unit of the latency column (pairs) and of --min/--max/--step-lat (s, ms, us, ns)."),
     title: str = typer.Option(None, "--title", help="Title text."),
     cpu: bool = typer.Option(False, "--cpu", help="Sub-second offset heatmap of CPU samples instead (FlameScope-style)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite the output file."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
 ) -> None:
     if by not in BY:
         raise UsageError(f"--by {by!r}: use one of {', '.join(BY)}")
@@ -76,7 +77,7 @@ def command(
         units_time=units_time, units_latency=units_latency, title=title,
         analysis=as_json or (output is not None and output.suffix == ".json"),
     )
-    progress = Progress()
+    progress = Bars()
     try:
         result = heatmap(input, opts, progress=progress)
     finally:

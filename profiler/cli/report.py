@@ -7,7 +7,10 @@ from pathlib import Path
 import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
+from profiler.cli import _term
 from profiler.cli._common import check_output
+from profiler.cli._progress import Bars
+from profiler.errors import UsageError
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import default_report, pick_format, report
 
@@ -28,22 +31,38 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
 
 def render_after_capture(bundle_dir: Path) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
-    typer.echo(default_report(bundle_dir), nl=False)
+    bars = Bars()
+    try:
+        text = default_report(bundle_dir, progress=bars)
+    finally:
+        bars.done()
+    _term.report_text(text)
 
 
 def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
-    format: str = typer.Option(None, "--format", "-f", help="html, md, json or text (default: from -o's extension, else text)."),
+    format: str = typer.Option(None, "--format", help="html, md, json or text (default: from -o's extension, else text)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+    json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
 ) -> None:
+    if json_out:
+        if format not in (None, "json"):
+            raise UsageError(f"--json and --format {format} disagree: give one of them")
+        format = "json"
     fmt = pick_format(format, output)
     if output:
         check_output(output, force)
-    text = cluster_report.report(bundle, fmt) if is_cluster_bundle(bundle) else report(bundle, fmt)
+    bars = Bars()
+    try:
+        text = cluster_report.report(bundle, fmt) if is_cluster_bundle(bundle) else report(bundle, fmt, progress=bars)
+    finally:
+        bars.done()
     if output:
         output.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {output}", err=True)
+    elif fmt == "text":
+        _term.report_text(text)
     else:
         typer.echo(text, nl=False)
 

@@ -8,7 +8,12 @@ or stdin once, tries the formats a verb accepts in the order given, and returns 
 
 from __future__ import annotations
 
+import atexit
+import gzip
+import shutil
 import sys
+import tempfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +44,7 @@ class Format:
     what: str  # how an error message names it: "perf script text"
     sniff: Callable[[bytes], bool] = _never  # on the decompressed head
     binary: bool = False  # may match a head holding NUL bytes (text formats never do)
-    plain_only: bool = False  # never looked for inside gzip (perf.data)
+    plain_only: bool = False  # read from a plain file only: a gzipped one is decompressed to a temporary file first (perf.data)
     needs_file: bool = False  # must be a regular file (perf script -i seeks in it)
     directory: bool = False  # a directory (a capture bundle), never a stream
 
@@ -58,6 +63,16 @@ class Source:
     head: bytes = b""  # the first HEAD_SIZE bytes, decompressed
     compressed: bool = False
     _stream: IO[bytes] | None = field(default=None, repr=False)
+    unpacked: Path | None = None  # a gzipped perf.data, decompressed here (removed at close or exit)
+
+    @property
+    def file(self) -> Path:
+        """A regular file holding the input's bytes, for tools that seek in it (perf script -i)."""
+        if self.unpacked is not None:
+            return self.unpacked
+        if self.path is None:
+            raise InputError(f"{self.name} is not a regular file")
+        return self.path
 
     @property
     def rereadable(self) -> bool:
@@ -89,6 +104,25 @@ class Source:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self.unpacked is not None:
+            shutil.rmtree(self.unpacked.parent, ignore_errors=True)
+            self.unpacked = None
+
+
+def _gunzip_to_file(name: str, raw: IO[bytes]) -> Path:
+    """Decompress a gzipped input into a private temporary file (perf script needs a file)."""
+    d = Path(tempfile.mkdtemp(prefix="profiler-unpacked-"))
+    atexit.register(shutil.rmtree, d, True)
+    out = d / (Path(name).name.removesuffix(".gz") or "input")
+    try:
+        with gzip.GzipFile(fileobj=raw) as gz, open(out, "wb") as fh:
+            shutil.copyfileobj(gz, fh, 1 << 20)
+    except (OSError, EOFError, zlib.error) as exc:
+        shutil.rmtree(d, ignore_errors=True)
+        raise InputError(f"{name}: cannot decompress: {exc}") from None
+    finally:
+        raw.close()
+    return out
 
 
 def _alternatives(accept: Sequence[Format]) -> str:
@@ -132,9 +166,13 @@ def detect(input: str, accept: Sequence[Format], *, stdin: IO[bytes] | None = No
     head = gunzip_head(raw) if compressed else raw[:HEAD_SIZE]
     binary = is_binary(head)
     for fmt in accept:
-        if fmt.directory or (fmt.plain_only and compressed) or (binary and not fmt.binary):
+        if fmt.directory or (binary and not fmt.binary):
             continue
         if fmt.sniff(head):
+            if fmt.plain_only and compressed:  # perf.data.gz: perf script reads a file
+                src = stream if stream is not None else open(path, "rb")  # type: ignore[arg-type]
+                unpacked = _gunzip_to_file(name, src)
+                return Source(name, fmt, path, head, False, None, unpacked)
             if fmt.needs_file and path is None:
                 if stream is not None:
                     stream.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
+from profiler.renderers import load_text
 from profiler.renderers.protocol import ReportOptions
 
 
@@ -35,6 +36,8 @@ def _render(a: Analysis) -> str:
         out.append("Contributing:")
         out += [f"- {fmt.CATEGORY_TITLES[f.category]} ({f.score:.2f}, {_cell(f.target)}): {_cell(f.sub_cause)}" for f in v.contributing]
         out.append("")
+    if a.load is not None:
+        out += ["### Load", ""] + [f"- {_cell(x)}" for x in load_text.lines(a.load, a.bundle)] + [""]
     out += ["### Targets", "", "| target | verdict | score | CPU | busy threads | run queue | IO wait | futex | RSS |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
+from profiler.renderers import load_text
 from profiler.renderers.protocol import ReportOptions
 
 
@@ -34,6 +35,8 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
             lines.append(f"    {tm.label:<34} {tv.category:<16} {tv.score:.2f}  CPU {fmt.cores(tm.cpu_cores, tm.cpu_available)}")
     for i in a.verdict.imbalances:
         lines.append(f"  imbalance: {i.note}")
+    if a.load is not None:
+        lines.extend(f"  load: {x}" for x in load_text.lines(a.load, a.bundle))
     if v.confidence_reasons:
         lines.append("  confidence: " + "; ".join(v.confidence_reasons))
     skipped = [f"{h.collector} {h.status}" + (f" ({h.reason})" if h.reason else "")

@@ -1,12 +1,17 @@
-"""What changed between two captures: the differential flame graph (use case).
+"""What changed between two captures: the differential flame graph (usecases layer).
 
 `diff_flamegraph` is the step other parts of the verb (verdict and metric deltas) can call.
+When both inputs are bundles whose load was recorded (`profiler run`, `attach --load-log`),
+the graph is normalised by the work each capture did: samples per 1,000 transactions, the
+transactions counted from each load's series over its capture (docs/load.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from profiler.analyzers.load.analysis import analyze_load
+from profiler.analyzers.load.view import read_load
 from profiler.analyzers.stacks.differential import differential
 from profiler.analyzers.stacks.flame import FlameGraph
 from profiler.analyzers.stacks.folding import FoldOptions
@@ -20,6 +25,34 @@ from profiler.usecases.flamegraph import load_stacks
 class DiffResult:
     output: str | list[str]  # the SVG, or 'stack before after' lines
     graph: FlameGraph
+    per_1000: tuple[float, float] | None = None  # samples per 1,000 transactions, before and after
+
+
+@dataclass(frozen=True)
+class LoadWork:
+    """The transactions a bundle's load did during its capture."""
+
+    transactions: float
+    tps: float
+    seconds: float
+    tool: str
+
+
+def load_work(path: str) -> LoadWork | None:
+    """Transactions done during a bundle's capture, from its load; None without a usable one."""
+    if not looks_like_bundle(path):
+        return None
+    bundle = Bundle.open(path)
+    m = bundle.manifest
+    log = read_load(bundle)
+    if log is None or m.ended is None:
+        return None
+    la = analyze_load(log, m)
+    got = la.transactions(m.clock.monotonic_start, m.ended) if la.status == "ok" else None
+    if got is None or got[0] <= 0:
+        return None
+    done, seconds = got
+    return LoadWork(transactions=done, tps=done / seconds, seconds=seconds, tool=la.tool or "load")
 
 
 def _duration(path: str) -> float | None:
@@ -40,8 +73,9 @@ def diff_flamegraph(
     throughput: tuple[float, float] | None = None,
     offcpu: bool = False,
     title: str | None = None,
-) -> tuple[FlameGraph, dict[str, int], dict[str, int]]:
-    """Load both inputs and build the differential graph; returns (graph, before, after counts)."""
+) -> tuple[FlameGraph, dict[str, int], dict[str, int], tuple[float, float] | None]:
+    """Load both inputs and build the differential graph; returns (graph, before counts, after
+    counts, samples per 1,000 transactions before and after when both loads' work is known)."""
     opts = opts or FoldOptions()
     a = load_stacks(before, opts, offcpu=offcpu)
     b = load_stacks(after, opts, offcpu=offcpu)
@@ -49,7 +83,13 @@ def diff_flamegraph(
         raise InputError(f"no stacks in {before if not a.counts else after}")
     work_a = work_b = None
     how = "normalised by total samples"
-    if throughput is not None:
+    la, lb = (load_work(before), load_work(after)) if throughput is None else (None, None)
+    if la is not None and lb is not None:
+        work_a, work_b = la.transactions, lb.transactions
+        how = (f"normalised by throughput: {format_amount(1000 * sum(a.counts.values()) / work_a, b.unit)} -> "
+               f"{format_amount(1000 * sum(b.counts.values()) / work_b, b.unit)} per 1,000 transactions "
+               f"({la.tool} {la.tps:,.0f}/s over {la.seconds:.0f} s -> {lb.tool} {lb.tps:,.0f}/s over {lb.seconds:.0f} s)")
+    elif throughput is not None:
         da, db = _duration(before), _duration(after)
         if da and db:
             work_a, work_b = throughput[0] * da, throughput[1] * db
@@ -65,14 +105,15 @@ def diff_flamegraph(
         unit=b.unit,
         differential=True,
     )
-    return graph, a.counts, b.counts
+    per = (1000 * sa / work_a, 1000 * sb / work_b) if la is not None and lb is not None and work_a and work_b else None
+    return graph, a.counts, b.counts, per
 
 
 def diff(before: str, after: str, svg: FlameGraphOptions, *, opts: FoldOptions | None = None,
          throughput: tuple[float, float] | None = None, offcpu: bool = False, title: str | None = None,
          folded_output: bool = False) -> DiffResult:
     """`profiler diff`: the differential SVG, or 'stack before after' lines."""
-    graph, a, b = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title)
+    graph, a, b, per = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title)
     if folded_output:
-        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph)
-    return DiffResult(RENDERER.render(graph, svg), graph)
+        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph, per)
+    return DiffResult(RENDERER.render(graph, svg), graph, per)

@@ -1,5 +1,6 @@
-"""One flame graph (or folded stacks) from any stack input: a bundle, perf.data, perf script
-text, folded stacks or a pprof profile (use case).
+"""One flame graph (or folded stacks) from any stack input (usecases layer).
+
+Inputs: a bundle, perf.data, perf script text, folded stacks or a pprof profile.
 
 Composes the readers of profiler.inputs, the stack analyzers (folding, off-CPU, the tree) and
 the SVG renderer. No option parsing, no terminal output: progress goes to the callback given.
@@ -7,9 +8,9 @@ the SVG renderer. No option parsing, no terminal output: progress goes to the ca
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO
 
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
@@ -27,9 +28,10 @@ from profiler.bundle import Bundle
 from profiler.errors import InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
+from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
 
-Progress = Callable[[str], None]
+Warn = Callable[[str], None]
 
 # Only the fields folding reads: no symbol offsets and no CPU column, which makes perf print
 # (and us read) about 7% less and spares perf the offset formatting.
@@ -61,23 +63,19 @@ class FlameGraphResult:
 
 
 class _Meter:
-    """'folding: 640 MB read (150 MB/s)' every 64 MB."""
+    """Tells ``progress`` how many bytes of perf script text were folded (of how many, when known)."""
 
-    def __init__(self, progress: Progress | None) -> None:
+    def __init__(self, progress: Progress | None, task: str = "folding", total: float | None = None) -> None:
         self.progress = progress
+        self.task = task
+        self.total = total
         self.chars = 0
-        self.next = 64 << 20
-        self.t0 = time.monotonic()
 
     def __call__(self, n: int) -> None:
         if self.progress is None:
             return
         self.chars += n
-        if self.chars >= self.next:
-            self.next += 64 << 20
-            mb = self.chars / 1e6
-            rate = mb / max(time.monotonic() - self.t0, 1e-6)
-            self.progress(f"folding: {mb:,.0f} MB read ({rate:,.0f} MB/s)")
+        self.progress(self.task, self.chars, self.total, "B")
 
 
 def _unit_for(event: str | None, count_samples: bool) -> str:
@@ -106,38 +104,43 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
                                                             else "a pprof profile has none"))
     if offcpu:
         return _offcpu(src, bundle, opts)
-    meter = _Meter(progress)
+    meter = _Meter(progress, f"folding {src.name}", src.path.stat().st_size
+                   if src.path is not None and src.path.is_file() and not src.compressed else None)
     if bundle is not None:
         name = bundles.cpu_stacks(bundle)
         if name is None:
             raise InputError(f"{input} has no CPU stacks ({bundles.CPU_STACKS[0]}): was the cpu-stacks collector skipped?")
+        meter.task = f"folding {name}"
         with open(bundle.path(name), "rb") as fh:
             out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}")
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
-        return _from_perf_data(input, opts, meter)
+        meter.task, meter.total = f"perf script {src.name} | folding", None
+        return _from_perf_data(src.file, input, opts, meter)
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
         counts = folded.read_source(src)
         return Stacks(counts=counts, source=src.name, samples=sum(counts.values()))
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
-        return _from_collapser(collapse_file(str(src.path), opts), opts, src.name)  # several processes
+        fold = collapse_file(str(src.path), opts, on_progress=(lambda d, t: progress(meter.task, d, t, "B"))
+                             if progress is not None else None)  # several processes
+        return _from_collapser(fold, opts, src.name)
     with src.open_raw() as fh:
         return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name)
 
 
-def _from_perf_data(input: str, opts: FoldOptions, meter: _Meter) -> Stacks:
+def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter) -> Stacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
     field) unless a time window needs each sample's own time."""
     if opts.window.bounded:
-        c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
         return _from_collapser(c, opts, input)
     merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
     fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
     merged: list[perfdata.Merged] = []
-    c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
+    c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
                                   merge=merge, merged=merged)
     out = _from_collapser(c, opts, input)
     if merged:
@@ -183,7 +186,7 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
     elif src.format is perfdata.FORMAT:
         source = src.name
         counts, stats = perfdata.read_perf_script(
-            src.name, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
+            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
     else:
         source = src.name
         with src.open_raw() as fh:
@@ -227,7 +230,7 @@ def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcp
 
 def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu: bool = False, folded_output: bool = False,
                title: str | None = None, subtitle: str | None = None, progress: Progress | None = None,
-               warn: Progress | None = None, stdin: IO[bytes] | None = None) -> FlameGraphResult:
+               warn: Warn | None = None, stdin: IO[bytes] | None = None) -> FlameGraphResult:
     """`profiler flamegraph`: the SVG (or folded lines) of one input. ``warn`` hears what was
     tolerated in the input (a truncated file...), before any error about the result."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
