@@ -136,11 +136,18 @@ def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
                                 subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
                                 notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
     notes = []
+    part = ""
+    if off.sampled is not None:
+        kept, total = off.sampled
+        part = " (a uniform sample of the switches)"
+        notes.append(f"stacks of {kept:,} of the targets' {total:,} switch-outs, a uniform sample over the "
+                     "capture (the collector's bound on symbolizing); widths are those switches' blocked time")
     if off.limited:
-        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches of the capture "
+        part = " (first part of the capture)"
+        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches in the bundle "
                      f"(`profiler flamegraph BUNDLE --offcpu` draws them all)")
     return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool"
-                            + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
+                            + part, unit="us", notes=notes)
 
 
 def _io_trace_heatmap(v: BundleViews) -> heatmap.LatencyHeatmap | None:

@@ -73,6 +73,7 @@ class PerfCollector(CollectorBase):
         self.died: str | None = None  # why perf ended before it was asked to
         self.stopping = False
         self.capped: str | None = None  # why perf was stopped before the end of the capture
+        self.child_cpu = 0.0  # CPU seconds of the helpers finish() ran (perf script)
 
     # -- protocol
     def probe(self, ctx: CaptureContext) -> Probe:
@@ -174,9 +175,13 @@ class PerfCollector(CollectorBase):
             lost = lost_from_stderr(stderr)
             if lost:
                 rec.stats["lost"] = lost
-            t1 = time.monotonic()
+            t1, c1 = time.monotonic(), time.thread_time()
+            self.child_cpu = 0.0
             self.finish(ctx, rec, stderr)
             rec.stats["finish_seconds"] = round(time.monotonic() - t1, 3)
+            # what turning perf's output into members cost: this thread plus the helpers it ran
+            rec.stats["finish_cpu_seconds"] = round(time.thread_time() - c1 + self.child_cpu, 3)
+            lost = lost or int(rec.stats.get("lost") or 0)  # finish may count LOST records in perf.data itself
             if rec.status in ("pending", "running"):
                 rec.status = OK
             if self.died:
@@ -206,6 +211,10 @@ class PerfCollector(CollectorBase):
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
         """Turn perf's output into bundle files; set rec.files, rec.stats, maybe rec.status."""
+
+    def add_child_cpu(self, seconds: float) -> None:
+        """A helper finish() ran has ended, having used this much CPU (finish_cpu_seconds)."""
+        self.child_cpu += seconds
 
 
 def pid_list(pids: list[int]) -> str:

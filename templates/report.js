@@ -408,6 +408,26 @@
     });
     this.info.textContent = unitFmt(G.unit, all) + (this.range && G.timed ? " in the range" : "") +
       (!G.timed ? " (totals of the whole capture: no times)" : "");
+    if (!all && this.range && G.timed) {
+      this.info.textContent += ": none here. This graph's stacks were traced in these windows only: " +
+        this.windows() + " (off-CPU and syscall traces run 1 s in 10 unless captured with --collector offcpu-trace)";
+    }
+  };
+  Flame.prototype.windows = function () {
+    // the time spans whose buckets hold stacks, merged: "0.0-1.0 s, 10.0-11.0 s"
+    var G = this.G, seen = {}, i, out = [];
+    for (i = 0; i < G.b.length; i++) seen[G.b[i]] = true;
+    var bs = Object.keys(seen).map(Number).sort(function (a, b) { return a - b; });
+    var start = null, prev = null;
+    function flush() {
+      if (start !== null) out.push((G.t0 + start * G.bucket).toFixed(1) + "-" + (G.t0 + (prev + 1) * G.bucket).toFixed(1) + " s");
+    }
+    bs.forEach(function (b) {
+      if (prev === null || b !== prev + 1) { flush(); start = b; }
+      prev = b;
+    });
+    flush();
+    return out.slice(0, 12).join(", ") + (out.length > 12 ? ", ..." : "");
   };
   Flame.prototype.top = function () {
     // self and total per function name; total counts a frame once even when it recurses

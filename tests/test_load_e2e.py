@@ -2,8 +2,9 @@
 
 One private mariadbd (tests/scenarios/servers.py: its own data directory, a random port on
 127.0.0.1, stopped by pid) serves every test here, inside a cgroup v1 CPU group whose quota the
-sweep test sets: a server held to a quarter of a core must stop scaling with client threads,
-and the group's own throttling counters confirm it independently of the profiler. Each load is
+sweep test sets: a server held to 5% of a core must stop scaling with client threads (a quota
+well under what the busy shared host leaves it, so the cap, not the neighbours, decides), and
+the group's own throttling counters confirm it independently of the profiler. Each load is
 bounded by sysbench --time. About 2 minutes in all.
 """
 
@@ -212,7 +213,7 @@ def test_attach_load_start_places_a_log_without_times(tmp_path: Path, capsys: py
 def test_sweep_finds_the_knee_of_a_capped_server(server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep"
     before = server.group.stats().get("cpu.nr_throttled", 0)
-    server.group.cpu_limit(0.25)
+    server.group.cpu_limit(0.05)
     try:
         rc = main(["sweep", "--threads", "1,2,4,8,16", "--pid", str(server.db.pid), "-o", str(out), "--pause", "0s",
                    "--collector", "procfs", "--collector", "perf-stat", "--",
@@ -227,7 +228,9 @@ def test_sweep_finds_the_knee_of_a_capped_server(server: Server, tmp_path: Path,
     knee = sw["knee"]
     assert knee["threads"] is not None and knee["threads"] <= 8, sw["conclusion"]
     at = next(s for s in sw["steps"] if s["threads"] == knee["threads"])
-    assert at["targets"][0]["comm"] == "mariadbd" and at["targets"][0]["cpu_available"] == pytest.approx(0.25)
+    assert at["targets"][0]["comm"] == "mariadbd" and at["targets"][0]["cpu_available"] == pytest.approx(0.05)
+    assert at["verdict"]["category"] in ("cpu", "not_saturated", "io_wait", "memory", "lock_contention")
+    assert at["verdict"]["headline"].startswith("mariadbd")
     # independent of the profiler: the kernel throttled the group while the sweep ran
     assert throttled > 0
     assert sw["conclusion"].startswith(f"throughput stops scaling past {knee['threads']:g} threads")

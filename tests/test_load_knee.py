@@ -113,6 +113,7 @@ def test_sweep_conclusion_joins_knee_and_verdict() -> None:
     assert sw.conclusion.endswith("; there mariadbd is CPU-bound (1.9 of 2 cores)")
     d = sw.to_dict()["sweep"]
     assert d["knee"]["threads"] == 64 and d["steps"][0]["p95_ms"] == 10.0 and d["steps"][0]["threads"] == 8.0
+    assert d["steps"][0]["verdict"] is None  # these steps were given no capture verdict
     assert not d["partial"]
 
 

@@ -148,3 +148,14 @@ def test_bcc_report_draws_its_totals(browser: Browser, tmp_path: Path) -> None:
     assert browser.errors() == []
     assert "no times" in browser.js("document.querySelector('#flame-offcpu .flame-info').textContent")
     assert browser.js("document.querySelectorAll('#flame-offcpu g.fr').length") > 10
+
+
+def test_a_range_without_traced_stacks_says_where_they_are(browser: Browser, tmp_path: Path) -> None:
+    out = tmp_path / "convoy.html"
+    out.write_text(html.render(analyze(Bundle.open(SAMPLES / "perf" / "fsync-writer-and-lock-convoy"))), encoding="utf-8")
+    browser.open(out)
+    browser.js("window.profilerReport.setRange([3.8, 6.2])")  # between the duty-cycled off-CPU windows
+    info = browser.js("document.querySelector('#flame-offcpu .flame-info').textContent")
+    assert info.startswith("0 us in the range: none here") and re.search(r"windows only: \d+\.\d-\d+\.\d s", info)
+    assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
+    assert browser.errors() == []

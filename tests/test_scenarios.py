@@ -28,7 +28,7 @@ from tests.scenarios.runner import (
     run_scenario,
     skip_reason,
 )
-from tests.scenarios.scoreboard import render, summarize
+from tests.scenarios.scoreboard import render, render_markdown, summarize
 
 FAST = [s for s in SCENARIOS if s.fast]
 WINDOW = float(os.environ.get("SCENARIO_WINDOW", "5"))
@@ -107,6 +107,10 @@ def test_scoreboard_splits_quiet_and_noisy_and_scores_overlaps_by_either_cause()
     text = render(board)
     assert "[quiet] accuracy 1/1 = 100%" in text and "[noisy] accuracy 1/2 = 50%" in text
     assert "ranked: cpu 1.0, lock_contention 0.9; why: x is CPU-bound | runner-up" in text
+    md = render_markdown(board)
+    assert "| noisy | 2 | 1 | 50% | 0/0 | 0 | - | 2.0-4.0 (3.0) |" in md
+    assert "| a | cpu | cpu | memory **WRONG** |" in md
+    assert "| both | lock_contention+cpu | - | cpu (cpu 1.00, lock_contention 0.90) |" in md
 
 
 def test_ranked_reads_the_first_two_findings_and_the_runner_up() -> None:

@@ -64,6 +64,7 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["threads"] = self.threads
+        d["verdict"] = {"category": self.category, "headline": self.headline} if self.category else None
         if self.latency_key:
             d[f"{self.latency_key.replace('.', '_')}_ms"] = self.latency_ms
         for t, td in zip(self.targets, d["targets"], strict=True):

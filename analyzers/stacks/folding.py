@@ -89,9 +89,17 @@ class Collapser:
     """
 
     def __init__(self, opts: FoldOptions | None = None,
-                 on_sample: Callable[[float | None, str, int], None] | None = None) -> None:
+                 on_sample: Callable[[float | None, str, int], None] | None = None, *,
+                 keep_times: bool = False) -> None:
+        """``on_sample`` sees each counted sample: (time, folded stack, count). ``keep_times``:
+        also keep the time, tid and comm of every sample that has a time (``times``, ``tids``,
+        ``comms``; what the sub-second heatmap draws), read from the headers this pass parses
+        anyway."""
         self.opts = opts or FoldOptions()
-        self.on_sample = on_sample  # sees each counted sample: (time, folded stack, count)
+        self.on_sample = on_sample
+        self.times: list[float] | None = [] if keep_times else None
+        self.tids: list[int] = []
+        self.comms: list[str] = []
         self.counts: dict[str, int] = {}
         self.samples = 0  # samples counted
         self.skipped = 0  # samples filtered out (event, time, pid)
@@ -190,6 +198,10 @@ class Collapser:
             self._last_event = event
         if t is not None:
             tf = float(t)
+            if self.times is not None:
+                self.times.append(tf)
+                self.tids.append(int(tid))
+                self.comms.append(comm.strip())
             if self.first_time is None:
                 self.first_time = tf
                 if self._rel_pending:

@@ -146,9 +146,6 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
     used, why = registry.backend_choice(options)
-    if load_log is not None and not load_log.is_file():
-        raise InputError(f"--load-log {load_log}: no such file" if not load_log.exists() else
-                         f"--load-log {load_log} is not a regular file")
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
@@ -243,11 +240,14 @@ def command(
 ) -> None:
     if load_start is not None and load_log is None:
         raise UsageError("--load-start goes with --load-log (the load's output file)")
+    if load_log is not None and not load_log.is_file():
+        raise InputError(f"--load-log {load_log}: no such file" if not load_log.exists() else
+                         f"--load-log {load_log} is not a regular file")
+    start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
     capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
-            collectors=collectors or None, report=not no_report, load_log=load_log,
-            load_start=parse_load_start(load_start))
+            collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ says why); reading it is the job of the format's reader.
 from __future__ import annotations
 
 import csv
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -89,6 +90,26 @@ def collector_note(bundle: Bundle, name: str) -> list[str]:
 
 def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
     """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped."""
+    out: dict[tuple[int, int], float] = {}
+    it = iter(lines)
+    header = next(it, None)
+    if header is None:
+        return out
+    if header.rstrip("\r\n") != "tid,comm,off,on,state":
+        return _read_intervals_csv(itertools.chain([header], it))
+    # The collector's own layout: tid first, and off, on, state last never hold a comma, so a
+    # row is cut from both ends whatever its (possibly quoted) comm holds: ~4x csv's speed.
+    for line in it:
+        try:
+            tid = int(line[: line.index(",")])
+            _, off, on, _state = line.rsplit(",", 3)
+            out[(tid, round(float(off) * 1e6))] = float(on)
+        except ValueError:
+            continue
+    return out
+
+
+def _read_intervals_csv(lines: Iterable[str]) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
     for row in csv.DictReader(lines):
         try:

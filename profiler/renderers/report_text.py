@@ -17,18 +17,19 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
         f"{cap['host']['cpus']} CPUs, {len(m.targets)} target{'s' if len(m.targets) != 1 else ''})",
         "",
         f"  verdict: {fmt.CATEGORY_TITLES[v.category].upper()}   score {v.score:.2f}   confidence {v.confidence_label} ({v.confidence:.2f})",
-        f"  {v.headline}",
+        f"  {fmt.plain(v.headline, a.devices)}",
     ]
     if v.primary.evidence:
         lines.append("  evidence:")
         for e in v.primary.evidence:
             th = f"  (threshold {fmt.threshold(e.threshold, e.unit)})" if e.threshold is not None else ""
-            note = f"  {e.note}" if e.note else ""
-            lines.append(f"    {e.metric:<28} {fmt.value(e.value, e.unit):>10}{th}{note}")
+            mark = " past" if e.crossed else " within" if e.crossed is False else ""
+            note = f"  {fmt.plain(e.note, a.devices)}" if e.note else ""
+            lines.append(f"    {fmt.plain(e.metric, a.devices):<28} {fmt.value(e.value, e.unit):>10}{th}{mark}{note}")
     for f in v.contributing:
-        lines.append(f"  contributing: {fmt.CATEGORY_TITLES[f.category]} {f.score:.2f} [{f.target}]: {f.sub_cause}")
+        lines.append(f"  contributing: {fmt.CATEGORY_TITLES[f.category]} {f.score:.2f} [{f.target}]: {fmt.plain(f.sub_cause, a.devices)}")
     if v.primary.recommendation:
-        lines.append(f"  what to do: {v.primary.recommendation}")
+        lines.append(f"  what to do: {fmt.plain(v.primary.recommendation, a.devices)}")
     if len(a.verdict.per_target) > 1:
         lines.append("  targets:")
         for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):

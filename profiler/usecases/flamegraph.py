@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO
 
 from profiler.analyzers.stacks.export import StackProfile
@@ -118,8 +119,7 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         return out
     if src.format is perfdata.FORMAT:
         meter.task, meter.total = f"perf script {src.name} | folding", None
-        c = perfdata.read_perf_script(src.file, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
-        return _from_collapser(c, opts, input)
+        return _from_perf_data(src.file, input, opts, meter)
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
@@ -131,6 +131,25 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         return _from_collapser(fold, opts, src.name)
     with src.open_raw() as fh:
         return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name)
+
+
+def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter) -> Stacks:
+    """perf.data through perf script, identical stacks merged first (their weight in the period
+    field) unless a time window needs each sample's own time."""
+    if opts.window.bounded:
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
+        return _from_collapser(c, opts, input)
+    merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
+    fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
+    merged: list[perfdata.Merged] = []
+    c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
+                                  merge=merge, merged=merged)
+    out = _from_collapser(c, opts, input)
+    if merged:
+        # perf script read one sample per distinct stack: the file's own count when every
+        # sample was folded, else none (the subtitle leaves it out rather than understate it)
+        out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
+    return out
 
 
 def _pprof(src: Source, opts: FoldOptions) -> Stacks:

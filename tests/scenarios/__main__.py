@@ -6,6 +6,7 @@
     python -m tests.scenarios run fio-mmap-thrash --window 5s
     python -m tests.scenarios run --fast --json board.json
     python -m tests.scenarios run --keep-bundles samples/  # copy each bundle to samples/scn-<name>/
+    python -m tests.scenarios show board.json --markdown   # a saved scoreboard, as docs/scenarios.md shows it
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tests.scenarios.catalog import BY_NAME, SCENARIOS
 from tests.scenarios.runner import NOISES, run_scenario, skip_reason
-from tests.scenarios.scoreboard import render, summarize
+from tests.scenarios.scoreboard import render, render_markdown, summarize
 
 
 def _seconds(text: str) -> float:
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the scenarios")
+    show = sub.add_parser("show", help="print a saved scoreboard (--json of a run) again")
+    show.add_argument("board", type=Path, help="the scoreboard JSON")
+    show.add_argument("--markdown", action="store_true", help="as the tables of docs/scenarios.md")
     run = sub.add_parser("run", help="run scenarios and print the scoreboard")
     run.add_argument("names", nargs="*", help="scenario names (default: all)")
     run.add_argument("--window", type=_seconds, default=10.0, help="attach window per scenario (default 10s)")
@@ -54,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--attach-arg", action="append", default=[], metavar="ARG",
                      help="extra argument for profiler attach (repeatable), e.g. --attach-arg=-F49")
     args = ap.parse_args(argv)
+
+    if args.cmd == "show":
+        try:
+            board = json.loads(args.board.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"cannot read {args.board}: {exc}", file=sys.stderr)
+            return 2
+        sys.stdout.write(render_markdown(board) if args.markdown else render(board))
+        return 0
 
     if args.cmd == "list":
         for s in SCENARIOS:

@@ -105,3 +105,37 @@ def render(board: dict[str, Any]) -> str:
     lines.append(f"host {h['hostname']} {h['cpus']} cpus, load average at the end {h['loadavg_end']} "
                  f"(shared host: CPU numbers are noisy); window {board['window_s']:g}s")
     return "\n".join(lines) + "\n"
+
+
+def render_markdown(board: dict[str, Any]) -> str:
+    """The scoreboard as docs/scenarios.md shows it: one summary row per noise dimension, then one
+    row per scenario with both dimensions side by side."""
+    lines = ["| noise | scored | correct | accuracy | sub-cause right | unconfirmed | other outcomes | load average (min-max, mean) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for name, part in sorted(board.get("by_noise", {}).items()):
+        acc = f"{part['accuracy']:.0%}" if part["accuracy"] is not None else "n/a"
+        others = ", ".join(f"{k} {v}" for k, v in part["outcomes"].items() if k not in ("correct", "wrong", "unconfirmed"))
+        la = part.get("loadavg") or {}
+        lines.append(f"| {name} | {part['scored']} | {part['correct']} | {acc} | {part['sub_cause_correct']}/"
+                     f"{part['sub_cause_scored']} | {part['outcomes'].get('unconfirmed', 0)} | {others or '-'} | "
+                     f"{la.get('min', 0):.1f}-{la.get('max', 0):.1f} ({la.get('mean', 0):.1f}) |")
+    lines += ["", "| scenario | expected | quiet: got (first finding, second when >= 0.35) | noisy: got (same) |",
+              "| --- | --- | --- | --- |"]
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in board["results"]:
+        rows.setdefault(r["name"], {})[r.get("noise", "quiet")] = r
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "-"
+        ranked = ", ".join(f"{x['category']} {x['score']:.2f}" for i, x in enumerate(r.get("ranked") or [])
+                           if x.get("score") is not None and (i == 0 or x["score"] >= 0.35))
+        mark = {"correct": "", "wrong": " **WRONG**", "unconfirmed": " (label unconfirmed)"}.get(r["outcome"],
+                                                                                                f" ({r['outcome']})")
+        return f"{r.get('got') or '-'}{mark}" + (f" ({ranked})" if ranked else "")
+
+    for name, by in rows.items():
+        first = next(iter(by.values()))
+        expected = "+".join(first.get("accepted") or [first["expected"]])
+        lines.append(f"| {name} | {expected} | {cell(by.get('quiet'))} | {cell(by.get('noisy'))} |")
+    return "\n".join(lines) + "\n"
