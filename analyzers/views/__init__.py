@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
+from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
 from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
@@ -71,6 +72,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    server: ServerStatusView | None = None  # server-status: /metrics scrapes and Go profiles (analyzers/server)
     load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
 
@@ -122,6 +124,7 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     v.io = read_block_io(bundle)
     read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = read_cpu_stacks(bundle)
+    v.server = read_server_status(bundle)
     read("the load's log", (members.LOAD_LOG,))
     v.load = read_load(bundle)
     read("done", ())

@@ -95,6 +95,27 @@ def write_output(text: str | list[str], output: Path | None, force: bool) -> Non
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
+def write_bytes(data: bytes, output: Path | None, force: bool) -> None:
+    """A binary output (a gzipped pprof profile): to stdout's bytes, into a device or pipe, or atomically to a file."""
+    if output is None or str(output) == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    if output.exists() and not output.is_file():
+        with open(output, "wb") as fh:  # never replace a device or a fifo
+            fh.write(data)
+        return
+    check_output(output, force)
+    tmp = output.with_name(f".{output.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
 def wrote(output: Path | None, what: str) -> None:
     """'profiler: wrote FILE (what)' on stderr, when the output went to a file."""
     if output is not None and str(output) != "-" and output.is_file():
