@@ -54,7 +54,7 @@ fi
 
 # Servers the test workloads need are started by the tests themselves, never as services.
 if [ $dev -eq 1 ]; then
-  for svc in mariadb redis-server postgresql etcd nginx memcached ssh; do
+  for svc in mariadb redis-server postgresql etcd nginx memcached; do  # never ssh: the host may be reached by it
     systemctl disable --now "$svc" >>"$log" 2>&1 || service "$svc" stop >>"$log" 2>&1 || true
   done
 fi
