@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, have_perf, is_root
@@ -125,8 +126,15 @@ def _spawn(argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
 
 
 def _stop(p: subprocess.Popen[bytes]) -> None:
+    try:  # fio's job may leave its parent's process group: its descendants by name, then the group
+        kids = psutil.Process(p.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
     with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            k.kill()
     p.wait()
 
 
