@@ -161,7 +161,7 @@ def summary(view: ServerStatusView | None, t0: float | None) -> dict[str, Any] |
         for kv in ts.keys:
             item["metrics"].append({
                 "key": kv.info.key, "server": kv.info.server, "metric": kv.metric, "title": kv.info.title,
-                "unit": kv.info.unit, "value": _num(kv.total), "groups": {k: _num(v) for k, v in sorted(kv.window.items())},
+                "unit": kv.info.unit, "value": _num(kv.total), "groups": {k: _num(v) for k, v in kv.window.items()},
                 "panel": kv.info.panel, "meaning": kv.info.meaning, "reading": kv.info.reading})
         out["targets"].append(item)
     return out
