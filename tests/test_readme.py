@@ -234,7 +234,7 @@ def _run_block(block: Block, cwd: Path) -> None:
     for page in cwd.rglob("*.html"):
         m = _EMBEDDED.search(page.read_text(encoding="utf-8", errors="replace"))
         if m is not None:
-            validate(json.loads(m.group(1)))  # tojson: <, >, & are \\u escapes, valid JSON
+            validate(json.loads(m.group(1)))  # tojson: <, >, & are \u escapes, valid JSON
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if not b.privileged], ids=lambda b: b.id)
