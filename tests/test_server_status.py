@@ -241,12 +241,13 @@ def test_text_dump_states_sites_and_argument_lists() -> None:
 
 
 def test_a_goroutine_caught_without_a_stack_is_running_elsewhere() -> None:
-    # Go < 1.21's goroutine profile leaves out the stack of a goroutine running on another
-    # thread: one sample with no location, which the pprof reader names [unknown]
+    # a goroutine profile leaves out the stack of a goroutine running on another thread: one
+    # sample with no location, which the pprof reader names [unknown]
     snap = G.summarize([(("[unknown]",), 2), (("main.main", "runtime.chanrecv1"), 1)], 0.0)
     running = next(g for g in snap.groups if g.state == "running")
     assert (running.count, running.op, running.caller) == (2, G.NO_STACK, "")
     assert snap.by_kind == {"run": 2, "chan": 1}
+    assert snap.folded[f"running;{G.NO_STACK}"] == 2  # the goroutine view says it too
 
 
 # --------------------------------------------------------------------------- the Go workload
@@ -327,7 +328,7 @@ def test_attach_reads_the_go_workloads_status_port(kids: object, tmp_path: Path,
     out_html = tmp_path / "r.html"
     assert main(["report", str(bundle), "-o", str(out_html)]) == 0
     page = out_html.read_text()
-    assert "What the servers say about themselves" in page and "Goroutines by what they wait for" in page
+    assert "What the servers say about themselves" in page and 'id="flame-goroutine"' in page
     capsys.readouterr()
     assert main(["report", str(bundle), "--format", "md"]) == 0
     md = capsys.readouterr().out
@@ -428,7 +429,7 @@ def test_etcd_under_load_status_goroutines_and_metrics(kids: object, tmp_path: P
     panels = d["timeline"]["panels"]  # type: ignore[index]
     assert f"server_etcd_wal_fsync_p99_{pid}" in panels and f"server_goroutines_{pid}" in panels
     page = (bundle / "report.html").read_text()
-    assert "Goroutines by what they wait for" in page and "WAL fsync p99" in page
+    assert 'id="flame-goroutine"' in page and "WAL fsync p99" in page
     assert html.escape(BY_KEY["etcd.wal_fsync_p99"].panel) in page  # autoescaped: "etcd &gt; Disk &gt; ..."
 
 
@@ -464,4 +465,4 @@ def test_attach_on_the_cpu_bound_go_workload_agrees_with_its_own_profile(kids: o
         self_[leaf] = self_.get(leaf, 0) + int(n)
     assert max(self_, key=lambda f: self_[f]) == own, sorted(self_.items(), key=lambda kv: -kv[1])[:5]
     page = (bundle / "report.html").read_text()
-    assert "Goroutines by what they wait for" in page and "main.burnCPU" in page
+    assert 'id="flame-goroutine"' in page and "main.burnCPU" in page
