@@ -17,7 +17,7 @@ from profiler.analyzers.series import timeline as tlmod
 from profiler.analyzers.stacks import flame, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
-from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_views
+from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
 
 from profiler import __version__
 from profiler.bundle import Bundle, Manifest, members
@@ -35,6 +35,7 @@ class Health:
     reason: str | None
     files: list[str]
     stats: dict[str, Any]
+    reading: list[str] = field(default_factory=list)  # what reading its members tolerated, one line each
 
 
 @dataclass
@@ -48,6 +49,12 @@ class Analysis:
     warnings: list[str]
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
+    reading: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated
+
+    @property
+    def reading_warnings(self) -> list[str]:
+        """One line per member whose reading tolerated something (a cut, bad CRC, lines skipped)."""
+        return [_read_summary(name, r) for name, r in sorted(self.reading.items()) if _damaged(r)]
 
     def target_verdict(self, label: str) -> vmod.Verdict | None:
         for v in self.verdict.per_target:
@@ -71,6 +78,7 @@ class Analysis:
             "sources": md["sources"], "unsupported_counters": md["unsupported_counters"],
             "timeline": self.timeline.to_dict(),
             "health": [vars(h) for h in self.health],
+            "reading": self.reading,
             "warnings": self.warnings,
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
                            for k, t in sorted(vmod.THRESHOLDS.items())},
@@ -193,6 +201,27 @@ def _artifacts(v: BundleViews, a: Analysis) -> None:
             a.artifacts[name] = model
 
 
+# --------------------------------------------------------------------------- reading health
+
+
+def _damaged(r: dict[str, Any]) -> bool:
+    return bool(r.get("damage") or r.get("skipped_lines"))
+
+
+def _read_summary(name: str, r: dict[str, Any]) -> str:
+    parts = list(r.get("damage") or [])
+    parts += [f"{n:,} {what} skipped" for what, n in (r.get("skipped_lines") or {}).items()]
+    return f"{name}: " + "; ".join(parts)
+
+
+def _members_of(collector: str, files: list[str]) -> list[str]:
+    """The members a collector's health line answers for: the files it lists, and the evidence
+    members the analysis knows it for (older bundles list fewer files)."""
+    known = [m for col, ms in SOURCES.values() if col == collector for m in ms]
+    extra = [members.OFFCPU_INTERVALS] if collector == "offcpu-stacks" else []
+    return list(dict.fromkeys(list(files) + known + extra))
+
+
 # --------------------------------------------------------------------------- the analysis
 
 
@@ -218,11 +247,14 @@ def analyze_views(v: BundleViews) -> Analysis:
     hist = v.io.hist if v.io is not None and events is None else None
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
                      syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
-    health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
+    health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats),
+                     reading=[_read_summary(f, v.reads[f]) for f in _members_of(c.name, c.files) if f in v.reads
+                              and _damaged(v.reads[f])])
+              for c in m.collectors]
     warnings = list(met.warnings)
     if m.status != "ok":
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
     a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
-                 health=health, warnings=list(dict.fromkeys(warnings)))
+                 health=health, warnings=list(dict.fromkeys(warnings)), reading=dict(v.reads))
     _artifacts(v, a)
     return a

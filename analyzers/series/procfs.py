@@ -10,6 +10,7 @@ them apart by whether the thread also works), epoll/poll/accept/recv is waiting 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,7 +194,9 @@ def _flatten(prefix: str, obj: Any, out: dict[str, float]) -> None:
     elif isinstance(obj, bool):
         return
     elif isinstance(obj, int | float):
-        out[prefix] = float(obj)
+        f = float(obj)
+        if math.isfinite(f):
+            out[prefix] = f
 
 
 def _series(rows: list[dict[str, float]], ts: list[float]) -> Series:
@@ -217,40 +220,37 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
             continue
         try:
             rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise TypeError("not an object")
             kind = rec["kind"]
-            t = float(rec["t"])
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-            continue
-        if kind == "thread":
-            try:
-                per_thread.setdefault((int(rec["pid"]), int(rec["tid"])), []).append(rec)
-            except (KeyError, TypeError, ValueError):
-                bad += 1
-        elif kind == "process":
-            flat: dict[str, float] = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
-            rows, ts = proc_rows.setdefault(int(rec.get("pid", 0)), ([], []))
-            rows.append(flat)
-            ts.append(t)
-        elif kind == "system":
-            flat = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t")}, flat)
-            sys_rows[0].append(flat)
-            sys_rows[1].append(t)
-        elif kind == "cgroup":
-            flat = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
-            rows, ts = cg_rows.setdefault(int(rec.get("pid", 0)), ([], []))
-            rows.append(flat)
-            ts.append(t)
-        elif kind == "host":
-            if not host:
-                host = rec
-        elif kind == "event":
-            events.append(rec)
-        else:
-            bad += 0  # an unknown kind from a newer writer: ignored on purpose
+            t = _finite(rec["t"])
+            if kind == "thread":
+                per_thread.setdefault((_id(rec["pid"]), _id(rec["tid"])), []).append(rec)
+            elif kind == "process":
+                flat: dict[str, float] = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+                rows, ts = proc_rows.setdefault(_id(rec.get("pid", 0)), ([], []))
+                rows.append(flat)
+                ts.append(t)
+            elif kind == "system":
+                flat = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t")}, flat)
+                sys_rows[0].append(flat)
+                sys_rows[1].append(t)
+            elif kind == "cgroup":
+                flat = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+                rows, ts = cg_rows.setdefault(_id(rec.get("pid", 0)), ([], []))
+                rows.append(flat)
+                ts.append(t)
+            elif kind == "host":
+                if not host:
+                    host = _host(rec)
+            elif kind == "event":
+                events.append(rec)
+            # an unknown kind from a newer writer: ignored on purpose
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            bad += 1  # not JSON, a cut line, a wrong type, an absurd number, deep nesting
     clk = int(host.get("clk_tck") or 100)
     names = {}
     for k, v in (host.get("syscall_names") or {}).items():
@@ -275,8 +275,45 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     )
 
 
+def _finite(v: Any) -> float:
+    """A time: a finite number (ValueError otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(float(v)):
+        raise ValueError("not a finite number")
+    return float(v)
+
+
+def _id(v: Any) -> int:
+    """A pid or tid: a whole number 0 <= v < 2^31 (ValueError otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 31):
+        raise ValueError("not a process id")
+    return v
+
+
+# the host record's numbers the analysis uses: key -> (lowest, highest)
+_HOST_NUMBERS = {"clk_tck": (1, 1e6), "page_size": (1, 1 << 30), "hz": (1e-3, 1e6), "slow_hz": (1e-3, 1e6),
+                 "ncpu": (1, 1 << 20), "task_delayacct": (0, 1)}
+
+
+def _host(rec: dict[str, Any]) -> dict[str, Any]:
+    """The host record with its numbers checked (an out-of-range one is dropped: defaults apply)."""
+    host = dict(rec)
+    for key, (lo, hi) in _HOST_NUMBERS.items():
+        v = host.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi):
+            del host[key]
+    if not isinstance(host.get("syscall_names"), dict):
+        host.pop("syscall_names", None)
+    return host
+
+
 def _num(v: Any) -> float:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        try:
+            f = float(v)
+        except OverflowError:
+            return np.nan
+        return f if math.isfinite(f) else np.nan
+    return np.nan
 
 
 def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, names: dict[int, str]) -> ThreadSeries:
@@ -295,9 +332,9 @@ def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, n
         t[i] = r["t"]
         cpu[i] = (_num(r.get("utime")) + _num(r.get("stime"))) / clk
         st = str(r.get("state") or "?")[:1]
-        state[i] = ord(st)
+        state[i] = ord(st) if st.isascii() else 63  # '?'
         s = r.get("syscall")
-        nr = int(s) if isinstance(s, int) else -2
+        nr = s if isinstance(s, int) and not isinstance(s, bool) and -(1 << 31) <= s < (1 << 31) else -2
         sc[i] = nr
         w = r.get("wchan")
         wchans.append(w if isinstance(w, str) else None)

@@ -20,7 +20,9 @@ def read_stat(bundle: Bundle) -> perfstat.PerfStat | None:
     """stat.csv (perf stat -I CSV), or None when the capture has none."""
     if not bundle.has(members.STAT):
         return None
-    return perfstat.parse(bundle.iter_lines(members.STAT))
+    st = perfstat.parse(bundle.iter_lines(members.STAT))
+    bundle.log(members.STAT).skip(st.bad_lines, "lines that are no perf stat row")
+    return st
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,10 @@ def read_syscalls(bundle: Bundle) -> Syscalls | None:
     """The syscalls members the capture holds, or None when it has neither."""
     out = Syscalls()
     if bundle.has(members.SYSCALLS):
-        out.rows = [_row(r) for r in csv.DictReader(bundle.iter_lines(members.SYSCALLS))]
+        rows = [_row(r) for r in csv.DictReader(bundle.iter_lines(members.SYSCALLS))]
+        bundle.log(members.SYSCALLS).skip(sum(1 for r in rows if r.time is None or r.count is None), "unreadable rows")
+        out.rows = rows
     if bundle.has(members.SYSCALLS_RATE):
         out.rate = perfstat.parse(bundle.iter_lines(members.SYSCALLS_RATE))
+        bundle.log(members.SYSCALLS_RATE).skip(out.rate.bad_lines, "lines that are no perf stat row")
     return out if out.rows is not None or out.rate is not None else None

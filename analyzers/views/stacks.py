@@ -67,6 +67,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
+    bundle.log(members.CPU_STACKS).skip(c.weird, "samples whose header could not be read")
     return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
                      warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings])
 
@@ -134,7 +135,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
         # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled
         # (duty-cycled) capture from closing a switch-out with the next window's switch-out.
         if bundle.has(members.OFFCPU_INTERVALS):
-            intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
+            intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS),
+                                               bundle.log(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
     futex = _FutexCounter()
@@ -152,7 +154,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
                 yield smp
 
         try:
-            first = itertools.islice(perfscript.iter_samples(lines), OFFCPU_MAX_SWITCHES)
+            first = itertools.islice(perfscript.iter_samples(lines, bundle.log(members.OFFCPU_STACKS)),
+                                     OFFCPU_MAX_SWITCHES)
             view.folded, _ = offcpu.offcpu_folded(counted(first), by_reason=True, pools=True, intervals=intervals)
         except Exception as exc:  # noqa: BLE001 - as above
             view.error = exc
@@ -167,7 +170,7 @@ def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
     view = OffCpu(source=members.OFFCPU_FOLDED)
     try:
         pooled: dict[str, int] = {}
-        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED)).items():
+        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED), bundle.log(members.OFFCPU_FOLDED)).items():
             comm, sep, rest = stack.partition(";")
             key = pool_of(comm).replace(" ", "_") + sep + rest
             pooled[key] = pooled.get(key, 0) + ns

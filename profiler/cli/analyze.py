@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from profiler import files
 from profiler.cli._common import check_output
 from profiler.usecases.report import REPORT_NAME, default_report
 
@@ -19,17 +20,27 @@ and print the verdict summary.
     profiler analyze cap/ -o /tmp/cap.html     # the HTML report elsewhere
 
     profiler analyze samples/io-fsync-fio/ --no-html
+
+BUNDLE/report.html is the tool's own file, rewritten on each analysis; only a regular file is
+ever written there (a symbolic link or device by that name is replaced, never followed). With
+-o, an existing file needs --force. On a read-only bundle the summary is still printed and the
+exit code is 9: pass -o FILE or --no-html.
 """
 
 def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
     output: Path = typer.Option(None, "--output", "-o", help=f"Write the HTML report here instead of BUNDLE/{REPORT_NAME}."),
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),
 ) -> None:
-    if output:
+    if output is not None and not no_html:
         check_output(output, force)
-    typer.echo(default_report(bundle, output, write_html=not no_html), nl=False)
+    res = default_report(bundle, output, write_html_report=not no_html, force=force)
+    # the HTML report on standard output: the summary goes to stderr, out of its way
+    to_err = output is not None and not no_html and files.output_kind(output) in ("stdout", "fd")
+    typer.echo(res.summary, nl=False, err=to_err)
+    if res.error is not None:
+        raise res.error
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import FoldOptions
-from profiler.cli._common import check_new_output, write_output, wrote
+from profiler.cli._common import Progress, check_new_output, write_output, wrote
 from profiler.cli.flamegraph import svg_options
 from profiler.errors import UsageError
 from profiler.usecases.diff import diff
@@ -58,6 +58,9 @@ def command(
     check_new_output(output, force)
     result = diff(before, after, svg_options(width, min_width, inverted), opts=FoldOptions(pools=pools),
                   throughput=parse_throughput(throughput), offcpu=offcpu, title=title, folded_output=folded)
+    warn = Progress().warn
+    for w in result.warnings:
+        warn(w)
     write_output(result.output, output, force)
     if not folded:
         wrote(output, result.graph.subtitle or "")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from profiler.cli._common import check_output
-from profiler.usecases.report import default_report, pick_format, report
+from profiler.cli._common import Progress, check_output, write_output, wrote
+from profiler.usecases.report import analysis_of, default_report, pick_format, render
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
@@ -26,7 +26,10 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
 
 def render_after_capture(bundle_dir: Path) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
-    typer.echo(default_report(bundle_dir), nl=False)
+    res = default_report(bundle_dir)
+    typer.echo(res.summary, nl=False)
+    if res.error is not None:
+        raise res.error
 
 
 def command(
@@ -36,14 +39,17 @@ def command(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     fmt = pick_format(format, output)
-    if output:
+    if output is not None:
         check_output(output, force)
-    text = report(bundle, fmt)
-    if output:
-        output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output}", err=True)
-    else:
-        typer.echo(text, nl=False)
+    analysis = analysis_of(bundle)
+    text = render(analysis, fmt)
+    if fmt not in ("text", "txt", "terminal") or output is not None:
+        # the text summary lists them already; other formats (and files) get them on stderr
+        warn = Progress().warn
+        for w in analysis.reading_warnings:
+            warn(w)
+    write_output(text, output, force)
+    wrote(output, fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,11 +16,13 @@ says why); reading it is the job of the format's reader.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from profiler.bundle import Bundle, members
 from profiler.inputs.source import BUNDLE
+from profiler.tolerant import ReadLog
 
 __all__ = [
     "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
@@ -87,12 +89,19 @@ def collector_note(bundle: Bundle, name: str) -> list[str]:
     return []
 
 
-def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
-    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped."""
+def read_intervals(lines: Iterable[str], log: ReadLog | None = None) -> dict[tuple[int, int], float]:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped
+    (and counted in ``log``)."""
     out: dict[tuple[int, int], float] = {}
+    bad = 0
     for row in csv.DictReader(lines):
         try:
-            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
-        except (KeyError, TypeError, ValueError):
-            continue
+            off, on = float(row["off"]), float(row["on"])
+            if not (math.isfinite(off) and math.isfinite(on)):
+                raise ValueError("not finite")
+            out[(int(row["tid"]), round(off * 1e6))] = on
+        except (KeyError, TypeError, ValueError, OverflowError):
+            bad += 1
+    if log is not None:
+        log.skip(bad, "unreadable rows")
     return out

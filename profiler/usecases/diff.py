@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler.analyzers.stacks.differential import differential
 from profiler.analyzers.stacks.flame import FlameGraph
@@ -20,11 +20,15 @@ from profiler.usecases.flamegraph import load_stacks
 class DiffResult:
     output: str | list[str]  # the SVG, or 'stack before after' lines
     graph: FlameGraph
+    warnings: list[str] = field(default_factory=list)  # what reading either input tolerated
 
 
 def _duration(path: str) -> float | None:
     """A bundle's capture duration (for work = throughput x duration), None for other inputs."""
-    if not looks_like_bundle(path):
+    try:
+        if not looks_like_bundle(path):
+            return None
+    except OSError:
         return None
     m = Bundle.open(path).manifest
     if m.ended is not None and m.clock.monotonic_start:
@@ -40,13 +44,19 @@ def diff_flamegraph(
     throughput: tuple[float, float] | None = None,
     offcpu: bool = False,
     title: str | None = None,
+    warnings: list[str] | None = None,
 ) -> tuple[FlameGraph, dict[str, int], dict[str, int]]:
-    """Load both inputs and build the differential graph; returns (graph, before, after counts)."""
+    """Load both inputs and build the differential graph; returns (graph, before, after counts).
+    What reading the inputs tolerated is appended to ``warnings``."""
     opts = opts or FoldOptions()
     a = load_stacks(before, opts, offcpu=offcpu)
     b = load_stacks(after, opts, offcpu=offcpu)
+    if warnings is not None:
+        warnings.extend(a.warnings + b.warnings)
     if not a.counts or not b.counts:
-        raise InputError(f"no stacks in {before if not a.counts else after}")
+        empty = a if not a.counts else b
+        read = f" (read: {'; '.join(empty.warnings)})" if empty.warnings else ""
+        raise InputError(f"no stacks in {before if not a.counts else after}{read}")
     work_a = work_b = None
     how = "normalised by total samples"
     if throughput is not None:
@@ -72,7 +82,9 @@ def diff(before: str, after: str, svg: FlameGraphOptions, *, opts: FoldOptions |
          throughput: tuple[float, float] | None = None, offcpu: bool = False, title: str | None = None,
          folded_output: bool = False) -> DiffResult:
     """`profiler diff`: the differential SVG, or 'stack before after' lines."""
-    graph, a, b = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title)
+    warnings: list[str] = []
+    graph, a, b = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title,
+                                  warnings=warnings)
     if folded_output:
-        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph)
-    return DiffResult(RENDERER.render(graph, svg), graph)
+        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph, warnings)
+    return DiffResult(RENDERER.render(graph, svg), graph, warnings)

@@ -28,6 +28,7 @@ from profiler.errors import InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
+from profiler.tolerant import ReadLog
 
 Progress = Callable[[str], None]
 
@@ -47,6 +48,7 @@ class Stacks:
     event: str | None = None
     samples: int = 0
     source: str = ""
+    seen: int = 0  # events read, counted or not (filtered out, no stack, unreadable header)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -87,9 +89,26 @@ def _unit_for(event: str | None, count_samples: bool) -> str:
     return "ns" if base in ("cpu-clock", "task-clock") else "events"
 
 
-def _from_collapser(c: Collapser, opts: FoldOptions, source: str) -> Stacks:
+def _from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> Stacks:
+    """The folded counts; the samples whose header could not be read are counted in ``log``
+    (whose summary, with what the stream tolerated, becomes the one warning about the input)."""
+    warnings = list(c.warnings)
+    if log is not None:
+        log.skip(c.weird, UNREAD_SAMPLES)
+        if (summary := log.summary()) is not None:
+            warnings.append(summary)
+    elif c.weird:
+        warnings.append(f"{source}: {c.weird:,} {UNREAD_SAMPLES} skipped")
     return Stacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
-                  source=source, warnings=list(c.warnings))
+                  source=source, warnings=warnings, seen=c.samples + c.skipped + c.weird)
+
+
+UNREAD_SAMPLES = "samples whose header could not be read"
+
+
+def _log_warnings(log: ReadLog) -> list[str]:
+    summary = log.summary()
+    return [summary] if summary is not None else []
 
 
 def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress: Progress | None = None,
@@ -111,8 +130,8 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         name = bundles.cpu_stacks(bundle)
         if name is None:
             raise InputError(f"{input} has no CPU stacks ({bundles.CPU_STACKS[0]}): was the cpu-stacks collector skipped?")
-        with open(bundle.path(name), "rb") as fh:
-            out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}")
+        with bundle.open_binary(name) as fh:
+            out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}", bundle.log(name))
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
@@ -122,11 +141,11 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
         counts = folded.read_source(src)
-        return Stacks(counts=counts, source=src.name, samples=sum(counts.values()))
+        return Stacks(counts=counts, source=src.name, samples=sum(counts.values()), warnings=_log_warnings(src.log))
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
         return _from_collapser(collapse_file(str(src.path), opts), opts, src.name)  # several processes
-    with src.open_raw() as fh:
-        return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name)
+    with src.open() as fh:
+        return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name, src.log)
 
 
 def _pprof(src: Source, opts: FoldOptions) -> Stacks:
@@ -142,7 +161,8 @@ def _pprof(src: Source, opts: FoldOptions) -> Stacks:
         counts = fold_stacks(profile.stacks(i))
         unit = _UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
     samples = sum(1 for _ in profile.stacks(i))
-    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name, warnings=profile.warnings)
+    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
+                  warnings=profile.warnings + _log_warnings(src.log))
 
 
 def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
@@ -158,24 +178,23 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
             return _bcc_offcpu(src.name, bundle, members.folded, opts)
         assert members.stacks is not None
         if members.intervals is not None:
-            intervals = bundles.read_intervals(bundle.iter_lines(members.intervals))
+            intervals = bundles.read_intervals(bundle.iter_lines(members.intervals), bundle.log(members.intervals))
         source = f"{src.name}/{members.stacks}"
-        counts, stats = offcpu_folded(iter_samples(bundle.iter_lines(members.stacks)), pools=opts.pools,
-                                      window=opts.window, intervals=intervals)
+        counts, stats = offcpu_folded(iter_samples(bundle.iter_lines(members.stacks), bundle.log(members.stacks)),
+                                      pools=opts.pools, window=opts.window, intervals=intervals)
     elif src.format is perfdata.FORMAT:
         source = src.name
         counts, stats = perfdata.read_perf_script(
             src.name, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
     else:
         source = src.name
-        with src.open_raw() as fh:
-            counts, stats = offcpu_folded(iter_samples(open_lines(fh)), pools=opts.pools, window=opts.window)
+        with src.open() as fh:
+            counts, stats = offcpu_folded(iter_samples(open_lines(fh), src.log), pools=opts.pools, window=opts.window)
+    warnings = bundle.read_warnings() + bundle.warnings if bundle is not None else _log_warnings(src.log)
     if not counts:
-        raise InputError(f"no sched_switch samples with blocked time in {source}")
+        raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
     notes = list(stats.notes)
-    warnings: list[str] = []
     if bundle is not None:
-        warnings.extend(bundle.warnings)
         notes.extend(bundles.collector_note(bundle, "offcpu-stacks"))
     return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=source,
                   warnings=warnings, notes=notes)
@@ -183,13 +202,18 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
 
 def _bcc_offcpu(where: str, bundle: Bundle, member: str, opts: FoldOptions) -> Stacks:
     """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
-    counts = folded.parse_folded(bundle.iter_lines(member))
+    counts = folded.parse_folded(bundle.iter_lines(member), bundle.log(member))
     if opts.pools:
         counts = pool_roots(counts)
     if opts.window.bounded:
         raise UsageError("--from/--to: the bcc backend's off-CPU stacks are totals over the capture, without times")
     return Stacks(counts=offcpu_by_reason(counts), unit="ns", event="offcpu (bcc)", source=f"{where}/{member}",
-                  warnings=list(bundle.warnings))
+                  warnings=bundle.read_warnings() + bundle.warnings)
+
+
+def _damage(warnings: list[str]) -> str:
+    """What reading tolerated, for the error that nothing usable was left."""
+    return f" (read: {'; '.join(warnings)})" if warnings else ""
 
 
 def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
@@ -217,7 +241,12 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
         if warn is not None:
             warn(w)
     if not stacks.counts:
-        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else ""))
+        if folded_output and not stacks.seen and not stacks.warnings and not opts.window.bounded:
+            # perf script of a recording without events: nothing to fold, as inferno-collapse-perf
+            # prints nothing and succeeds (a graph of nothing is still an error, as in inferno-flamegraph)
+            return FlameGraphResult([], stacks)
+        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else "")
+                         + _damage(stacks.warnings))
     if folded_output:
         return FlameGraphResult(list(format_folded(stacks.counts)), stacks)
     frac = svg.min_width / (svg.width - 20) if svg.min_width > 0 else 0.0
