@@ -210,7 +210,7 @@ def _damaged(r: dict[str, Any]) -> bool:
 
 def _read_summary(name: str, r: dict[str, Any]) -> str:
     parts = list(r.get("damage") or [])
-    parts += [f"{n:,} {what} skipped" for what, n in (r.get("skipped_lines") or {}).items()]
+    parts += [f"{what}: {n:,} skipped" for what, n in (r.get("skipped_lines") or {}).items()]
     return f"{name}: " + "; ".join(parts)
 
 

@@ -34,7 +34,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 from profiler.errors import OutputError, OutputExists
 
@@ -234,7 +234,7 @@ class _Target:
         self._close_dir()
         raise OutputError(f"cannot write {p}: no free temporary name in {parent or '.'}")
 
-    def commit(self, fh: io.BufferedWriter, sink: _Sink) -> None:
+    def commit(self, fh: IO[bytes], sink: _Sink) -> None:
         """Make the written bytes final (a regular file is renamed into place)."""
         try:
             fh.flush()
@@ -280,7 +280,7 @@ class _Target:
             raise OutputExists(f"{self.where} appeared while it was being written: pass --force to replace it") from None
         # the new name is in place: the temporary one goes (in _discard)
 
-    def abort(self, fh: io.BufferedWriter | None) -> None:
+    def abort(self, fh: IO[bytes] | None) -> None:
         if fh is not None:
             with contextlib.suppress(OSError, ValueError):
                 fh.close()
@@ -315,9 +315,9 @@ def open_output(path: str | os.PathLike[str] | None, *, force: bool = False, fsy
         sys.stdout.flush()
     target = _Target(path, force, fsync, special)
     sink = target.open()
-    fh = io.BufferedWriter(sink, 1 << 20)
+    fh = io.BufferedWriter(cast(Any, sink), 1 << 20)
     try:
-        yield fh  # type: ignore[misc]
+        yield fh
     except BaseException:
         if keep_partial:
             with contextlib.suppress(OutputError, OutputExists, OSError):

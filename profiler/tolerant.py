@@ -99,7 +99,7 @@ class ReadLog:
         if self.clean:
             return None
         parts = list(self.damage)
-        parts += [f"{n:,} {what} skipped" for what, n in self.skipped.items()]
+        parts += [f"{what}: {n:,} skipped" for what, n in self.skipped.items()]
         return f"{self.name}: " + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -271,7 +271,7 @@ class TolerantReader(io.RawIOBase):
             if z.eof:
                 self._end_member()
             if out:
-                return out
+                return bytes(out)
 
     def _salvage(self, z: Any, src: bytes) -> bytes:
         """Inflate ``src`` piece by piece from a copy made before it: every byte before the
@@ -384,8 +384,9 @@ class TolerantReader(io.RawIOBase):
         else:
             self._run = len(data) - data.rfind(b"\n") - 1
         if self._run > self.line_limit:
-            self.log.stop(f"a line longer than {self.line_limit >> 20} MiB at byte {human_bytes(self.log.bytes_out)}: "
-                          "not text; reading stopped there")
+            start = max(self.log.bytes_out + len(data) - self._run, 0)
+            self.log.stop(f"a line longer than {self.line_limit >> 20} MiB (from byte {start:,}): not text; "
+                          "reading stopped there")
             self._done = True
         return data
 
@@ -393,5 +394,4 @@ class TolerantReader(io.RawIOBase):
 def open_tolerant(raw: IO[bytes], log: ReadLog, *, text: bool = True, head: bytes = b"",
                   buffer: int = 1 << 20) -> IO[bytes]:
     """``raw`` read through a :class:`TolerantReader`, buffered."""
-    out: IO[bytes] = io.BufferedReader(TolerantReader(raw, log, text=text, head=head), buffer)  # type: ignore[arg-type]
-    return out
+    return io.BufferedReader(TolerantReader(raw, log, text=text, head=head), buffer)

@@ -244,7 +244,7 @@ def _check_json(v: Any, where: str, depth: int = 0) -> None:
 
 def _check_number(v: Any, where: str, types: tuple[type, ...], lo: float, hi: float) -> None:
     want = "an integer" if types == (int,) else "a number"
-    if isinstance(v, bool) or not isinstance(v, types) or isinstance(v, _Huge | _NonFinite):
+    if isinstance(v, bool) or not isinstance(v, int | float) or not isinstance(v, types):
         raise _bad(where, want, v)
     if not lo <= v <= hi:
         raise BundleError(f"manifest field {where} is out of range ({v!r} not in {_num(lo)}..{_num(hi)})")

@@ -81,6 +81,15 @@ def write_output(text: str | list[str], output: Path | None, force: bool) -> Non
     files.write_output(output, text, force=force)
 
 
+def for_terminal(lines: list[str], output: Path | None) -> list[str]:
+    """Data lines (folded stacks) bound for a terminal lose their control characters: a frame
+    named with an escape sequence must not drive the terminal. Files and pipes get them as they
+    are (folded stacks are a data format; inferno keeps them too)."""
+    if files.output_kind(output) not in ("stdout", "fd") or not sys.stdout.isatty():
+        return lines
+    return [sanitize(line.rstrip("\n"), newlines=False) + "\n" for line in lines]
+
+
 def wrote(output: Path | None, what: str) -> None:
     """'profiler: wrote FILE (what)' on stderr, when the output went to a regular file."""
     if output is not None and files.output_kind(output) == "file":

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler import files
-from profiler.cli._common import check_output
+from profiler.cli._common import Progress, check_output
 from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle
@@ -36,6 +36,9 @@ def command(
     if output is not None and not no_html:
         check_output(output, force)
     res = default_report(bundle, output, write_html_report=not no_html, force=force)
+    if res.replaced is not None:
+        Progress().warn(f"{bundle / REPORT_NAME} was {res.replaced}: replaced by the report "
+                        "(never followed or written into)")
     # the HTML report on standard output: the summary goes to stderr, out of its way
     to_err = output is not None and not no_html and files.output_kind(output) in ("stdout", "fd")
     typer.echo(res.summary, nl=False, err=to_err)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import FoldOptions
-from profiler.cli._common import Progress, check_new_output, write_output, wrote
+from profiler.cli._common import Progress, check_new_output, for_terminal, write_output, wrote
 from profiler.cli.flamegraph import svg_options
 from profiler.errors import UsageError
 from profiler.usecases.diff import diff
@@ -61,7 +61,7 @@ def command(
     warn = Progress().warn
     for w in result.warnings:
         warn(w)
-    write_output(result.output, output, force)
+    write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if not folded:
         wrote(output, result.graph.subtitle or "")
 

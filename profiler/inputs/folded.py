@@ -26,12 +26,12 @@ _FOLDED_LINE = re.compile(r"^\S.* \d+(?:\.\d+)?$")
 def is_folded(sample: str) -> bool:
     """Does this text look like folded stacks ('stack count' lines, one in ten may be damaged)?"""
     lines = [ln for ln in sample.splitlines()[:50] if ln.strip() and not ln.startswith("#")]
-    if not lines:
-        return False
-    # a truncated last line is tolerated
-    body = lines[:-1] if len(lines) > 1 else lines
-    good = sum(1 for ln in body if _FOLDED_LINE.match(ln) and not ln.startswith(("\t", " ")))
-    return good > 0 and (len(body) - good) * 10 <= good
+    ok = [bool(_FOLDED_LINE.match(ln)) and not ln.startswith(("\t", " ")) for ln in lines]
+    if len(ok) > 1 and not ok[-1]:
+        ok.pop()  # a truncated last line is tolerated
+    good = sum(ok)
+    bad = len(ok) - good
+    return good > bad and bad <= max(1, good // 10)
 
 
 def sniff(head: bytes) -> bool:

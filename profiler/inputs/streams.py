@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from profiler.errors import InputError
-from profiler.tolerant import GZIP_MAGIC, LINE_LIMIT, ReadLog, TolerantReader, open_tolerant
+from profiler.tolerant import GZIP_MAGIC, ReadLog, TolerantReader, open_tolerant
 
 __all__ = [
     "GZIP_MAGIC", "HEAD_SIZE", "Prefixed", "gunzip_head", "is_binary", "iter_chunks", "iter_decoded", "log_of",
@@ -132,8 +132,8 @@ def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22, warnings: list[st
 
 
 def iter_chunks(fh: IO[bytes], size: int = 2 << 20, warnings: list[str] | None = None) -> Iterator[bytes]:
-    """Chunks of whole lines (each ending in a newline), read tolerantly; a line longer than the
-    line limit ends the input (noted)."""
+    """Chunks of whole lines (each ending in a newline), read tolerantly (a line longer than the
+    line limit ends the input, noted in the stream's ReadLog)."""
     own = log_of(fh) is None
     src = open_binary(fh, ReadLog("input"))
     log = log_of(src)
@@ -146,11 +146,7 @@ def iter_chunks(fh: IO[bytes], size: int = 2 << 20, warnings: list[str] | None =
         data = rest + data if rest else data
         cut = data.rfind(b"\n")
         if cut < 0:
-            rest = data
-            if len(rest) > LINE_LIMIT:  # a stream the tolerant reader did not bound
-                log.stop(f"a line longer than {LINE_LIMIT >> 20} MiB: not text; reading stopped there")
-                rest = b""
-                break
+            rest = data  # bounded: the tolerant text stream stops at a line over LINE_LIMIT
             continue
         rest = data[cut + 1 :]
         yield data[: cut + 1]

@@ -24,7 +24,7 @@ from profiler.analyzers.stacks.folding import (
 from profiler.analyzers.stacks.naming import fold_stacks
 from profiler.analyzers.stacks.offcpu import offcpu_by_reason, offcpu_folded, pool_roots
 from profiler.bundle import Bundle
-from profiler.errors import InputError, UsageError
+from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
@@ -98,7 +98,7 @@ def _from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog |
         if (summary := log.summary()) is not None:
             warnings.append(summary)
     elif c.weird:
-        warnings.append(f"{source}: {c.weird:,} {UNREAD_SAMPLES} skipped")
+        warnings.append(f"{source}: {UNREAD_SAMPLES}: {c.weird:,} skipped")
     return Stacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
                   source=source, warnings=warnings, seen=c.samples + c.skipped + c.weird)
 
@@ -129,7 +129,8 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
     if bundle is not None:
         name = bundles.cpu_stacks(bundle)
         if name is None:
-            raise InputError(f"{input} has no CPU stacks ({bundles.CPU_STACKS[0]}): was the cpu-stacks collector skipped?")
+            raise BundleError(f"{input} holds no CPU stacks ({bundles.CPU_STACKS[0]}; cpu-stacks collector: "
+                              f"{bundles.collector_status(bundle, 'cpu-stacks')})")
         with bundle.open_binary(name) as fh:
             out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}", bundle.log(name))
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
@@ -172,8 +173,8 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
     if bundle is not None:
         members = bundles.offcpu(bundle)
         if members is None:
-            raise InputError(f"{src.name} has no off-CPU evidence ({bundles.OFFCPU_STACKS[0]}): "
-                             "was the offcpu-stacks collector skipped?")
+            raise BundleError(f"{src.name} holds no off-CPU evidence ({bundles.OFFCPU_STACKS[0]}; offcpu-stacks "
+                              f"collector: {bundles.collector_status(bundle, 'offcpu-stacks')})")
         if members.folded is not None:
             return _bcc_offcpu(src.name, bundle, members.folded, opts)
         assert members.stacks is not None

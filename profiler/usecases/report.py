@@ -6,13 +6,14 @@ SubsecondHeatmap), so renderers never see a bundle or run an analyzer.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
 from profiler.bundle import Bundle, members
 from profiler.errors import OutputError
-from profiler.files import is_stdout, write_output
+from profiler.files import is_stdout, output_kind, write_output
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 
@@ -47,6 +48,7 @@ class DefaultReport:
     html: str | None  # where the HTML report went (None: not written)
     error: OutputError | None = None  # why it could not be written
     warnings: list[str] | None = None  # what reading the bundle tolerated
+    replaced: str | None = None  # BUNDLE/report.html was a link, device or pipe: what was replaced
 
 
 def write_html(analysis: Analysis, bundle_dir: str | Path, html_path: str | Path | None, *, force: bool = False) -> str:
@@ -71,10 +73,25 @@ def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, 
     analysis = analysis_of(bundle_dir)
     shown: str | None = None
     error: OutputError | None = None
+    replaced = None
     if write_html_report:
+        if html_path is None:
+            replaced = _not_a_file(Path(bundle_dir) / REPORT_NAME)
         try:
             shown = write_html(analysis, bundle_dir, html_path, force=force)
         except OutputError as exc:
             error = exc
+            replaced = None
     summary = render(analysis, "text", shown)
-    return DefaultReport(summary, shown, error, list(analysis.reading_warnings))
+    return DefaultReport(summary, shown, error, list(analysis.reading_warnings), replaced)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """'a symbolic link to X' / 'a device or pipe' when ``path`` is there but no regular file."""
+    kind = output_kind(path)
+    if kind == "link":
+        try:
+            return f"a symbolic link to {os.readlink(path)}"
+        except OSError:
+            return "a symbolic link"
+    return "a device or pipe" if kind == "special" else None
