@@ -18,7 +18,8 @@ say() { printf '== %s\n' "$*"; }
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(linux-perf linux-libc-dev python3-venv python3-pip procps util-linux coreutils gzip)
 bcc_pkgs=(python3-bpfcc bpfcc-tools linux-headers-amd64)
-dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool)
+dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool
+          openssh-server openssh-client iproute2)  # the cluster tests' namespaced hosts run their own sshd
 [ $dev -eq 1 ] && pkgs+=("${dev_pkgs[@]}")
 say "apt packages: ${pkgs[*]}"
 apt-get update -qq
@@ -30,7 +31,7 @@ fi
 
 # Servers the test workloads need are started by the tests themselves, never as services.
 if [ $dev -eq 1 ]; then
-  for svc in mariadb redis-server; do
+  for svc in mariadb redis-server ssh; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || service "$svc" stop >/dev/null 2>&1 || true
   done
 fi

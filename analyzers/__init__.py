@@ -1,1 +1,1 @@
-"""Analyzers (analysis layer): pure functions from bundle files to typed, JSON-serialisable results."""
+"""Analyzers (analyzers layer): pure functions from bundle files to typed, JSON-serialisable results."""

@@ -110,7 +110,7 @@ def many_stacks(text: Path, work: Path, want: int = 100_000) -> Path:
     """>= `want` unique real stacks: per-thread folding with addresses, copied under renamed roots
     until there are enough."""
     base = work / "tid-addrs.folded"
-    subprocess.run([*PROFILER, "flamegraph", str(text), "--folded", "--tid", "--addrs", "-o", str(base), "--force"], check=True)
+    subprocess.run([*PROFILER, "flamegraph", str(text), "--folded", "--by", "thread", "--addrs", "-o", str(base), "--force"], check=True)
     lines = base.read_text().splitlines()
     out: list[str] = []
     copy = 0

@@ -1,1 +1,1 @@
-"""Collectors (capture layer): one module per source of evidence, each behind the Collector protocol."""
+"""Collectors (collectors layer): one module per source of evidence, each behind the Collector protocol."""

@@ -1,4 +1,4 @@
-"""Block IO requests, system-wide, through a private tracefs instance (capture layer) -> block.trace.gz.
+"""Block IO requests, system-wide, through a private tracefs instance (collectors layer) -> block.trace.gz.
 
 Why not ``perf record -a -e block:block_rq_issue,block:block_rq_complete``: measured on a mostly
 idle 2-core VM it kept 83K of 725K completions (completions run in the idle task's interrupt
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.collectors import process as _proc
-from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.base import CaptureContext, CollectorBase, Probe, disk_reason
+from profiler.collectors.files import file_size
 
 from profiler.bundle import OK, PARTIAL, CollectorRecord, members
 
@@ -44,7 +45,7 @@ COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before sto
 TOTAL_BUFFER_MB = 64  # ring buffer budget over all CPUs; the reader drains it continuously
 INSTANCE_PREFIX = "profiler-"
 _SEQ = itertools.count(1)
-_STALE = re.compile(r"^profiler-(\d+)-(\d+)$")
+_STALE = re.compile(r"^profiler-(\d+)-(\d+)(?:-ns(\d+))?$")
 # "  kworker/u8:2-1234    [001] d..1.  123.456789: block_rq_issue: ..." -> the issuing tid
 _ISSUER = re.compile(rb"-(\d+)\s+\[\d+\][^\n]*? block_rq_issue:")
 
@@ -108,9 +109,26 @@ def stale_instances(root: str) -> list[str]:
     with contextlib.suppress(OSError):
         for name in os.listdir(os.path.join(root, "instances")):
             m = _STALE.match(name)
-            if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            # tracefs is one per kernel: only our own PID namespace's instances can be judged by pid
+            if m and m.group(3) == _pidns_tag() and not os.path.exists(f"/proc/{m.group(1)}"):
                 out.append(os.path.join(root, "instances", name))
     return out
+
+
+def _pidns_tag() -> str | None:
+    """None in the host's PID namespace; else the namespace's inode, so profilers in several
+    namespaces (containers, the namespaced hosts of the cluster tests) sharing one kernel's
+    tracefs neither take each other's instance names nor remove each other's instances."""
+    try:
+        with open("/proc/2/comm") as fh:
+            if fh.read().strip() == "kthreadd":  # kernel threads are visible only from the host's namespace
+                return None
+    except OSError:
+        pass
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
 
 
 class TracefsInstance:
@@ -232,9 +250,10 @@ class TraceCounter:
                 self.target_issues += 1
 
 
-class BlockIO:
+class BlockIO(CollectorBase):
     name = "block-io"
     backend = "tracefs"
+    rec: CollectorRecord
 
     def __init__(self, buffer_kb: int | None = None, check_balance: bool = True) -> None:
         self.buffer_kb = buffer_kb
@@ -288,7 +307,8 @@ class BlockIO:
                 os.rmdir(path)
         self._pids = set(ctx.pids)
         self._learn_threads()
-        inst = TracefsInstance(root, f"{INSTANCE_PREFIX}{os.getpid()}-{next(_SEQ)}")
+        ns = _pidns_tag()
+        inst = TracefsInstance(root, f"{INSTANCE_PREFIX}{os.getpid()}-{next(_SEQ)}" + (f"-ns{ns}" if ns else ""))
         self.instance = inst
         kb = self.buffer_kb or buffer_kb_per_cpu(os.cpu_count() or 1)
         self.rec.stats.update({"instance": inst.path, "buffer_kb_per_cpu": kb})
@@ -345,7 +365,7 @@ class BlockIO:
         return self.died
 
     def size(self) -> int:
-        return _proc.file_size(self.out_tmp) if self.out_tmp else 0
+        return file_size(self.out_tmp) if self.out_tmp else 0
 
     def request_stop(self) -> None:
         """Stop the trace and its counter at the same moment (before the other collectors finish)."""
@@ -406,7 +426,7 @@ class BlockIO:
             rec.status = PARTIAL if reasons else OK
             rec.reason = "; ".join(reasons) or None
         except OSError as exc:
-            rec.status, rec.reason = PARTIAL, _proc.disk_reason(exc)
+            rec.status, rec.reason = PARTIAL, disk_reason(exc)
             rec.ended = rec.ended or time.monotonic()
         finally:
             self._teardown(ctx)

@@ -1,4 +1,4 @@
-"""cpu-clock stack samples on the targets (capture layer) -> cpu.perf.txt.gz.
+"""cpu-clock stack samples on the targets (collectors layer) -> cpu.perf.txt.gz.
 
 ``perf record -a -e cpu-clock:I -F 99 --call-graph fp -k CLOCK_MONOTONIC`` during the capture,
 then ``perf script --pid PIDS`` (no inline resolution: fast) at the end, so the bundle holds
@@ -21,8 +21,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from profiler.collectors import gosym
 from profiler.collectors.base import CaptureContext, Probe
-from profiler.collectors.process import PerfCollector, file_size, pid_list, run_to_file
+from profiler.collectors.files import file_size
+from profiler.collectors.perf_collector import PerfCollector, pid_list
+from profiler.collectors.process import run_to_file, tail
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
 
@@ -67,6 +70,7 @@ class RecordCollector(PerfCollector):
     def __init__(self, keep_perf_data: bool = False) -> None:
         super().__init__()
         self.keep_perf_data = keep_perf_data
+        self._data: Path | None = None  # perf.data, known once perf is about to start
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(f".{self.name}.perf.data")
@@ -78,10 +82,12 @@ class RecordCollector(PerfCollector):
         return SampleCounter()
 
     def size(self) -> int:
-        return file_size(self._data) if getattr(self, "_data", None) else 0
+        return file_size(self._data) if self._data is not None else 0
 
     def prepare(self, ctx: CaptureContext) -> None:
         self._data = self.data_path(ctx)
+        # stripped Go executables: read their function tables while the targets are alive
+        self._gosyms = gosym.symbolizers(ctx.pids)
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
         data = self.data_path(ctx)
@@ -95,10 +101,15 @@ class RecordCollector(PerfCollector):
         try:
             with ctx.writer.open_member(self.output) as out:
                 rec.files = [self.output]
-                rc = run_to_file(argv, out, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                syms = getattr(self, "_gosyms", None)
+                sink = gosym.Rewriter(out, syms, "symoff" in self.fields) if syms else out
+                try:
+                    rc = run_to_file(argv, sink, timeout=self.script_timeout, stderr_path=errpath, on_chunk=counter)
+                finally:
+                    if isinstance(sink, gosym.Rewriter):
+                        sink.flush()
+                        rec.stats.update(sink.stats())
             if rc != 0:
-                from profiler.collectors.process import tail
-
                 rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
         except TimeoutError as exc:
             rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"

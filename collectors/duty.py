@@ -1,4 +1,4 @@
-"""Duty-cycled perf record (capture layer): trace a few seconds of every period, cheaply in between.
+"""Duty-cycled perf record (collectors layer): trace a few seconds of every period, cheaply in between.
 
 The per-event collectors (syscalls' enter/exit trace, offcpu-stacks' sched_switch stacks)
 cost the target on every event they record: measured here, ~480 ns per syscall for

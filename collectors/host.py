@@ -1,4 +1,4 @@
-"""Facts about this host and a target process (capture layer): perf, tracefs, events, cgroups, namespaces.
+"""Facts about this host and a target process (collectors layer): perf, tracefs, events, cgroups, namespaces.
 
 Everything here reads; nothing changes the host. ``profiler doctor`` and the collectors'
 ``probe()`` share these checks so that what doctor says is what a capture will do.
@@ -239,16 +239,16 @@ def target_cgroup(pid: int) -> dict[str, Any]:
         info["cpu_quota_us"] = -1 if cpu_max[0] == "max" else int(cpu_max[0])
         info["cpu_period_us"] = int(cpu_max[1]) if len(cpu_max) > 1 else 100000
         mem = read_text(d / "memory.max")
-        info["memory_limit_bytes"] = None if mem in (None, "max") else int(mem)  # type: ignore[arg-type]
+        info["memory_limit_bytes"] = None if mem is None or mem == "max" else int(mem)
         info["io_max"] = read_text(d / "io.max") or ""
         return info
     cpu = _v1_dir("cpu", paths.get("cpu", paths.get("cpu,cpuacct", "/")))
     if cpu is not None:
         info["cpu_quota_us"] = read_int(cpu / "cpu.cfs_quota_us")
         info["cpu_period_us"] = read_int(cpu / "cpu.cfs_period_us")
-    mem = _v1_dir("memory", paths.get("memory", "/"))
-    if mem is not None:
-        limit = read_int(mem / "memory.limit_in_bytes")
+    mem_dir = _v1_dir("memory", paths.get("memory", "/"))
+    if mem_dir is not None:
+        limit = read_int(mem_dir / "memory.limit_in_bytes")
         info["memory_limit_bytes"] = None if limit is None or limit >= UNLIMITED else limit
     blk = _v1_dir("blkio", paths.get("blkio", "/"))
     if blk is not None:
@@ -321,14 +321,18 @@ def cpus_allowed(pid: int) -> list[int]:
 
 def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: str | None) -> TargetInfo:
     """Everything the manifest records about a target, read at capture start."""
+    from profiler.collectors import runtime  # the ELF readers load only when a capture starts
+
     container = in_container(pid)
+    rt = runtime.detect(pid)
     return TargetInfo(
         pid=pid,
         comm=comm,
         exe=exe,
         cmdline=list(cmdline),
         kind=kind,
-        runtime=None,
+        runtime=rt.name if rt is not None else None,
+        runtime_info=rt,
         threads=threads_of(pid),
         cgroup=target_cgroup(pid),
         cpus_allowed=cpus_allowed(pid),

@@ -1,4 +1,4 @@
-"""Off-CPU evidence from sched_switch with stacks (capture layer) -> offcpu.perf.txt.gz, offcpu.csv.gz.
+"""Off-CPU evidence from sched_switch with stacks (collectors layer) -> offcpu.perf.txt.gz, offcpu.csv.gz.
 
 ``perf record -a -e sched:sched_switch --filter '<targets' thread ids>' --call-graph fp -k
 CLOCK_MONOTONIC``: each time a target thread leaves the CPU, its stack and ``prev_state`` (S:
@@ -36,7 +36,8 @@ from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
 from profiler.collectors.duty import DutyCycle
-from profiler.collectors.process import pid_list, read_file, write_file
+from profiler.collectors.files import read_file, write_file
+from profiler.collectors.perf_collector import pid_list
 from profiler.collectors.scope import (
     thread_ids,
     tracepoint_filter,

@@ -1,4 +1,4 @@
-"""Interval counters of the targets (capture layer) -> stat.csv, in ``perf stat -I -x,`` format.
+"""Interval counters of the targets (collectors layer) -> stat.csv, in ``perf stat -I -x,`` format.
 
 Software counters (task-clock, context-switches, cpu-migrations, page-faults, major-faults)
 are read every ``--interval`` from the kernel's own per-thread accounting, which it keeps
@@ -25,8 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-from profiler.collectors.base import CaptureContext, Probe
-from profiler.collectors.process import PerfCollector, file_size, perf_probe, pid_list
+from profiler.collectors.base import CaptureContext, CollectorBase, Probe
+from profiler.collectors.files import file_size
+from profiler.collectors.perf_collector import PerfCollector, perf_probe, pid_list
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
@@ -153,7 +154,7 @@ class HardwareStat(PerfCollector):
                 "-o", str(ctx.writer.path(f".{OUTPUT}.hw.tmp"))]
 
 
-class PerfStat:
+class PerfStat(CollectorBase):
     name = "perf-stat"
     backend = "perf"
     events = SOFTWARE_EVENTS

@@ -1,30 +1,24 @@
-"""Running collector helpers (capture layer): child processes that never outlive us, perf plumbing.
+"""Child processes that never outlive us (collectors layer): spawn, stop in order, reap, kill leftovers.
 
-Every helper process (perf record, perf stat) is started in its own session (so a Ctrl-C
-typed at the terminal reaches only the profiler, which then stops its children in order)
-with ``PR_SET_PDEATHSIG`` set to SIGKILL (so a profiler killed outright takes them along).
-Stopping is SIGINT (perf flushes and writes its data), then SIGTERM, then SIGKILL.
+Every helper process (perf record, perf stat, the load command) is started with
+``PR_SET_PDEATHSIG`` set to SIGKILL (so a profiler killed outright takes them along), in its
+own session unless told otherwise (so a Ctrl-C typed at the terminal reaches only the
+profiler, which then stops its children in order). Stopping is SIGINT (perf flushes and
+writes its data), then SIGTERM, then SIGKILL. Every child still running is remembered, so
+the session can make sure none is left (``kill_all_children``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
-import re
-import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
-
-from profiler.collectors.base import CaptureContext, Probe
-
-from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord
+from typing import IO, Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -129,8 +123,14 @@ def kill_all_children() -> list[int]:
     return killed
 
 
+class BytesSink(Protocol):
+    """Where a helper's output goes: a file, or a filter in front of one (collectors/gosym.py)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 def run_to_file(
-    argv: list[str], out: IO[bytes], *, timeout: float, stderr_path: Path | None = None,
+    argv: list[str], out: BytesSink, *, timeout: float, stderr_path: Path | None = None,
     on_chunk: Callable[[bytes], None] | None = None,
 ) -> int:
     """Run a finite helper (perf script) streaming its stdout into ``out``; kill it at ``timeout``.
@@ -184,233 +184,3 @@ def tail(path: Path, lines: int = 3) -> str:
     keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     keep = [ln for ln in keep if not ln.startswith("'trace' not valid")]
     return "; ".join(keep[-lines:])
-
-
-# --------------------------------------------------------------------------- perf helpers
-
-_LOST = re.compile(r"lost\s+(\d+)\s+chunks|Lost\s+(\d+)\s+events|(\d+)\s+samples?\s+lost", re.I)
-
-
-def lost_from_stderr(text: str) -> int:
-    """Lost-event counts perf prints on stderr ('Processed N events and lost M chunks!')."""
-    n = 0
-    for m in _LOST.finditer(text):
-        n += int(next(g for g in m.groups() if g))
-    return n
-
-
-def perf_probe(ctx: CaptureContext, events: list[str]) -> Probe:
-    """The common checks for a perf collector: perf present, root or a permissive paranoid, events exist."""
-    from profiler.collectors import host
-
-    if shutil.which(ctx.perf) is None:
-        return Probe(False, f"perf not found ({ctx.perf!r} is not on PATH)", "apt-get install linux-perf")
-    if not host.is_root():
-        paranoid = host.perf_event_paranoid()
-        if paranoid is None or paranoid > 1 or any(":" in e for e in events):
-            return Probe(False, "permission denied: run as root (perf_event_paranoid is "
-                         f"{paranoid}, tracepoints need root)", "sudo profiler ...")
-    for ev in events:
-        if ":" in ev and not host.tracepoint_available(ev):
-            return Probe(False, f"tracepoint {ev} is not available on this kernel")
-    return Probe(True)
-
-
-def perf_permission_error(stderr: str) -> str | None:
-    if "ermission" in stderr or "paranoid" in stderr or "Operation not permitted" in stderr:
-        return "permission denied"
-    if "No such file" in stderr and "perf" in stderr:
-        return "perf missing"
-    return None
-
-
-class PerfCollector:
-    """A collector that runs one long-lived perf process on the targets until stopped.
-
-    Subclasses give ``name``, ``events`` and ``argv``; they finish their files in ``finish``.
-    """
-
-    name = "perf"
-    backend = "perf"
-    events: list[str] = []
-    stop_timeout = 15.0
-    max_bytes: int | None = None  # bound on perf.data; None: unbounded (low-rate collectors)
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.rec = CollectorRecord(name=self.name, backend=self.backend)
-        self.started: float | None = None
-        self.errpath: Path | None = None
-        self.died: str | None = None  # why perf ended before it was asked to
-        self.stopping = False
-        self.capped: str | None = None  # why perf was stopped before the end of the capture
-
-    # -- protocol
-    def probe(self, ctx: CaptureContext) -> Probe:
-        return perf_probe(ctx, self.events)
-
-    def argv(self, ctx: CaptureContext) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, ctx: CaptureContext) -> None:
-        argv = self.argv(ctx)
-        self.rec.argv = argv
-        self.errpath = ctx.writer.root / f".{self.name}.stderr"
-        self.prepare(ctx)
-        with open(self.errpath, "wb") as err:
-            self.started = time.monotonic()
-            self.proc = spawn(argv, stderr=err, stdout=self.stdout_target(ctx))
-        self.rec.started = self.started
-
-    def check_started(self, ctx: CaptureContext) -> None:
-        """Called a moment after every collector started: perf fails fast on bad events,
-        missing pids or permissions; raise with perf's own words if it did."""
-        if self.proc is not None and self.proc.poll() not in (None, 0):
-            rc = self.proc.returncode
-            msg = (tail(self.errpath) if self.errpath else "") or (
-                f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}")
-            forget(self.proc)
-            self.cleanup(ctx)
-            raise RuntimeError(f"perf exited at once: {msg}")
-
-    def stdout_target(self, ctx: CaptureContext) -> IO[bytes] | int | None:
-        return subprocess.DEVNULL
-
-    def prepare(self, ctx: CaptureContext) -> None:
-        """Before perf starts (open output files, change tracing state)."""
-
-    def cleanup(self, ctx: CaptureContext) -> None:
-        """Undo ``prepare`` (always called once perf is gone)."""
-
-    def poll(self) -> str | None:
-        """None while perf runs; a word on how it ended once it has (self.died says why if badly).
-
-        Also keeps the output bounded: past ``max_bytes`` of perf.data, perf is asked to stop
-        (it finishes its file properly) and the collector will say it stopped early.
-        """
-        if self.proc is None:
-            return "not started"
-        if (self.max_bytes and not self.stopping and self.capped is None
-                and self.proc.poll() is None and self.size() > self.max_bytes):
-            elapsed = time.monotonic() - (self.started or time.monotonic())
-            self.capped = (f"stopped early after {elapsed:.1f}s: perf.data reached {self.max_bytes >> 20} MiB "
-                           "(the bound that keeps long captures on busy targets finite)")
-            self.request_stop()
-        rc = self.proc.poll()
-        if rc is None:
-            return None
-        if rc != 0 and self.died is None and not self.stopping:
-            self.died = self._death_reason(rc)
-        return self.died or "ended"
-
-    def _death_reason(self, rc: int) -> str:
-        if rc < 0:
-            return f"perf was killed by signal {signal.Signals(-rc).name} during the capture"
-        msg = tail(self.errpath) if self.errpath else ""
-        return f"perf exited with code {rc} during the capture" + (f": {msg}" if msg else "")
-
-    def note_cpu(self) -> None:
-        """Record the CPU time perf itself used during the capture (what the collector costs in user space)."""
-        if self.proc is not None and "perf_cpu_seconds" not in self.rec.stats:
-            used = cpu_seconds(self.proc.pid)
-            if used is not None:
-                self.rec.stats["perf_cpu_seconds"] = round(used, 2)
-
-    def request_stop(self) -> None:
-        """Ask perf to stop (SIGINT) without waiting, so every collector stops at the same moment."""
-        self.stopping = True
-        self.note_cpu()
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGINT)
-
-    def size(self) -> int:
-        return 0
-
-    def stop(self, ctx: CaptureContext) -> CollectorRecord:
-        rec = self.rec
-        rc: int | None = None
-        t0 = time.monotonic()
-        try:
-            if self.proc is not None:
-                self.poll()  # notes a death that happened before the stop was asked for
-                self.note_cpu()
-                self.stopping = True
-                rc = stop_process(self.proc, self.stop_timeout)
-                if self.died is None and rc not in (0, -signal.SIGINT, 130, 2):
-                    self.died = self._death_reason(rc)
-            rec.ended = time.monotonic()
-            rec.stats["stop_seconds"] = round(rec.ended - t0, 3)
-            stderr = self.errpath.read_text(errors="replace") if self.errpath and self.errpath.exists() else ""
-            lost = lost_from_stderr(stderr)
-            if lost:
-                rec.stats["lost"] = lost
-            t1 = time.monotonic()
-            self.finish(ctx, rec, stderr)
-            rec.stats["finish_seconds"] = round(time.monotonic() - t1, 3)
-            if rec.status in ("pending", "running"):
-                rec.status = OK
-            if self.died:
-                # perf's own end comes first in the reason: later errors (perf script refusing a
-                # perf.data whose header was never finished) follow from it
-                rec.reason = self.died + (f"; {rec.reason}" if rec.reason and self.died not in rec.reason else "")
-                if rec.status == OK:
-                    rec.status = PARTIAL
-                if rec.stats.get("samples") == 0 and rec.status == PARTIAL:
-                    rec.status = FAILED
-            if self.capped:
-                rec.stats["stopped_early"] = True
-                if rec.status == OK:
-                    rec.status, rec.reason = PARTIAL, self.capped
-            if lost and rec.status == OK:
-                rec.status, rec.reason = PARTIAL, f"perf lost {lost} events (buffer overrun)"
-        except OSError as exc:
-            rec.ended = rec.ended or time.monotonic()
-            rec.status = PARTIAL if any(ctx.writer.path(f).exists() for f in rec.files) else FAILED
-            rec.reason = disk_reason(exc)
-        finally:
-            self.cleanup(ctx)
-            if self.errpath is not None:
-                with contextlib.suppress(OSError):
-                    self.errpath.unlink()
-        return rec
-
-    def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
-        """Turn perf's output into bundle files; set rec.files, rec.stats, maybe rec.status."""
-
-
-def disk_reason(exc: OSError) -> str:
-    if exc.errno == errno.ENOSPC:
-        return "disk full while writing the bundle (ENOSPC): kept what was written"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied: {exc.filename or exc}"
-    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-
-
-def skipped(name: str, backend: str, reason: str) -> CollectorRecord:
-    return CollectorRecord(name=name, backend=backend, status=SKIPPED, reason=reason)
-
-
-def pid_list(pids: list[int]) -> str:
-    return ",".join(str(p) for p in pids)
-
-
-def file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def read_file(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return None
-
-
-def write_file(path: str, value: str) -> None:
-    with open(path, "w") as fh:
-        fh.write(value)
-

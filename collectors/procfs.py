@@ -1,4 +1,4 @@
-"""The procfs sampler (capture layer): per-thread states and times, process, system and cgroup stats.
+"""The procfs sampler (collectors layer): per-thread states and times, process, system and cgroup stats.
 
 Runs in-process on its own thread, needs no perf and no privileges beyond reading /proc
 (root for other users' /proc/PID/io, syscall and wchan). Every tick (``proc_hz``, default
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
@@ -611,7 +611,7 @@ def _int_or_none(text: str | None) -> int | None:
 # --------------------------------------------------------------------------- the collector
 
 
-class ProcfsCollector:
+class ProcfsCollector(CollectorBase):
     """Collector protocol wrapper: starts the Sampler on a thread, writes ``proc.jsonl.gz``."""
 
     name = "procfs"

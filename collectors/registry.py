@@ -1,4 +1,4 @@
-"""The collectors a capture runs by default (capture layer): one small, obvious list."""
+"""The collectors a capture runs by default (collectors layer): one small, obvious list."""
 
 from __future__ import annotations
 

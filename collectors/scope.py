@@ -1,4 +1,4 @@
-"""Where a collector's perf events live: on the CPUs (system-wide, filtered) or on the target's threads.
+"""Where a collector's perf events live (collectors layer): on the CPUs (system-wide, filtered) or on the target's threads.
 
 A perf event opened on a thread (``perf record -p PID``) is scheduled in and out with that
 thread at every context switch. Measured on this project's VM (bench/micro_events.py, a futex

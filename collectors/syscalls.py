@@ -1,4 +1,4 @@
-"""Syscalls of the targets (capture layer) -> syscalls-rate.csv and syscalls.csv.
+"""Syscalls of the targets (collectors layer) -> syscalls-rate.csv and syscalls.csv.
 
 ``perf record -a -e raw_syscalls:sys_enter --filter '<targets' thread ids>' -e
 raw_syscalls:sys_exit --filter ...`` (no stacks), duty-cycled (collectors/duty.py: 1 s of every
@@ -41,7 +41,9 @@ from typing import IO
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
-from profiler.collectors.process import PerfCollector, file_size, pid_list, tail
+from profiler.collectors.files import file_size, read_file
+from profiler.collectors.perf_collector import PerfCollector, pid_list
+from profiler.collectors.process import tail
 from profiler.collectors.scope import (
     thread_ids,
     tracepoint_filter,
@@ -89,7 +91,7 @@ def parse_ausyscall(text: str) -> dict[int, str]:
 def syscall_names() -> dict[int, str]:
     """This machine's syscall numbers -> names, from the kernel's table (never a hard-coded list)."""
     for path in _UNISTD.get(platform.machine(), []):
-        text = _proc.read_file(path)
+        text = read_file(path)
         if text:
             table = parse_unistd(text)
             if table:

@@ -1,4 +1,4 @@
-"""The error hierarchy (shared by every layer); the CLI catches it once and prints one line.
+"""The error hierarchy (core layer, shared by every layer above); the CLI catches it once and prints one line.
 
 Each class carries a distinct exit code so scripts can tell failures apart.
 """

@@ -1,1 +1,1 @@
-"""Jinja2 templates and inlined assets for the HTML report and SVG outputs (loaded via importlib.resources)."""
+"""Jinja2 templates and inlined assets for the reports and SVG outputs (renderers layer; loaded via importlib.resources)."""

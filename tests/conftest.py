@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: a guard against leftover child processes, and helpers to run the CLI."""
+"""Shared pytest fixtures: a guard against leftover child processes, every report checked against
+the shipped JSON Schema, and helpers to run the CLI."""
 
 from __future__ import annotations
 
@@ -7,12 +8,39 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
+
+
+@pytest.fixture(autouse=True)
+def reports_follow_the_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every report a test makes (``Analysis.to_dict``: the JSON report, the HTML report's data)
+    must validate against profiler/schemas/report.schema.json. Checked where it is made and again
+    at the end of the test, so a caller that swallows errors (attach's report step) still fails."""
+    from profiler.analyzers.analysis import Analysis
+
+    from tests.report_schema import problems
+
+    original = Analysis.to_dict
+    bad: list[str] = []
+
+    def checked(self: Analysis) -> dict[str, Any]:
+        out = original(self)
+        found = problems(out)
+        if found:
+            bad.extend(f"{self.bundle}: {p}" for p in found)
+            raise AssertionError("the report breaks the schema: " + "; ".join(found[:5]))
+        return out
+
+    monkeypatch.setattr(Analysis, "to_dict", checked)
+    yield
+    if bad:
+        pytest.fail("reports break profiler/schemas/report.schema.json:\n  " + "\n  ".join(bad[:20]))
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ import pytest
 
 from profiler.bundle import (
     MANIFEST,
+    VERSION,
     Bundle,
     BundleWriter,
     ClockInfo,
@@ -59,8 +60,8 @@ def test_older_manifest_gets_defaults() -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    m = parse_manifest(json.dumps({"schema": "profiler.bundle", "version": 1, "future_field": 1}))
-    assert m.version == 1
+    m = parse_manifest(json.dumps({"schema": "profiler.bundle", "version": VERSION, "future_field": 1}))
+    assert m.version == VERSION
 
 
 def test_refuses_to_overwrite(tmp_path: Path) -> None:

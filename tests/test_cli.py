@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.bundle import VERSION
 from profiler.cli import main
 
 VERBS = ["doctor", "attach", "run", "analyze", "report", "flamegraph", "heatmap", "diff", "demo"]
@@ -63,7 +64,7 @@ def test_bundle_escaping_paths_is_exit_4(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_newer_bundle_is_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "manifest.json").write_text('{"schema": "profiler.bundle", "version": 2}')
+    (tmp_path / "manifest.json").write_text(f'{{"schema": "profiler.bundle", "version": {VERSION + 1}}}')
     assert main(["report", str(tmp_path)]) == 4
     assert "newer profiler" in _one_line_error(capsys)
 

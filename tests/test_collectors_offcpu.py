@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.collectors.base import CaptureContext, CaptureOptions
+from profiler.collectors.base import CaptureContext, CaptureOptions, Target
 from profiler.collectors.offcpu import OffCpu
 
 from profiler.bundle import BundleWriter, Manifest
-from profiler.capture.targets import Target
 
 
 def _ctx(tmp_path: Path) -> CaptureContext:

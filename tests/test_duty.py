@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from profiler.collectors import offcpu, registry, syscalls
-from profiler.collectors.base import CaptureContext, CaptureOptions
+from profiler.collectors.base import CaptureContext, CaptureOptions, Target
 from profiler.collectors.duty import DutyCycle
 
 from profiler.bundle import Bundle, BundleWriter, Manifest
 from profiler.capture.session import Session
-from profiler.capture.targets import Target, target_from_pid
+from profiler.capture.targets import target_from_pid
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from profiler.bundle import OK, BundleWriter, CollectorRecord, Manifest, TargetI
 from profiler.cli import main
 from profiler.inputs import pairs
 from profiler.renderers import heatmap_svg
+from profiler.renderers.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples" / "block"
@@ -241,15 +242,17 @@ def test_hover_and_range_pick_in_chromium(tmp_path: Path) -> None:
     assert text == "profiler flamegraph cap/ --from 0s --to 2.52s"
 
 
-def test_render_io_for_the_report(tmp_path: Path) -> None:
+def test_io_heatmap_for_the_report(tmp_path: Path) -> None:
     from profiler.analyzers.views.blockio import io_from_bundle
 
     from profiler.bundle import Bundle
 
     a = io_from_bundle(Bundle.open(_bundle(tmp_path)))
     assert a is not None
-    svg = heatmap_svg.render_io(a, by="issuer", standalone=False)
-    assert svg.startswith("<svg") and ">target <" in svg
+    model = heatmap.from_io(a, by="issuer")
+    assert model.totals["paired"] == sum(p.total for p in model.panels) and model.subtitle.startswith(f"{len(a.block.ios)} IOs, p50 ")
+    svg = heatmap_svg.LATENCY.render(model)
+    assert svg.startswith("<?xml") and ">target <" in svg
     _svg_ok(svg)
 
 
@@ -266,5 +269,7 @@ def test_report_entry_points(tmp_path: Path) -> None:
     n = len(io.block.ios)
     assert len(io.issue) == len(io.latency) == len(io.dev) == len(io.op) == len(io.bytes) == len(io.tid) == len(io.comm) == n
     assert set(io.dev) == {"254:0"} and set(io.op) <= {"read", "write", "flush", "discard", "other"}
-    for model in (io, cpu):
-        _svg_ok(heatmap_svg.render_svg(model))
+    for model in (heatmap.from_io(io), cpu):
+        renderer = REGISTRY.find(model, "svg")
+        assert renderer is not None
+        _svg_ok(renderer.render(model))

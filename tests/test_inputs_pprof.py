@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -21,8 +19,8 @@ from profiler.cli import main
 from profiler.errors import InputError
 from profiler.inputs import STACKS, detect, pprof
 from profiler.inputs.streams import HEAD_SIZE
+from tests.workloads import gobuild
 
-WORKLOAD = Path(__file__).resolve().parent / "workloads" / "pprofserver" / "main.go"
 PARKED = 12  # goroutines the workload parks in main.parkForever
 
 
@@ -133,28 +131,19 @@ def test_flamegraph_of_an_encoded_profile(tmp_path: Path, capsys: pytest.Capture
 # --------------------------------------------------------------------------- real profiles from Go
 
 
-def _go() -> str | None:
-    return shutil.which("go") or (shutil.which("go", path="/usr/local/go/bin"))
-
-
 @pytest.fixture(scope="module")
 def go_profiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """Build the workload, run it, fetch a 2 s CPU profile and a goroutine profile from it."""
-    go = _go()
+    go = gobuild.go()
     if go is None:
         pytest.skip("go is not installed")
     d = tmp_path_factory.mktemp("pprof")
-    env = dict(os.environ, GOTOOLCHAIN="local", GOPROXY="off", GOFLAGS="")
-    if "HOME" not in env and "GOCACHE" not in env:
-        env["GOCACHE"] = str(d / "gocache")
-    exe = d / "pprofserver"
-    subprocess.run([go, "build", "-o", str(exe), str(WORKLOAD)], cwd=d, env=env, check=True, timeout=600,
-                   capture_output=True)
-    proc = subprocess.Popen([str(exe), "-parked", str(PARKED)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    exe = gobuild.build()
+    proc = subprocess.Popen([str(exe), "-mode", "pprof", "-parked", str(PARKED)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        port = int(proc.stdout.readline())
-        base = f"http://127.0.0.1:{port}/debug/pprof"
+        addr = proc.stdout.readline().decode().strip()
+        base = f"http://{addr}/debug/pprof"
         files = {"cpu": d / "cpu.pb.gz", "goroutine": d / "goroutine.pb.gz"}
         with urllib.request.urlopen(f"{base}/profile?seconds=2", timeout=60) as r:
             files["cpu"].write_bytes(r.read())

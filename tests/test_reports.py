@@ -122,7 +122,7 @@ def test_report_cli_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["report", str(b), "-o", str(out)]) == 0
     assert out.read_text().startswith("## Bottleneck: IO wait")
     assert main(["report", str(b), "-o", str(out)]) == 8  # no overwrite without --force
-    assert main(["report", str(b), "-o", str(out), "--force", "-f", "html"]) == 0
+    assert main(["report", str(b), "-o", str(out), "--force", "--format", "html"]) == 0
     assert out.read_text().startswith("<!doctype html>")
     assert main(["report", str(b), "--format", "pdf"]) == 2
     assert main(["report", str(tmp_path / "nope")]) == 4

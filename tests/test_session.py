@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from profiler.collectors.base import CaptureContext, CaptureOptions, Probe
+from profiler.collectors.base import CaptureContext, CaptureOptions, CollectorBase, Probe
 
 from profiler.bundle import Bundle, CollectorRecord
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 
 
-class Ticker:
+class Ticker(CollectorBase):
     """A real in-process collector: writes the monotonic time at start and at stop."""
 
     backend = "procfs"
@@ -63,9 +63,9 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-def _session(tmp_path: Path, pid: int, cols: list[object], duration: float | None = 0.5,
+def _session(tmp_path: Path, pid: int, cols: list[Ticker], duration: float | None = 0.5,
              load: list[str] | None = None) -> Session:
-    return Session([target_from_pid(pid)], tmp_path / "cap", CaptureOptions(duration=duration), cols,  # type: ignore[arg-type]
+    return Session([target_from_pid(pid)], tmp_path / "cap", CaptureOptions(duration=duration), list(cols),
                    load=load, progress=io.StringIO())
 
 

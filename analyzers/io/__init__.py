@@ -1,1 +1,1 @@
-"""Block IO (analysis layer): issue/complete pairing, IO statistics, latency heatmaps, the bcc backend's histograms."""
+"""Block IO (analyzers layer): issue/complete pairing, IO statistics, latency heatmaps, the bcc backend's histograms."""

@@ -1,1 +1,1 @@
-"""Time series (analysis layer): /proc samples, perf stat intervals, the report's timeline."""
+"""Time series (analyzers layer): /proc samples, perf stat intervals, the report's timeline."""

@@ -1,5 +1,7 @@
-"""The differential flame graph model: a tree sized by one capture, each frame carrying how much
-it grew or shrank against another (analyzers layer)."""
+"""The differential flame graph model (analyzers layer).
+
+A tree sized by one capture, each frame carrying how much it grew or shrank against another.
+"""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The verdict (analysis layer): one metrics object, named rules over it, a ranked result."""
+"""The verdict (analyzers layer): one metrics object, named rules over it, a ranked result."""

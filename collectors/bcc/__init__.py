@@ -1,1 +1,1 @@
-"""The bcc backend (capture layer): in-kernel aggregation with tracepoint programs from bpf/."""
+"""The bcc backend (collectors layer): in-kernel aggregation with tracepoint programs from bpf/."""

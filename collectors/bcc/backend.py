@@ -1,4 +1,4 @@
-"""`--backend perf|bcc|auto` (capture layer): which collectors gather block IO, syscalls and off-CPU evidence.
+"""`--backend perf|bcc|auto` (collectors layer): which collectors gather block IO, syscalls and off-CPU evidence.
 
 The bcc collectors replace the perf collectors of the same name (block-io, syscalls,
 offcpu-stacks) and add futex-waits, which only bcc can gather without kprobes. ``auto``

@@ -1,4 +1,4 @@
-"""Block IO latency aggregated in the kernel with bcc (capture layer): block.hist.jsonl.gz.
+"""Block IO latency aggregated in the kernel with bcc (collectors layer): block.hist.jsonl.gz.
 
 The perf backend keeps one ftrace line per IO (block.trace.gz); this collector keeps, per
 time slot (``--interval``), device and op, a log-linear latency histogram (16 linear
@@ -129,7 +129,7 @@ class BccBlockIO(BccCollector):
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         targets = set(self.pids)
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for k, v in self.bpf[b"tasks"].items():
             tasks.append({
                 "dev": dev_text(k.dev), "op": OPS.get(k.op, "O"), "tid": int(k.tid), "pid": int(k.tgid),

@@ -1,4 +1,4 @@
-"""The bcc backend's shared parts (capture layer): can this host run it, loading programs, symbols, the base collector.
+"""The bcc backend's shared parts (collectors layer): can this host run it, loading programs, symbols, the base collector.
 
 The bcc collectors (bcc_blockio, bcc_syscalls, bcc_offcpu, bcc_futex) compile a C program
 from collectors/bcc/bpf/ with bcc, attach it to tracepoints only (no kprobes: many production
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from profiler.collectors import host
-from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 
 from profiler.bundle import FAILED, OK, PARTIAL, RUNNING, CollectorRecord
 from profiler.errors import CapabilityError
@@ -359,7 +359,7 @@ def comm_text(raw: bytes) -> str:
 # --------------------------------------------------------------------------- base collector
 
 
-class BccCollector:
+class BccCollector(CollectorBase):
     """Compile, attach, let the kernel aggregate, drain or read the maps, detach.
 
     Subclasses set ``name``, ``source``, ``tracepoints`` and implement ``defines``,

@@ -1,4 +1,4 @@
-"""Futex waits by user stack and lock address with bcc (capture layer): futex.folded.gz.
+"""Futex waits by user stack and lock address with bcc (collectors layer): futex.folded.gz.
 
 The direct evidence for user-space lock contention in Go and Rust servers: collectors/bcc/bpf/futex.c
 times every waiting futex call (FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI)

@@ -1,4 +1,4 @@
-"""Off-CPU (blocked) time by stack from sched:sched_switch with bcc (capture layer): offcpu.folded.gz.
+"""Off-CPU (blocked) time by stack from sched:sched_switch with bcc (collectors layer): offcpu.folded.gz.
 
 collectors/bcc/bpf/offcpu.c takes the user and kernel stacks of a target thread as it switches
 out and adds the time until it switches back in, per thread, state and stack pair, in the

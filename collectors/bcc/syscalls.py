@@ -1,4 +1,4 @@
-"""Syscall counts and time per thread per syscall, aggregated in the kernel with bcc (capture layer): syscalls.csv.
+"""Syscall counts and time per thread per syscall, aggregated in the kernel with bcc (collectors layer): syscalls.csv.
 
 The same file as the perf backend (docs/bundle.md: ``time,tid,comm,syscall,count,total_ns``
 per interval), made without one record per syscall: collectors/bcc/bpf/syscalls.c keeps

@@ -24,6 +24,7 @@ from profiler.bundle.manifest import (
     HostInfo,
     LoadInfo,
     Manifest,
+    RuntimeInfo,
     TargetInfo,
     ThreadInfo,
     check_member_name,
@@ -35,6 +36,6 @@ from profiler.bundle.writer import BundleWriter, atomic_write_bytes
 
 __all__ = [
     "FAILED", "MANIFEST", "OK", "PARTIAL", "PENDING", "RUNNING", "SCHEMA", "SKIPPED", "STATUSES", "VERSION",
-    "Bundle", "BundleWriter", "ClockInfo", "CollectorRecord", "HostInfo", "LoadInfo", "Manifest", "TargetInfo",
+    "Bundle", "BundleWriter", "ClockInfo", "CollectorRecord", "HostInfo", "LoadInfo", "Manifest", "RuntimeInfo", "TargetInfo",
     "ThreadInfo", "atomic_write_bytes", "check_member_name", "looks_like_bundle", "members", "parse_manifest",
 ]

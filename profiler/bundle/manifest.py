@@ -2,7 +2,9 @@
 
 ``manifest.json`` says what was captured, how each collector ran and which member files it
 wrote. It is versioned: older versions load with defaults filled in (``_MIGRATIONS`` upgrades
-them step by step), newer ones are refused with a clear message. Every file name a manifest
+them step by step), newer ones are refused with a clear message. Versions: 1 the first; 2
+records each target's runtime (``TargetInfo.runtime_info``: Go version and build settings,
+Rust, C/C++, JVM; the ELF facts stack walking depends on). Every file name a manifest
 mentions must stay inside the bundle (:func:`check_member_name`).
 """
 
@@ -24,7 +26,7 @@ from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
 
 SCHEMA = "profiler.bundle"
-VERSION = 1
+VERSION = 2
 
 # Collector and bundle status words.
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
@@ -55,6 +57,19 @@ class ThreadInfo:
 
 
 @dataclass
+class RuntimeInfo:
+    """What built a target's executable (collectors/runtime.py): read from the binary, not guessed."""
+
+    name: str | None = None  # "go", "rust", "c++", "c", "jvm"; None: not known
+    version: str | None = None  # "go1.19.8", "rustc 1.74.0", "GCC 12.2.0"
+    evidence: str = ""  # how we know ("Go build info (.go.buildinfo)", ".comment: rustc version", ...)
+    build: dict[str, str] = field(default_factory=dict)  # Go build settings (-buildmode, -trimpath, ...), compiler
+    binary: dict[str, Any] = field(default_factory=dict)  # ELF type (executable | pie), stripped, build_id
+    frame_pointers: bool | None = None  # True where the runtime guarantees them (Go)
+    symbols: str = ""  # where user frames get their names (".symtab", "... from .gopclntab by the profiler")
+
+
+@dataclass
 class TargetInfo:
     """A process the capture attached to, as it was when the capture started."""
 
@@ -63,7 +78,8 @@ class TargetInfo:
     exe: str | None = None
     cmdline: list[str] = field(default_factory=list)
     kind: str | None = None  # "tikv", "tidb", "pd" or None (see analyzers.knowledge)
-    runtime: str | None = None  # "go", "rust", "jvm", "native" or None
+    runtime: str | None = None  # "go", "rust", "c++", "c", "jvm" or None (runtime_info.name)
+    runtime_info: RuntimeInfo | None = None  # bundle v2+; None in v1 bundles and when unreadable
     threads: list[ThreadInfo] = field(default_factory=list)
     cgroup: dict[str, Any] = field(default_factory=dict)  # limits, see docs/bundle.md
     cpus_allowed: list[int] = field(default_factory=list)
@@ -339,9 +355,17 @@ def _build(cls: type, data: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 adds ``runtime_info`` to each target; v1 never read the binary, so it stays unknown
+    (None), and v1's ``runtime`` (always None in practice) is kept."""
+    for t in data.get("targets") or []:
+        if isinstance(t, dict):
+            t.setdefault("runtime_info", None)
+    return data
+
+
 # Upgrades from older manifest versions, applied in order: version N -> N+1.
-# (v1 is the first released version; the table is where v2 will put its step.)
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:

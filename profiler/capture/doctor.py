@@ -1,4 +1,4 @@
-"""Host and target checks behind `profiler doctor` (profiler layer): what can be captured, how to fix the rest.
+"""Host and target checks behind `profiler doctor` (capture layer): what can be captured, how to fix the rest.
 
 Each check is one line: a status word (ok, warn, fail, info), what was found, and the fix.
 ``fail`` means a collector will be skipped; ``warn`` means it runs with less evidence.
@@ -10,8 +10,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from profiler.capture.targets import Target
 from profiler.collectors import host
+from profiler.collectors.base import Target
 from profiler.collectors.bcc.common import bcc_status
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
@@ -135,9 +135,9 @@ def host_checks(perf: str = "perf") -> list[Check]:
     checks.append(Check("cgroups", OK if cgv else INFO, f"cgroup v{cgv}" if cgv else "no cgroup filesystem found"))
 
     # The same check `--backend auto` uses: bcc importable, headers, a tracepoint program loads.
-    ok, reason, fix = bcc_status()
+    ok, reason, bcc_fix = bcc_status()
     checks.append(Check("bcc backend", OK if ok else INFO,
-                        reason + ("" if ok else ": the perf backend is used"), None if ok else fix))
+                        reason + ("" if ok else ": the perf backend is used"), None if ok else bcc_fix))
     return checks
 
 

@@ -1,4 +1,4 @@
-"""The capture session (profiler layer): targets -> bundle, every collector side by side, one clock.
+"""The capture session (capture layer): targets -> bundle, every collector side by side, one clock.
 
 Resolve what the targets are (threads, cgroup, container), open the bundle, probe every
 collector (the ones this host cannot run are recorded as skipped, with the reason), start
@@ -18,12 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a remote host of a cluster capture may have only python3
+    psutil = None  # type: ignore[assignment]
 
 from profiler.bundle import (
     FAILED,
@@ -38,10 +40,16 @@ from profiler.bundle import (
     Manifest,
     members,
 )
-from profiler.capture.targets import Target
 from profiler.collectors import host
 from profiler.collectors import process as _proc
-from profiler.collectors.base import CaptureContext, CaptureOptions, Collector
+from profiler.collectors.base import (
+    CaptureContext,
+    CaptureOptions,
+    Collector,
+    Target,
+    disk_reason,
+    skipped,
+)
 from profiler.errors import CapabilityError, Interrupted
 
 TICK = 0.1  # main loop period (s)
@@ -60,6 +68,13 @@ class CaptureResult:
 
 
 def _alive(pid: int) -> bool:
+    if psutil is None:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            return stat[stat.rindex(b")") + 2:][:1] != b"Z"
+        except (OSError, ValueError):
+            return False
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
@@ -130,6 +145,8 @@ class Session:
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
         self._sigint = False
+        self.stop_request: str | None = None  # set from another thread: end the capture, this is why
+        self._manifest: Manifest | None = None
         self.started: list[Collector] = []
         self.records: dict[str, CollectorRecord] = {}
 
@@ -150,8 +167,16 @@ class Session:
             signal.signal(signal.SIGINT, old)
 
     # ------------------------------------------------------------------ run
+    def prepare(self) -> Manifest:
+        """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
+        a cluster capture prepares every node, then starts them all at one agreed instant."""
+        if self._manifest is None:
+            self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        return self._manifest
+
     def run(self) -> CaptureResult:
-        manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
+        manifest = self.prepare()
+        manifest.clock = ClockInfo.now()
         try:
             writer = BundleWriter(self.output, manifest, force=self.force)
         except OSError as exc:
@@ -211,13 +236,11 @@ class Session:
         for c in self.collectors:
             try:
                 probe = c.probe(ctx)
+                ok, reason = probe.ok, probe.reason
             except Exception as exc:  # noqa: BLE001 - a broken probe skips one collector, not the capture
-                probe = None
-                reason = f"probe failed: {type(exc).__name__}: {exc}"
-            else:
-                reason = probe.reason
-            if probe is None or not probe.ok:
-                rec = _proc.skipped(c.name, c.backend, reason)
+                ok, reason = False, f"probe failed: {type(exc).__name__}: {exc}"
+            if not ok:
+                rec = skipped(c.name, c.backend, reason)
                 rec.argv = _safe_argv(c, ctx)
                 self._record(writer, rec)
                 continue
@@ -236,11 +259,8 @@ class Session:
         if self.started:
             time.sleep(START_GRACE)
         for c in list(self.started):
-            check = getattr(c, "check_started", None)
-            if not callable(check):
-                continue
             try:
-                check(ctx)
+                c.check_started(ctx)
             except Exception as exc:  # noqa: BLE001
                 msg = str(exc) or type(exc).__name__
                 rec = self.records[c.name]
@@ -297,6 +317,8 @@ class Session:
             now = time.monotonic()
             if self._sigint:
                 return "interrupted (Ctrl-C)"
+            if self.stop_request:
+                return self.stop_request
             elapsed = now - start
             if duration is not None and elapsed >= duration:
                 return "duration reached"
@@ -349,19 +371,16 @@ class Session:
     # ------------------------------------------------------------------ stop
     def _stop_all(self, ctx: CaptureContext) -> None:
         for c in self.started:  # everyone stops at the same moment...
-            req = getattr(c, "request_stop", None)
-            if callable(req):
-                with contextlib.suppress(Exception):
-                    req()
+            with contextlib.suppress(Exception):
+                c.request_stop()
         for c in self.started:  # ...then each finishes its files, whatever the others do
             try:
                 rec = c.stop(ctx)
             except Exception as exc:  # noqa: BLE001 - one broken stop must not lose the others
-                own = getattr(c, "rec", None)
-                rec = own if isinstance(own, CollectorRecord) else (
+                rec = c.rec if c.rec is not None else (
                     self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend))
                 rec.status = PARTIAL  # it ran through the window; what it wrote before the error is kept
-                rec.reason = _proc.disk_reason(exc) if isinstance(exc, OSError) else f"stop failed: {type(exc).__name__}: {exc}"
+                rec.reason = disk_reason(exc) if isinstance(exc, OSError) else f"stop failed: {type(exc).__name__}: {exc}"
                 rec.ended = time.monotonic()
             old = self.records.get(c.name)
             if old is not None:
@@ -409,26 +428,20 @@ class Session:
         try:
             writer.finish(status, "; ".join(reasons) or None)
         except OSError as exc:
-            manifest.status, manifest.reason = PARTIAL, _proc.disk_reason(exc)
+            manifest.status, manifest.reason = PARTIAL, disk_reason(exc)
 
 
 def _poll(c: Collector) -> str | None:
-    fn: Callable[[], str | None] | None = getattr(c, "poll", None)
-    if fn is None:
-        return None
     try:
-        return fn()
-    except Exception:  # noqa: BLE001
+        return c.poll()
+    except Exception:  # noqa: BLE001 - a broken poll must not end the capture
         return None
 
 
 def _size(c: Collector) -> int:
-    fn = getattr(c, "size", None)
-    if fn is None:
-        return 0
     try:
-        return int(fn())
-    except Exception:  # noqa: BLE001
+        return int(c.size())
+    except Exception:  # noqa: BLE001 - the progress line shows no size then
         return 0
 
 

@@ -1,4 +1,4 @@
-"""Target resolution for ``--pid`` (profiler layer): names and numbers to live processes.
+"""Target resolution for ``--pid`` (capture layer): names and numbers to live processes.
 
 Rules, in order, for each ``--pid`` value:
 
@@ -8,36 +8,25 @@ Rules, in order, for each ``--pid`` value:
    if none, whose command line contains it. Several matches mean several targets.
 
 The profiler itself and its ancestors (the shell, sudo) never match: their command lines
-contain the name being searched for.
+contain the name being searched for. ``Target`` itself lives with the collectors, which
+capture it (collectors/base.py).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a remote host of a cluster capture may have only python3: read /proc ourselves
+    psutil = None  # type: ignore[assignment]
 
+from profiler.collectors.base import Target
 from profiler.errors import TargetError
-from profiler.knowledge import target_kind
 
-
-@dataclass(frozen=True)
-class Target:
-    pid: int
-    comm: str
-    exe: str | None = None
-    cmdline: tuple[str, ...] = field(default_factory=tuple)
-    matched_by: str = "pid"  # pid | comm | exe | name-substring | cmdline
-    query: str = ""
-
-    @property
-    def kind(self) -> str | None:
-        return target_kind(self.comm, self.exe, list(self.cmdline))
-
-    def describe(self) -> str:
-        return f"{self.comm} (pid {self.pid})"
+__all__ = ["Target", "closest", "match_name", "resolve", "target_from_pid"]
 
 
 def _pid_max() -> int:
@@ -51,6 +40,12 @@ def _pid_max() -> int:
 def _excluded() -> set[int]:
     """Our own pid and our ancestors."""
     out = {os.getpid()}
+    if psutil is None:
+        pid = os.getpid()
+        while pid > 1:
+            out.add(pid)
+            pid = _proc_ppid(pid)
+        return out
     try:
         p: psutil.Process | None = psutil.Process()
         while p is not None:
@@ -63,6 +58,13 @@ def _excluded() -> set[int]:
 
 def _snapshot(excluded: set[int]) -> list[tuple[int, str, str | None, tuple[str, ...]]]:
     procs = []
+    if psutil is None:
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in excluded:
+                info = _proc_info(int(name))
+                if info is not None:
+                    procs.append((int(name), info[0], info[1], info[2]))
+        return procs
     for p in psutil.process_iter(["pid", "name", "exe", "cmdline"]):
         info = p.info
         if info["pid"] in excluded:
@@ -77,6 +79,15 @@ def target_from_pid(pid: int, query: str | None = None) -> Target:
         raise TargetError(f"invalid pid {pid}: pids are positive numbers")
     if pid > _pid_max():
         raise TargetError(f"invalid pid {pid}: above this host's pid_max ({_pid_max()})")
+    if psutil is None:
+        info = _proc_info(pid)
+        if info is None:
+            raise TargetError(f"no process with pid {pid}")
+        comm, exe, cmd, state = info[0], info[1], info[2], info[3]
+        if state == "Z":
+            raise TargetError(f"pid {pid} ({comm}) has exited (zombie)")
+        _check_leader(pid)
+        return Target(pid=pid, comm=comm, exe=exe, cmdline=cmd, matched_by="pid", query=query or str(pid))
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -95,7 +106,12 @@ def target_from_pid(pid: int, query: str | None = None) -> Target:
         raise TargetError(f"no process with pid {pid}") from None
     except psutil.AccessDenied:
         raise TargetError(f"permission denied inspecting pid {pid}: run as root") from None
-    # A tid of a thread that is not a thread-group leader is not a process target.
+    _check_leader(pid)
+    return Target(pid=pid, comm=comm, exe=exe, cmdline=cmd, matched_by="pid", query=query or str(pid))
+
+
+def _check_leader(pid: int) -> None:
+    """A tid of a thread that is not a thread-group leader is not a process target."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
@@ -106,7 +122,37 @@ def target_from_pid(pid: int, query: str | None = None) -> Target:
                     break
     except OSError:
         pass
-    return Target(pid=pid, comm=comm, exe=exe, cmdline=cmd, matched_by="pid", query=query or str(pid))
+
+
+def _proc_ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _proc_info(pid: int) -> tuple[str, str | None, tuple[str, ...], str] | None:
+    """(comm, exe, cmdline, state) from /proc, as psutil would give them; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            comm = fh.read().decode(errors="replace").rstrip("\n")
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        state = stat[stat.rindex(b")") + 2:].split()[0].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe") or None
+    except OSError:
+        exe = None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = tuple(a.decode(errors="replace") for a in fh.read().split(b"\0") if a)
+    except OSError:
+        cmd = ()
+    return comm, exe, cmd, state
 
 
 def _base(path: str | None) -> str:
@@ -115,7 +161,7 @@ def _base(path: str | None) -> str:
 
 def match_name(query: str, procs: list[tuple[int, str, str | None, tuple[str, ...]]]) -> tuple[str, list[int]]:
     """Apply the name rules to a process snapshot; returns (rule, pids)."""
-    tiers = [
+    tiers: list[tuple[str, Callable[[str, str | None, tuple[str, ...]], bool]]] = [
         ("comm", lambda c, e, a: c == query or (len(query) > 15 and c == query[:15])),
         ("exe", lambda c, e, a: _base(e) == query or (bool(a) and _base(a[0]) == query)),
         ("name-substring", lambda c, e, a: query in c or query in _base(e)),

@@ -1,10 +1,11 @@
-"""The typer CLI (thin): one module per verb; errors become one line and a distinct exit code.
+"""The typer CLI (cli layer, thin): one module per verb; errors become one line and a distinct exit code.
 
 Nothing imports this package; it imports the rest.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -54,13 +55,44 @@ def _root(
 
 
 def _register() -> None:
+    import profiler.cli.cluster as cluster
     from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo):
+    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
         mod.register(app)
 
 
 _register()
+
+
+@functools.cache
+def command() -> Any:
+    """The click command behind the app, with every boolean flag shown bare in --help
+    (``--force``, not ``--force <bool>``: a flag takes no value; docs/cli.md)."""
+    import typer.main
+
+    cmd = typer.main.get_command(app)
+    stack: list[Any] = [cmd]
+    while stack:
+        c = stack.pop()
+        for param in c.params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        c.get_help_option = _bare_help(c.get_help_option)
+        stack.extend(getattr(c, "commands", {}).values())
+    return cmd
+
+
+def _bare_help(get: Any) -> Any:
+    """-h/--help is made per context by click: show it bare too."""
+
+    def wrapped(ctx: Any) -> Any:
+        opt = get(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+    return wrapped
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -71,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure is one line on stderr and a distinct exit code."""
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        app(args=argv, prog_name="profiler", standalone_mode=True)
+        command()(args=argv, prog_name="profiler", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from profiler import files
+from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import Progress, check_output
+from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle
@@ -35,6 +37,9 @@ def command(
 ) -> None:
     if output is not None and not no_html:
         check_output(output, force)
+    if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
+        typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html, force=force), nl=False)
+        return
     res = default_report(bundle, output, write_html_report=not no_html, force=force)
     if res.replaced is not None:
         Progress().warn(f"{bundle / REPORT_NAME} was {res.replaced}: replaced by the report "

@@ -122,7 +122,7 @@ def command(
     pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several. A name may match several processes."),
     duration: str = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m)."),
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-YYYYmmdd-HHMMSS)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
     frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
     call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr."),
     interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),

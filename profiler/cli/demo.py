@@ -46,7 +46,7 @@ def _wait_for_threads(pid: int, want: int, timeout: float = 10.0) -> None:
 def command(
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-demo-YYYYmmdd-HHMMSS)."),
     duration: str = typer.Option("15s", "--duration", "-d", help="How long to capture."),
-    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
     backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto."),
 ) -> None:
     secs = parse_duration(duration)

@@ -1,5 +1,7 @@
-"""`profiler flamegraph`: one flame graph from perf.data, perf script text, folded stacks, a pprof
-profile or a bundle (CLI layer)."""
+"""`profiler flamegraph`: one flame graph from any stack input (cli layer).
+
+Inputs: perf.data, perf script text, folded stacks, a pprof profile or a bundle.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ stackcollapse-perf.pl line for line; see docs/flamegraph.md for the few delibera
 
     profiler flamegraph cap/ --offcpu -o offcpu.svg      # time blocked, by wait reason
 
-    profiler flamegraph perf.data --pools -o pools.svg    # one root frame per thread pool
+    profiler flamegraph perf.data --by pool -o pools.svg  # one root frame per thread pool
+
+    profiler flamegraph perf.data --pid 4242 --by thread  # one process, a tower per thread
 
     profiler flamegraph cap/ --from 10s --to 20s -o spike.svg
 
@@ -44,6 +48,7 @@ stackcollapse-perf.pl line for line; see docs/flamegraph.md for the few delibera
     perf script | profiler flamegraph - --folded > out.folded
 """
 
+GROUPINGS = ("comm", "pool", "process", "thread")
 TEST_SVG_ENV = "PROFILER_SVG_TEST"  # small, diffable SVGs for golden tests
 
 
@@ -58,11 +63,10 @@ def command(
     output: Path = typer.Option(None, "--output", "-o", help="Output file (default: stdout)."),
     folded: bool = typer.Option(False, "--folded", help="Write folded stacks ('a;b;c count') instead of an SVG."),
     offcpu: bool = typer.Option(False, "--offcpu", help="Off-CPU graph from sched_switch samples: width = time blocked, root = wait reason."),
-    pid: bool = typer.Option(False, "--pid", help="Root frames are 'comm-PID' (one tower per process)."),
-    tid: bool = typer.Option(False, "--tid", help="Root frames are 'comm-PID/TID' (one tower per thread)."),
-    pools: bool = typer.Option(False, "--pools", help="One root frame per thread pool (grpc-server-3 -> grpc-server)."),
-    only_pid: list[int] = typer.Option(None, "--only-pid", help="Keep samples of this process id (repeatable)."),
-    only_tid: list[int] = typer.Option(None, "--only-tid", help="Keep samples of this thread id (repeatable)."),
+    by: str = typer.Option("comm", "--by", help="Root frames: comm (thread name, default), pool (grpc-server-3 -> grpc-server), process (comm-PID) or thread (comm-PID/TID)."),
+    pools: bool = typer.Option(False, "--pools", help="Same as --by pool."),
+    only_pid: list[int] = typer.Option(None, "--pid", "--only-pid", help="Keep samples of this process id (repeatable)."),
+    only_tid: list[int] = typer.Option(None, "--tid", "--only-tid", help="Keep samples of this thread id (repeatable)."),
     t_from: str = typer.Option(None, "--from", help="Start of the time range: 12.5s after capture start, or @MONOTONIC seconds."),
     t_to: str = typer.Option(None, "--to", help="End of the time range (same forms as --from)."),
     event: str = typer.Option(None, "--event", help="Event to keep (default: the first one in the input); for pprof, the sample type (cpu, goroutine, inuse_space...)."),
@@ -78,6 +82,12 @@ def command(
     width: int = typer.Option(1200, "--width", help="Image width in pixels."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
 ) -> None:
+    if by not in GROUPINGS:
+        raise UsageError(f"--by {by!r}: use one of {', '.join(GROUPINGS)}")
+    if pools and by not in ("comm", "pool"):
+        raise UsageError(f"--pools and --by {by} disagree: give one of them")
+    pools = pools or by == "pool"
+    pid, tid = by == "process", by == "thread"
     if compat not in COMPAT_MODES:
         raise UsageError(f"--compat must be one of {', '.join(COMPAT_MODES)}")
     svg = svg_options(width, min_width, inverted)

@@ -54,7 +54,7 @@ def command(
     units_latency: str = typer.Option("us", "--units-latency", "--unitslatency", help="Unit of the latency column (pairs) and of --min/--max/--step-lat (s, ms, us, ns)."),
     title: str = typer.Option(None, "--title", help="Title text."),
     cpu: bool = typer.Option(False, "--cpu", help="Sub-second offset heatmap of CPU samples instead (FlameScope-style)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite the output file."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
 ) -> None:
     if by not in BY:
         raise UsageError(f"--by {by!r}: use one of {', '.join(BY)}")

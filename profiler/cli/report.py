@@ -6,7 +6,10 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli._common import Progress, check_output, write_output, wrote
+from profiler.errors import UsageError
+from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import analysis_of, default_report, pick_format, render
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
@@ -34,20 +37,28 @@ def render_after_capture(bundle_dir: Path) -> None:
 
 def command(
     bundle: Path = typer.Argument(..., help="A capture bundle directory."),
-    format: str = typer.Option(None, "--format", "-f", help="html, md, json or text (default: from -o's extension, else text)."),
+    format: str = typer.Option(None, "--format", help="html, md, json or text (default: from -o's extension, else text)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+    json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
 ) -> None:
+    if json_out:
+        if format not in (None, "json"):
+            raise UsageError(f"--json and --format {format} disagree: give one of them")
+        format = "json"
     fmt = pick_format(format, output)
     if output is not None:
         check_output(output, force)
-    analysis = analysis_of(bundle)
-    text = render(analysis, fmt)
-    if fmt not in ("text", "txt", "terminal") or output is not None:
-        # the text summary lists them already; other formats (and files) get them on stderr
-        warn = Progress().warn
-        for w in analysis.reading_warnings:
-            warn(w)
+    if is_cluster_bundle(bundle):
+        text = cluster_report.report(bundle, fmt)
+    else:
+        analysis = analysis_of(bundle)
+        text = render(analysis, fmt)
+        if fmt not in ("text", "txt", "terminal") or output is not None:
+            # the text summary lists them already; other formats (and files) get them on stderr
+            warn = Progress().warn
+            for w in analysis.reading_warnings:
+                warn(w)
     write_output(text, output, force)
     wrote(output, fmt)
 

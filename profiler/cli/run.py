@@ -26,7 +26,7 @@ def command(
     load: list[str] = typer.Argument(None, help="The load command, after --."),
     pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several."),
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write."),
-    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output directory."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
     duration: str = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most."),
     frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
     call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),

@@ -1,1 +1,1 @@
-"""The bundled demo workload (see workload.py), started by `profiler demo`."""
+"""The bundled demo workload (demo layer; see workload.py), started by `profiler demo`."""

@@ -1,4 +1,4 @@
-"""The demo workload: a multi-threaded process with named thread pools and a known mix of waits.
+"""The demo workload (demo layer, a standalone script): a multi-threaded process with named thread pools and a known mix of waits.
 
 Pools (thread names as /proc shows them, like a database server's):
 

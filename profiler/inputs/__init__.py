@@ -1,4 +1,4 @@
-"""The inputs layer: one reader per input format, behind one small interface (see docs/inputs.md).
+"""One reader per input format, behind one small interface (inputs layer; docs/inputs.md).
 
 Each format module declares a ``FORMAT`` (its name, and ``sniff``: a test of the first 64 KiB,
 decompressed when gzip) and functions that open a :class:`~profiler.inputs.source.Source` and

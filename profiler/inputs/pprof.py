@@ -1,5 +1,6 @@
-"""pprof profiles (profile.proto, gzip or plain), as Go's net/http/pprof and the TiDB, PD and
-TiKV status ports serve them (inputs layer).
+"""pprof profiles, profile.proto gzip or plain (inputs layer).
+
+As Go's net/http/pprof and the TiDB, PD and TiKV status ports serve them.
 
 The protobuf wire format is decoded here directly (no generated code, no dependency): a
 message is a run of fields, each a varint key ``field_number << 3 | wire_type`` followed by a

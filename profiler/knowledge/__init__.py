@@ -1,4 +1,4 @@
-"""What we know about TiKV, TiDB, PD and common runtimes (analyzers layer, pure data and functions).
+"""What we know about TiKV, TiDB, PD and common runtimes (core layer, pure data and functions).
 
 Thread names on Linux are cut to 15 bytes, so TiKV's ``unified-read-pool-3`` shows as
 ``unified-read-po``; the tables below use the names as /proc shows them.

@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from profiler.analyzers.io import heatmap as heatmap_model
 from profiler.analyzers.io.heatmap import Heatmap, LatencyHeatmap, fmt_latency
-from profiler.analyzers.io.stats import IoAnalysis
 from profiler.analyzers.stacks.subsecond import SubsecondHeatmap
 from profiler.renderers import jinja_env
 
@@ -303,15 +301,3 @@ class SubsecondHeatmapSvg:
 
 LATENCY = LatencyHeatmapSvg()
 SUBSECOND = SubsecondHeatmapSvg()
-
-
-def render_io(analysis: IoAnalysis, *, by: str = "op", log: bool = True, colour: str = "log",
-              title: str = "Block IO latency heatmap", standalone: bool = True) -> str:
-    svg = LATENCY.render(heatmap_model.from_io(analysis, by=by, log=log), HeatmapOptions(title=title, colour=colour))
-    return svg if standalone else svg.split("?>", 1)[1].lstrip()
-
-
-def render_svg(model: IoAnalysis | SubsecondHeatmap) -> str:
-    if isinstance(model, SubsecondHeatmap):
-        return SUBSECOND.render(model)
-    return render_io(model)

@@ -1,4 +1,4 @@
-"""What changed between two captures: the differential flame graph (use case).
+"""What changed between two captures: the differential flame graph (usecases layer).
 
 `diff_flamegraph` is the step other parts of the verb (verdict and metric deltas) can call.
 """

@@ -1,5 +1,6 @@
-"""One flame graph (or folded stacks) from any stack input: a bundle, perf.data, perf script
-text, folded stacks or a pprof profile (use case).
+"""One flame graph (or folded stacks) from any stack input (usecases layer).
+
+Inputs: a bundle, perf.data, perf script text, folded stacks or a pprof profile.
 
 Composes the readers of profiler.inputs, the stack analyzers (folding, off-CPU, the tree) and
 the SVG renderer. No option parsing, no terminal output: progress goes to the callback given.

@@ -1,5 +1,6 @@
-"""An IO latency heatmap from block events or `time latency` pairs, or the sub-second heatmap of
-CPU samples (use case).
+"""An IO latency heatmap, or the sub-second heatmap of CPU samples (usecases layer).
+
+IO latency from block events or `time latency` pairs.
 
 Composes the block readers of profiler.inputs (bundle member, perf.data read directly or
 through `perf script`, ftrace / perf script text, HeatMap pairs), pairing and the IO

@@ -1,4 +1,4 @@
-"""Analyze a capture bundle and render its report (use case): what analyze, report, attach and run share.
+"""Analyze a capture bundle and render its report (usecases layer): what analyze, report, attach and run share.
 
 The analysis holds its pictures as the models the renderers draw (FlameGraph, LatencyHeatmap,
 SubsecondHeatmap), so renderers never see a bundle or run an analyzer.
