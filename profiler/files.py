@@ -1,4 +1,4 @@
-"""Writing an output file safely (layer 0: imports only profiler.errors). Every writer goes through here.
+"""Writing an output file safely (core layer: imports only profiler.errors); every writer goes through here.
 
 The rules (docs/cli.md#outputs):
 

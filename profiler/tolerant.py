@@ -1,4 +1,4 @@
-"""Tolerant, accounted reading of text and gzip bytes (layer 0: imports nothing of ours).
+"""Tolerant, accounted reading of text and gzip bytes (core layer: imports nothing of ours).
 
 Every text or gzip input goes through :class:`TolerantReader`: standalone inputs (through
 ``profiler.inputs``) and bundle members (through ``profiler.bundle.Bundle``). It never raises on

@@ -1,4 +1,4 @@
-"""Untrusted names made safe to print (layer 0: imports nothing of ours).
+"""Untrusted names made safe to print (core layer: imports nothing of ours).
 
 Thread names, function names, paths, host names and every other string that comes from a
 capture (or from another machine's bundle) may hold anything but NUL: a thread can name itself

@@ -32,7 +32,8 @@ VERSION = 2
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
     "pending", "running", "ok", "partial", "failed", "skipped",
 )
-STATUSES = (PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED)
+STATUSES = (PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED)  # a collector's
+BUNDLE_STATUSES = (RUNNING, OK, PARTIAL, FAILED)  # the capture's as a whole
 
 
 @dataclass
@@ -227,7 +228,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("LoadInfo", "exit_code"): (-(1 << 31), (1 << 31) - 1),
 }
 _LIST_RANGES: dict[tuple[str, str], tuple[float, float]] = {("TargetInfo", "cpus_allowed"): (0, _CPU_MAX)}
-_STATUS_FIELDS = {("Manifest", "status"), ("CollectorRecord", "status")}
+_STATUS_FIELDS = {("Manifest", "status"): BUNDLE_STATUSES, ("CollectorRecord", "status"): STATUSES}
 # keys the analysis reads inside free-form objects: key -> (types, lowest, highest)
 _NUM = (int, float)
 _KNOWN_KEYS: dict[tuple[str, str], dict[str, tuple[tuple[type, ...], float, float]]] = {
@@ -335,8 +336,9 @@ def _value(owner: tuple[str, str], hint: Any, v: Any, where: str) -> Any:
     if hint is str:
         if not isinstance(v, str):
             raise _bad(where, "a string", v)
-        if owner in _STATUS_FIELDS and v not in STATUSES:
-            raise BundleError(f"manifest field {where} is an unknown status {v[:40]!r} (one of {', '.join(STATUSES)})")
+        words = _STATUS_FIELDS.get(owner)
+        if words is not None and v not in words:
+            raise BundleError(f"manifest field {where} is an unknown status {v[:40]!r} (one of {', '.join(words)})")
         return v
     raise BundleError(f"manifest field {where} has an unexpected type")  # pragma: no cover - a model bug
 
