@@ -148,10 +148,11 @@ class Collapser:
         self._blocks(text[:cut])
 
     def close(self) -> dict[str, int]:
-        """Fold whatever is left (a last sample without its blank line counts, as in the reference)."""
+        """Fold whatever is left: a last sample without its blank line counts, as in inferno
+        (stackcollapse-perf.pl folds a sample only at a blank line: ``--compat perl`` drops it)."""
         rest, self._rest = self._rest, ""
         rest = rest.rstrip("\n")
-        if rest:
+        if rest and not self._oversized and not self._perl:
             self._blocks(rest)
         return self.counts
 
