@@ -278,7 +278,8 @@ class _Target:
                 self.tmp = None
                 return
             raise OutputExists(f"{self.where} appeared while it was being written: pass --force to replace it") from None
-        # the new name is in place: the temporary one goes (in _discard)
+        os.unlink(self.tmp, dir_fd=dfd)  # the new name is in place: the temporary one goes
+        self.tmp = None
 
     def abort(self, fh: IO[bytes] | None) -> None:
         if fh is not None:

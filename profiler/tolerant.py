@@ -29,6 +29,7 @@ Readers count what they skip (lines that do not parse) into the same log in bulk
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -36,14 +37,14 @@ from typing import IO, Any
 
 __all__ = [
     "BOMB_FLOOR", "BOMB_RATIO", "CHUNK", "GZIP_MAGIC", "LINE_LIMIT", "ReadLog", "TolerantReader", "open_tolerant",
-    "human_bytes",
+    "human_bytes", "squeeze_blank_lines",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20  # bytes inflated (or read) at a time
 LINE_LIMIT = 16 << 20  # a text line longer than this is not text: reading stops
 BOMB_RATIO = 200  # inflating beyond this ratio (real captures: 10-60x; gzip of zeros: 230-1030x) ...
-BOMB_FLOOR = 1 << 30  # ... past this many bytes stops the reading
+BOMB_FLOOR = 16 << 20  # ... past this many bytes stops the reading
 _RAW_CHUNK = 256 << 10  # compressed bytes fed to zlib at a time
 
 
@@ -381,6 +382,7 @@ class TolerantReader(io.RawIOBase):
             self._run += len(data)
         elif self._run + nl > self.line_limit:
             self._run += nl
+            data = data[:nl]  # nothing after the over-long line is delivered
         else:
             self._run = len(data) - data.rfind(b"\n") - 1
         if self._run > self.line_limit:
@@ -389,6 +391,15 @@ class TolerantReader(io.RawIOBase):
                           "reading stopped there")
             self._done = True
         return data
+
+
+_BLANKS = re.compile(r"\n{3,}")
+
+
+def squeeze_blank_lines(text: str) -> str:
+    """Runs of blank lines as one blank line (call only when ``"\n\n\n" in text``: the test is
+    the cheap part)."""
+    return _BLANKS.sub("\n\n", text)
 
 
 def open_tolerant(raw: IO[bytes], log: ReadLog, *, text: bool = True, head: bytes = b"",

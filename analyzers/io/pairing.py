@@ -173,6 +173,8 @@ class BlockPairer:
         if per_kind[MERGE]:
             ev = ev[kind != MERGE]
             owned = True
+            if not len(ev):  # a batch of merges only: nothing to pair
+                return
         nodata = ev["nr"] == 0
         if nodata.any():
             if not owned:

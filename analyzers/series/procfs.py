@@ -216,7 +216,9 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     events: list[dict[str, Any]] = []
     bad = 0
     for line in lines:
-        if not line.strip():
+        if not line.startswith("{"):  # every record is an object: anything else is damage (cheaply)
+            if line.strip():
+                bad += 1
             continue
         try:
             rec = json.loads(line)

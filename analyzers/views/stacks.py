@@ -26,6 +26,7 @@ from profiler.inputs import bundles, perfscript
 from profiler.inputs.folded import parse_folded
 from profiler.inputs.streams import iter_decoded
 from profiler.knowledge import pool_of
+from profiler.tolerant import squeeze_blank_lines
 
 # The off-CPU flame graph in the report is built from at most this many switches: a lock storm
 # records hundreds of thousands a second, and the report must come back in seconds.
@@ -50,6 +51,8 @@ def _lines(chunks: Iterable[str], collapser: folding.Collapser) -> Iterator[str]
     rest = ""
     for chunk in chunks:
         collapser.feed(chunk)
+        if "\n\n\n" in chunk:  # a run of blank lines is one sample separator: no step per line
+            chunk = squeeze_blank_lines(chunk)
         lines = (rest + chunk).split("\n")
         rest = lines.pop()
         yield from lines
