@@ -10,7 +10,6 @@ them apart by whether the thread also works), epoll/poll/accept/recv is waiting 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,7 +194,7 @@ def _flatten(prefix: str, obj: Any, out: dict[str, float]) -> None:
         return
     elif isinstance(obj, int | float):
         f = float(obj)
-        if math.isfinite(f):
+        if abs(f) < MAX_VALUE:
             out[prefix] = f
 
 
@@ -277,10 +276,14 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     )
 
 
+MAX_TIME = 1e10  # CLOCK_MONOTONIC seconds (since boot): three centuries is no uptime
+MAX_VALUE = float(1 << 63)  # counters are 64-bit: a larger number is damage
+
+
 def _finite(v: Any) -> float:
-    """A time: a finite number (ValueError otherwise)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(float(v)):
-        raise ValueError("not a finite number")
+    """A time: a number 0 <= t < MAX_TIME (ValueError otherwise: the record is damaged)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= float(v) < MAX_TIME:
+        raise ValueError("not a monotonic time")
     return float(v)
 
 
@@ -314,7 +317,7 @@ def _num(v: Any) -> float:
             f = float(v)
         except OverflowError:
             return np.nan
-        return f if math.isfinite(f) else np.nan
+        return f if abs(f) < MAX_VALUE else np.nan  # (NaN and infinities too)
     return np.nan
 
 

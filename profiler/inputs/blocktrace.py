@@ -471,8 +471,8 @@ _OPCHARS = np.frombuffer(b"WDEFRN", _U8)
 def parse_line(line: bytes, comms: CommTable) -> tuple[Any, ...] | None:
     """The regular-expression path for lines the vectorised reader refused."""
     m = _SLOW.match(line)
-    if not m:
-        return None
+    if not m or any(len(m.group(g) or b"") > 20 for g in ("ts", "maj", "min", "bytes", "sector", "nr")):
+        return None  # no field of a block event has that many digits: a damaged line
     kind = {b"issue": ISSUE, b"complete": COMPLETE, b"requeue": REQUEUE, b"merge": MERGE}[m.group("ev")]
     rwbs = m.group("rwbs").decode("ascii", "replace")
     pre_flush = len(rwbs) >= 2 and rwbs[0] == "F" and rwbs[1] in "WDEFRN"
@@ -482,7 +482,7 @@ def parse_line(line: bytes, comms: CommTable) -> tuple[Any, ...] | None:
     flags |= FLAG_PREFLUSH if pre_flush else 0
     flags |= FLAG_FUA if "F" in rwbs[1 + pre_flush :] else 0
     tm = _SLOW_TID.search(m.group("prefix") + b" ")
-    tid = int(tm.group(1)) if tm else -1
+    tid = int(tm.group(1)) if tm and len(tm.group(1)) <= 10 else -1
     comm = 0
     rest = m.group("rest")
     if kind in (ISSUE, MERGE):

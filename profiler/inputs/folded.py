@@ -53,7 +53,7 @@ def parse_folded(lines: Iterable[str], log: ReadLog | None = None) -> dict[str, 
     get = out.get
     bad = 0
     for block in _blocks_of(lines):
-        for line in block.splitlines():
+        for line in block.split("\n"):  # not splitlines(): \x1c, \x85, \u2028 are no line ends here
             stack, _, count = line.rpartition(" ")
             try:
                 value = int(count) if len(count) <= 20 else -1
