@@ -428,6 +428,9 @@ def test_folded_file_whose_first_line_is_over_64_kib(tmp_path: Path, capsys: pyt
     assert code == 0 and again == folded, err
     (tmp_path / "deep.folded.gz").write_bytes(gzip.compress(folded.encode()))
     assert run(capsys, "flamegraph", str(tmp_path / "deep.folded.gz"), "--folded")[1] == folded
+    # and drawn: a stack 20,000 frames deep is built in time linear in its depth
+    code, _, err = run(capsys, "flamegraph", str(tmp_path / "deep.folded"), "-o", str(tmp_path / "deep.svg"))
+    assert code == 0 and "20,003 frames drawn" in err, err  # root, comm, 20,000 frames, the shallow one
 
 
 def test_one_bad_line_in_a_folded_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

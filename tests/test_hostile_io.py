@@ -143,16 +143,21 @@ def test_trailing_garbage_is_ignored_and_noted_zero_padding_silently() -> None:
     assert out == TEXT and log.clean
 
 
-def test_corrupt_deflate_keeps_what_came_before() -> None:
-    text = os.urandom(1 << 16).hex().encode()  # little redundancy: a damaged block stays local
+@pytest.mark.parametrize("seed", range(8))
+def test_corrupt_deflate_keeps_what_came_before(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    text = rng.randbytes(1 << 16).hex().encode()  # little redundancy: a damaged block stays local
     gz = bytearray(gzip.compress(text))
-    gz[len(gz) // 2 : len(gz) // 2 + 8] = b"\xff" * 8
+    at = rng.randrange(len(gz) // 4, len(gz) * 3 // 4)
+    gz[at : at + 8] = rng.randbytes(8)
     out, log = read(bytes(gz))
     assert log.damage, "the damage must be noted"
-    if "corrupt" in log.damage[0]:  # inflate refused the block: everything before it came out, intact
-        assert len(out) > len(text) // 4 and text.startswith(out)
-    else:  # the block inflated to something else: the CRC says so
-        assert "CRC" in log.damage[0]
+    if "corrupt" in log.damage[0]:  # inflate refused a block: everything before it came out, intact
+        assert text.startswith(out)
+    else:  # the block inflated to something else (the CRC says so), or the stream ended early
+        assert "CRC" in log.damage[0] or log.damage[0].startswith("truncated"), log.damage
 
 
 def test_crlf_is_folded_also_across_chunk_ends() -> None:

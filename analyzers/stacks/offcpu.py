@@ -19,8 +19,8 @@ from profiler.knowledge import pool_of
 
 __all__ = ["OffCpuStats", "offcpu_by_reason", "offcpu_folded", "pool_roots", "wait_reason"]
 
-_PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d+) .*?prev_state=(?P<state>\S+)")
-_NEXT = re.compile(r"next_comm=(?P<comm>.*?) next_pid=(?P<pid>-?\d+)")
+_PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d{1,10}) .*?prev_state=(?P<state>\S+)")
+_NEXT = re.compile(r"next_comm=(?P<comm>.*?) next_pid=(?P<pid>-?\d{1,10})\b")
 
 # Wait reasons from the blocked thread's kernel stack (leaf first), first match wins.
 _REASONS: list[tuple[str, tuple[str, ...]]] = [

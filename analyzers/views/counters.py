@@ -8,12 +8,12 @@ they took. A perf-backend bundle from an older version has syscalls-rate.csv ins
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 
 from profiler.analyzers.series import perfstat
 
 from profiler.bundle import Bundle, members
+from profiler.inputs.bundles import csv_rows
 
 
 def read_stat(bundle: Bundle) -> perfstat.PerfStat | None:
@@ -51,9 +51,10 @@ def _float(text: str | None, blank: float | None) -> float | None:
     if text == "":
         return blank
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         return None
+    return v if abs(v) < 1e18 else None  # NaN, infinities and absurd counts: the row is unreadable
 
 
 def _row(raw: dict[str, str]) -> SyscallRow:
@@ -70,8 +71,10 @@ def read_syscalls(bundle: Bundle) -> Syscalls | None:
     """The syscalls members the capture holds, or None when it has neither."""
     out = Syscalls()
     if bundle.has(members.SYSCALLS):
-        rows = [_row(r) for r in csv.DictReader(bundle.iter_lines(members.SYSCALLS))]
-        bundle.log(members.SYSCALLS).skip(sum(1 for r in rows if r.time is None or r.count is None), "unreadable rows")
+        parsed = list(csv_rows(bundle.iter_lines(members.SYSCALLS)))
+        rows = [_row(r) for r in parsed if r is not None]
+        bad = len(parsed) - len(rows) + sum(1 for r in rows if r.time is None or r.count is None)
+        bundle.log(members.SYSCALLS).skip(bad, "unreadable rows")
         out.rows = rows
     if bundle.has(members.SYSCALLS_RATE):
         out.rate = perfstat.parse(bundle.iter_lines(members.SYSCALLS_RATE))

@@ -77,7 +77,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
 
 # --------------------------------------------------------------------------- off-CPU
 
-_HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
+_HEADER_TID = re.compile(r"\s(\d{1,10})(?:/(\d{1,10}))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
 
 FutexStacks = dict[int, dict[tuple[str, ...], int]]  # tid -> raw frame lines -> switch-outs
 

@@ -352,6 +352,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise BundleError(f"manifest field {where + '.' if where else ''}{f.name} is missing")
             continue
         kwargs[f.name] = _value((cls.__name__, f.name), hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
     return cls(**kwargs)

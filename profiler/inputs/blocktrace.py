@@ -137,7 +137,7 @@ _U8 = np.uint8
 _ANCHOR = np.frombuffer(b"block_rq_", _U8)
 _POW10F = np.array([10.0**i for i in range(20)])
 _NAME_LEN = {ISSUE: 5, COMPLETE: 8, REQUEUE: 7, MERGE: 5}
-_LOST = re.compile(rb"\[LOST (\d+) EVENTS\]")
+_LOST = re.compile(rb"\[LOST (\d{1,18}) EVENTS\]")
 _SLOW = re.compile(
     rb"^\s*(?P<prefix>.*?)\s(?P<ts>\d+\.\d+):\s+(?:block:)?block_rq_(?P<ev>issue|complete|requeue|merge):\s+"
     rb"(?P<maj>\d+),(?P<min>\d+)\s+(?P<rwbs>\S*)\s+(?:(?P<bytes>\d+)\s+)?\((?P<cmd>.*?)\)\s+"

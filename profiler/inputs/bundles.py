@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from profiler.bundle import Bundle, members
@@ -26,7 +26,8 @@ from profiler.tolerant import ReadLog
 
 __all__ = [
     "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
-    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "read_intervals",
+    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "csv_rows",
+    "read_intervals",
 ]
 
 FORMAT = BUNDLE
@@ -89,13 +90,30 @@ def collector_note(bundle: Bundle, name: str) -> list[str]:
     return []
 
 
+def csv_rows(lines: Iterable[str]) -> Iterator[dict[str, str] | None]:
+    """The rows of a CSV member as dicts (the first line names the columns); None for a row the
+    csv module refuses (a field over its 128 KiB limit, a NUL byte), and the reading goes on."""
+    reader = csv.DictReader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            yield None
+            continue
+        yield row
+
+
 def read_intervals(lines: Iterable[str], log: ReadLog | None = None) -> dict[tuple[int, int], float]:
     """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped
     (and counted in ``log``)."""
     out: dict[tuple[int, int], float] = {}
     bad = 0
-    for row in csv.DictReader(lines):
+    for row in csv_rows(lines):
         try:
+            if row is None:
+                raise ValueError("not CSV")
             off, on = float(row["off"]), float(row["on"])
             if not (math.isfinite(off) and math.isfinite(on)):
                 raise ValueError("not finite")

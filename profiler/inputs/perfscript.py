@@ -167,6 +167,7 @@ def _is_comment(line: str) -> bool:
 
 
 LINE_LIMIT = 64 << 10  # longer lines are neither headers nor frames (and the regexes stay linear)
+MAX_FRAMES = 1 << 16  # frames kept per sample (perf's deepest call chain is perf_event_max_stack, <= 65535)
 
 
 def _int(text: str) -> int:
@@ -295,7 +296,8 @@ def _samples(lines: Iterable[str]) -> Iterator[Sample | None]:
             continue
         frame = parse_frame(line) if line[0] in " \t" else None
         if frame is not None:
-            current.frames.append(frame)
+            if len(current.frames) < MAX_FRAMES:  # a deeper "stack" is damage: memory stays bounded
+                current.frames.append(frame)
             continue
         # A header with no blank line before it: stack-less tracepoint samples and side-band
         # records come one per line (padded comms start with spaces), and cut-and-pasted files
