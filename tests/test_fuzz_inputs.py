@@ -17,6 +17,7 @@ case and the mutation, and keeps the input under the test's tmp_path.
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
@@ -172,7 +173,7 @@ def _poke(rng: random.Random, node: Any, depth: int = 0) -> None:
     if isinstance(child, dict | list) and child and depth < 6 and rng.random() < 0.7:
         _poke(rng, child, depth + 1)
     else:
-        node[k] = rng.choice(WEIRD)
+        node[k] = copy.deepcopy(rng.choice(WEIRD))  # a copy: later pokes must not reach the shared value
 
 
 TEXT_MUTATIONS: tuple[Mutation, ...] = (bit_flips, truncate, splice, duplicate_lines, delete_lines, huge_numbers,
