@@ -12,15 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from profiler.analyzers.io import heatmap, hist_heatmap
+from profiler.analyzers.load import analysis as loadmod
 from profiler.analyzers.series import timeline as tlmod
-from profiler.analyzers.stacks import flame, subsecond
+from profiler.analyzers.stacks import flame, ranges, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
+from profiler.analyzers.views.window import cut
 
 from profiler import __version__
 from profiler.bundle import Bundle, Manifest, members
+from profiler.progress import Progress
 
 SCHEMA = "profiler.report"
 VERSION = 1
@@ -49,6 +53,8 @@ class Analysis:
     warnings: list[str]
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
+    devices: dict[str, str] = field(default_factory=dict)  # 'major:minor' -> block device name (vda)
+    load: loadmod.LoadAnalysis | None = None  # the load next to the capture (docs/load.md)
     reading: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated
 
     @property
@@ -78,6 +84,7 @@ class Analysis:
             "sources": md["sources"], "unsupported_counters": md["unsupported_counters"],
             "timeline": self.timeline.to_dict(),
             "health": [vars(h) for h in self.health],
+            "load": self.load.to_dict(self.bundle) if self.load is not None else None,
             "reading": self.reading,
             "warnings": self.warnings,
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
@@ -130,11 +137,18 @@ def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
                                 subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
                                 notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
     notes = []
+    part = ""
+    if off.sampled is not None:
+        kept, total = off.sampled
+        part = " (a uniform sample of the switches)"
+        notes.append(f"stacks of {kept:,} of the targets' {total:,} switch-outs, a uniform sample over the "
+                     "capture (the collector's bound on symbolizing); widths are those switches' blocked time")
     if off.limited:
-        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches of the capture "
+        part = " (first part of the capture)"
+        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches in the bundle "
                      f"(`profiler flamegraph BUNDLE --offcpu` draws them all)")
     return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool"
-                            + (" (first part of the capture)" if notes else ""), unit="us", notes=notes)
+                            + part, unit="us", notes=notes)
 
 
 def _io_trace_heatmap(v: BundleViews) -> heatmap.LatencyHeatmap | None:
@@ -225,14 +239,86 @@ def _members_of(collector: str, files: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- the analysis
 
 
-def analyze(bundle: Bundle) -> Analysis:
-    """Everything the reports need, from one bundle. Never raises on missing or partial inputs."""
-    return analyze_views(read_views(bundle))
+def analyze(bundle: Bundle, progress: Progress | None = None) -> Analysis:
+    """Everything the reports need, from one bundle. Never raises on missing or partial inputs.
+    ``progress`` hears each step (reading the members, then each stage of the analysis)."""
+    return analyze_views(read_views(bundle, progress), progress)
 
 
-def analyze_views(v: BundleViews) -> Analysis:
-    """Everything the reports need, from a bundle's views."""
-    met = metmod.compute(v)
+def _load_panels(tl: tlmod.Timeline, la: loadmod.LoadAnalysis) -> None:
+    """The load's throughput and latency on the timeline's axis, and its warm-up and dips as marks."""
+    pts = [p for p in la.points if p.interval.tps is not None]
+    name = la.tool or "load"
+    if pts:
+        mids = np.asarray([p.mid for p in pts])
+        series = {"transactions/s": (mids, np.asarray([p.interval.tps for p in pts], float))}
+        if any(p.interval.errors for p in pts):
+            series["errors/s"] = (mids, np.asarray([p.interval.errors or 0.0 for p in pts], float))
+        tl.add_points("load_tps", f"Throughput ({name})", "per s", series)
+    key = la.latency_key
+    lat = [p for p in la.points if key is not None and key in p.interval.latency_ms]
+    if lat and key is not None:
+        tl.add_points("load_latency", f"Latency {key} ({name})", "ms",
+                      {key: (np.asarray([p.mid for p in lat]), np.asarray([p.interval.latency_ms[key] for p in lat]))})
+    if tl.t0 is None:
+        return
+    ph = la.phases
+    first = la.points[0].start if la.points else None
+    if ph.warmup_end is not None and first is not None:
+        tl.marks.append(tlmod.Mark(round(first - tl.t0, 3), round(ph.warmup_end - tl.t0, 3), "warmup",
+                                   "warm-up (left out of the verdict)"))
+    for d in ph.dips:
+        tl.marks.append(tlmod.Mark(round(d.start - tl.t0, 3), round(d.end - tl.t0, 3), "dip",
+                                   f"throughput dip: {d.drop:.0%} below {d.level:,.0f}/s"))
+
+
+def _dip_flame(v: BundleViews, a: Analysis) -> None:
+    """The on-CPU flame graph of the load's deepest dip (drop x length): the CPU samples whose
+    time falls in its range, folded as `profiler flamegraph BUNDLE --from --to` would."""
+    la = a.load
+    if la is None or not la.phases.dips or v.cpu is None or not v.cpu.timed:
+        return
+    d = max(la.phases.dips, key=lambda d: d.drop * (d.end - d.start))
+    rel0, rel1 = d.start - la.origin, d.end - la.origin
+    counts: dict[str, int] = {}
+    for t, stack in v.cpu.timed:
+        if d.start <= t < d.end:
+            counts[stack] = counts.get(stack, 0) + 1
+    if not counts:
+        a.missing_artifacts["load_dip_flame"] = f"no CPU samples of the targets between {rel0:.1f} and {rel1:.1f} s"
+        return
+    a.artifacts["load_dip_flame"] = flame.FlameGraph(
+        root=flame.build_tree(counts, min_fraction=0.0005), unit="samples",
+        title=f"On-CPU during the throughput dip, {rel0:.1f}-{rel1:.1f} s",
+        subtitle=f"{sum(counts.values()):,} cpu-clock samples; {d.drop:.0%} below the steady {d.level:,.0f}/s")
+
+
+def _per_transaction(v: BundleViews, la: loadmod.LoadAnalysis, met: metmod.Metrics) -> None:
+    pd = v.proc
+    window = la.phases.window
+    io_by_pid = None
+    if v.io is not None and v.io.events is not None and pd is not None:
+        tids = {t.pid: {s.tid for s in pd.threads_of(t.pid)} | {th.tid for th in t.threads} for t in v.manifest.targets}
+        io_by_pid = loadmod.io_counts(tids, v.io.events.tid, v.io.events.t, window)
+    la.per_tx = loadmod.per_transaction(la, met.targets, io_by_pid, met.window)
+
+
+STAGES = ("metrics", "verdict", "timeline", "pictures", "range flame graphs")
+
+
+def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
+    """Everything the reports need, from a bundle's views. With a load, the verdict covers its
+    steady part (the warm-up left out: analyzers.load.phases); the timeline shows the whole capture."""
+
+    def step(i: int) -> None:
+        if progress is not None:
+            progress(f"analysing {v.root}: {STAGES[min(i, len(STAGES) - 1)]}", i, len(STAGES), "steps")
+
+    step(0)
+    la = loadmod.analyze_load(v.load, v.manifest) if v.load is not None else None
+    window = la.phases.window if la is not None else None
+    met = metmod.compute(cut(v, *window) if window is not None else v)
+    step(1)
     cv = vmod.judge(met)
     m = v.manifest
     pd = v.proc
@@ -245,8 +331,14 @@ def analyze_views(v: BundleViews) -> Analysis:
     srec = m.collector("syscalls")
     events = v.io.events if v.io is not None else None
     hist = v.io.hist if v.io is not None and events is None else None
+    if window is not None and pd is not None:
+        t0 = pd.t0  # the timeline shows the whole capture, warm-up included
+    step(2)
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
                      syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
+    if la is not None:
+        _load_panels(tl, la)
+        _per_transaction(v, la, met)
     health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats),
                      reading=[_read_summary(f, v.reads[f]) for f in _members_of(c.name, c.files) if f in v.reads
                               and _damaged(v.reads[f])])
@@ -254,7 +346,47 @@ def analyze_views(v: BundleViews) -> Analysis:
     warnings = list(met.warnings)
     if m.status != "ok":
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
+    if la is not None:
+        if la.why:
+            warnings.append(f"load: {la.why}")
+        elif la.exit_code:
+            warnings.append(f"load: the load exited with code {la.exit_code}")
     a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
-                 health=health, warnings=list(dict.fromkeys(warnings)), reading=dict(v.reads))
+                 health=health, warnings=list(dict.fromkeys(warnings)), reading=dict(v.reads),
+                 devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()},
+                 load=la)
+    step(3)
     _artifacts(v, a)
+    step(4)
+    _range_stacks(v, a)
+    _dip_flame(v, a)
+    step(len(STAGES))
     return a
+
+
+def _range_stacks(v: BundleViews, a: Analysis) -> None:
+    """The stacks by time bucket behind the HTML report's range flame graphs (cpu_range,
+    offcpu_range), on the timeline's axis; bcc's off-CPU totals have no times: one bucket."""
+    tl = a.timeline
+    cpu_t = [t for t, _ in v.cpu.timed] if v.cpu is not None else []
+    off_t = [t for iv in v.offcpu.timed for t in iv[:2]] if v.offcpu is not None else []
+    t0 = tl.t0 if tl.t0 is not None else min(cpu_t + off_t, default=None)
+    if t0 is None and not (v.offcpu is not None and v.offcpu.bcc):
+        return
+    t0 = t0 or 0.0
+    t1 = t0 + len(tl.t) * tl.step if tl.t else max(cpu_t + off_t, default=t0)
+    try:
+        if v.cpu is not None and v.cpu.timed:
+            cpu = ranges.from_samples(v.cpu.timed, t0, t1)
+            if cpu is not None:
+                a.artifacts["cpu_range"] = cpu
+        if v.offcpu is not None and v.offcpu.timed:
+            off = ranges.from_intervals(v.offcpu.timed, t0, t1)
+        elif v.offcpu is not None and v.offcpu.bcc and v.offcpu.folded:
+            off = ranges.from_totals(v.offcpu.folded, "us")
+        else:
+            off = None
+        if off is not None:
+            a.artifacts["offcpu_range"] = off
+    except Exception as exc:  # noqa: BLE001 - the report falls back to the whole-capture pictures
+        a.warnings.append(f"range flame graphs could not be built: {type(exc).__name__}: {exc}")

@@ -2,12 +2,12 @@
 """Flame graph speed: ours against inferno and perf script, side by side (bench, not a test).
 
 Prints medians of interleaved runs and their ratios for
-  1. folding perf script text: `profiler flamegraph X --folded` vs inferno-collapse-perf
+  1. the whole path perf.data -> SVG: ours vs `perf script` alone and vs
+     `perf script | inferno-collapse-perf | inferno-flamegraph` (goal: ours <= 1.2x perf script),
+  2. folding perf script text: `profiler flamegraph X --folded` vs inferno-collapse-perf
      (its default threads, and one thread),
-  2. drawing the SVG for >= 100K unique stacks: ours vs inferno-flamegraph on the same file,
-  3. the whole post-capture path perf.data -> SVG: ours vs `perf script` alone and vs
-     `perf script | inferno-collapse-perf | inferno-flamegraph`,
-plus peak memory (max RSS) of each.
+  3. drawing the SVG for >= 100K unique stacks: ours vs inferno-flamegraph on the same file,
+plus CPU seconds and peak memory (max RSS) of each.
 
 Input: a big perf.data you recorded from a real server, e.g. MariaDB under sysbench:
 
@@ -15,8 +15,17 @@ Input: a big perf.data you recorded from a real server, e.g. MariaDB under sysbe
 
     python bench/flamegraph.py --perf-data /tmp/big.data [--reps 5]
 
-The perf script text is written next to the perf.data (keep both out of the repository).
-The machine is usually shared: read ratios of medians, not single timings.
+or let the bench record one: it starts its own MariaDB (as bench/overhead.py does), drives it
+with sysbench oltp_read_only and records mariadbd at 9999 Hz with call chains:
+
+    sudo python bench/flamegraph.py --record 60 --perf-data /var/tmp/big.data
+
+inferno (`cargo install inferno`, from crates.io) is looked for in ~/.cargo/bin and on PATH,
+and installed with cargo when it is missing and cargo is there (``--no-install``: never); its
+rows are left out when neither works. The perf script text is written next to the perf.data
+(keep both out of the repository). The machine is usually shared: read ratios of medians, not
+single timings, and the CPU columns (user + system of the whole process tree), which hardly
+depend on the load.
 """
 
 from __future__ import annotations
@@ -125,17 +134,68 @@ def many_stacks(text: Path, work: Path, want: int = 100_000) -> Path:
     return path
 
 
+def find_inferno(install: bool) -> tuple[str, str] | None:
+    """inferno-collapse-perf and inferno-flamegraph, installed with cargo when missing (and allowed)."""
+    def where(tool: str) -> str | None:
+        if (INFERNO / tool).exists():
+            return str(INFERNO / tool)
+        return shutil.which(tool)
+
+    found = where("inferno-collapse-perf"), where("inferno-flamegraph")
+    if None in found and install and (shutil.which("cargo") or (INFERNO / "cargo").exists()):
+        cargo = shutil.which("cargo") or str(INFERNO / "cargo")
+        print("# inferno not found: cargo install inferno ...", file=sys.stderr)
+        subprocess.run([cargo, "install", "--quiet", "inferno"], check=False)
+        found = where("inferno-collapse-perf"), where("inferno-flamegraph")
+    if None in found:
+        return None
+    return found[0], found[1]  # type: ignore[return-value]
+
+
+def record(perf_data: Path, seconds: int) -> None:
+    """A perf.data of a real server: our own MariaDB under sysbench oltp_read_only, 9999 Hz, call chains."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import overhead
+
+    with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-db-", dir="/var/tmp") as tmp:
+        with overhead.mariadb(Path(tmp)) as (server, sock):
+            base = dict(sock=sock, threads=8, tables=4, size=20000)
+            subprocess.run(overhead.sysbench_argv(verb="prepare", seconds=1, **base),  # type: ignore[arg-type]
+                           check=True, stdout=subprocess.DEVNULL)
+            argv = overhead.sysbench_argv(verb="run", seconds=seconds + 15, **base)  # type: ignore[arg-type]
+            argv[1] = "oltp_read_only"
+            load = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+            try:
+                time.sleep(5)
+                subprocess.run(["perf", "record", "-q", "-F", "9999", "-g", "-p", str(server.pid), "-o", str(perf_data),
+                                "--", "sleep", str(seconds)], check=True)
+            finally:
+                load.kill()
+                load.wait()
+
+
+def merged_stacks(data: Path) -> str:
+    from profiler.bundle import perfdata as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            m = pd.merge_samples(data, Path(tmp) / "m.data", by_tid=False)
+        except pd.PerfDataUnsupported as exc:
+            return f"not merged ({exc})"
+    return f"{m.samples:,} samples, {m.written:,} distinct stacks symbolized ({m.samples / max(m.written, 1):.1f}x fewer)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--perf-data", type=Path, required=True, help="a big perf.data from a real server")
+    ap.add_argument("--record", type=int, metavar="SECONDS", help="record --perf-data first (root: MariaDB + sysbench)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-install", action="store_true", help="never run cargo install inferno")
     args = ap.parse_args()
-    for tool in ("inferno-collapse-perf", "inferno-flamegraph"):
-        if not (INFERNO / tool).exists() and not shutil.which(tool):
-            raise SystemExit(f"{tool} not found (cargo install inferno)")
-    icollapse = str(INFERNO / "inferno-collapse-perf") if (INFERNO / "inferno-collapse-perf").exists() else "inferno-collapse-perf"
-    igraph = str(INFERNO / "inferno-flamegraph") if (INFERNO / "inferno-flamegraph").exists() else "inferno-flamegraph"
     data = args.perf_data.resolve()
+    if args.record:
+        record(data, args.record)
+    inferno = find_inferno(not args.no_install)
     text = ensure_text(data)
     size_mb = text.stat().st_size / 1e6
     with open(text, "rb") as fh:
@@ -143,9 +203,29 @@ def main() -> int:
     print(f"# flame graph benchmark: {size_mb:.0f} MB of perf script text, {nsamples:,} headers, {args.reps} interleaved runs each")
     print(f"# host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other jobs):")
     print("# wall times are medians, read the ratios; CPU s (user+system, children included) barely depends on load")
+    if inferno is None:
+        print("# inferno not installed (cargo install inferno): its rows are left out")
 
     with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-") as tmp:
         work = Path(tmp)
+        out_svg = work / "whole.svg"
+        cases: dict[str, list[str] | str] = {
+            "perf script > /dev/null": ["perf", "script", "-i", str(data)],
+            "ours: profiler flamegraph perf.data": [*PROFILER, "flamegraph", str(data), "-o", str(out_svg), "--force"],
+        }
+        if inferno is not None:
+            icollapse, igraph = inferno
+            cases["perf script | inferno-collapse | inferno-fg"] = (
+                f"perf script -i {data} 2>/dev/null | {icollapse} | {igraph} > {work / 'inf.svg'}")
+        res = bench(cases, args.reps, shell={"perf script | inferno-collapse | inferno-fg"})
+        report("1. whole path perf.data -> SVG (goal: ours <= 1.2x perf script)", res, "perf script > /dev/null")
+        print(f"ours merges identical stacks before perf script: {merged_stacks(data)}")
+        same = subprocess.run([*PROFILER, "flamegraph", str(data), "--folded"], capture_output=True, check=True).stdout == (
+            subprocess.run([*PROFILER, "flamegraph", str(text), "--folded"], capture_output=True, check=True).stdout)
+        print(f"folded stacks from perf.data (merged) identical to those of its full perf script text: {same}")
+        if inferno is None:
+            return 0
+        icollapse, igraph = inferno
         folded_out = work / "ours.folded"
         res = bench(
             {
@@ -155,7 +235,7 @@ def main() -> int:
             },
             args.reps,
         )
-        report("1. folding perf script text", res, "inferno-collapse-perf (2 threads)", size_mb)
+        report("2. folding perf script text", res, "inferno-collapse-perf (2 threads)", size_mb)
         same = subprocess.run([icollapse, str(text)], capture_output=True, check=True).stdout == (
             subprocess.run([*PROFILER, "flamegraph", str(text), "--folded", "--compat", "inferno"], capture_output=True, check=True).stdout
         )
@@ -170,7 +250,7 @@ def main() -> int:
             },
             args.reps,
         )
-        report(f"2. SVG from {sum(1 for _ in open(many)):,} unique stacks", res, "inferno-flamegraph F.folded")
+        report(f"3. SVG from {sum(1 for _ in open(many)):,} unique stacks", res, "inferno-flamegraph F.folded")
         inproc = []
         for _ in range(args.reps):
             r = subprocess.run([sys.executable, "-c", INPROC, str(many)], capture_output=True, text=True, check=True)
@@ -180,18 +260,6 @@ def main() -> int:
             f"ours in-process (the < 1 s target): read {med[0]:.2f} s + tree {med[1]:.2f} s + render {med[2]:.2f} s"
             f" = {sum(med[:3]):.2f} s; the rest of the CLI's time is Python start-up and imports ({med[3]:.2f} s)"
         )
-
-        out_svg = work / "whole.svg"
-        res = bench(
-            {
-                "perf script > /dev/null": ["perf", "script", "-i", str(data)],
-                "ours: profiler flamegraph perf.data": [*PROFILER, "flamegraph", str(data), "-o", str(out_svg), "--force"],
-                "perf script | inferno-collapse | inferno-fg": f"perf script -i {data} 2>/dev/null | {icollapse} | {igraph} > {work / 'inf.svg'}",
-            },
-            args.reps,
-            shell={"perf script | inferno-collapse | inferno-fg"},
-        )
-        report("3. whole path perf.data -> SVG", res, "perf script > /dev/null")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What a capture costs a real server: sysbench oltp_point_select against MariaDB, with and without profiler.
+"""What a capture costs a real server: sysbench against MariaDB, with and without profiler.
 
 Starts its own MariaDB (a fresh datadir in a temporary directory, 127.0.0.1 on a random free
 port, a unix socket beside it), prepares sysbench tables, then runs pairs back to back:
@@ -9,7 +9,15 @@ with the median throughputs and the server's CPU time per transaction. An "A/A (
 (two runs alone) measures the noise floor: a ratio is only meaningful beyond its spread. On a
 shared host the figures are noisy: use several rounds.
 
+Two cases (``--case``):
+  point-select  oltp_point_select, 4 clients (the default): a CPU-bound server;
+  dense         the event-dense case: oltp_update_non_index with 32 clients on 16 hot rows, a
+                lock-heavy, context-switch-heavy server (row-lock waits, a switch and several
+                syscalls per statement). Its context switches and syscalls per second are
+                measured first (procfs and perf stat, outside the timed pairs) and printed.
+
     sudo python bench/overhead.py --rounds 3 --seconds 10
+    sudo python bench/overhead.py --case dense --only "A/A (none)" --only all --rounds 5 --seconds 10
 """
 
 from __future__ import annotations
@@ -88,8 +96,15 @@ def mariadb(workdir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
             server.wait()
 
 
-def sysbench_argv(sock: str, threads: int, seconds: int, tables: int, size: int, verb: str, rate: int = 0) -> list[str]:
-    return [which("sysbench"), "oltp_point_select", "--db-driver=mysql", f"--mysql-socket={sock}",
+CASES = {  # name -> (sysbench test, clients, tables, rows per table)
+    "point-select": ("oltp_point_select", 4, 4, 20000),
+    "dense": ("oltp_update_non_index", 32, 1, 16),
+}
+
+
+def sysbench_argv(sock: str, threads: int, seconds: int, tables: int, size: int, verb: str, rate: int = 0,
+                  test: str = "oltp_point_select") -> list[str]:
+    return [which("sysbench"), test, "--db-driver=mysql", f"--mysql-socket={sock}",
             "--mysql-user=root", "--mysql-db=sbtest", f"--tables={tables}", f"--table-size={size}",
             f"--threads={threads}", f"--time={seconds}", f"--rate={rate}", "--report-interval=0", verb]
 
@@ -116,6 +131,32 @@ def run_alone(argv: list[str], pid: int) -> tuple[float, float]:
     c0 = cpu_seconds(pid)
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     return parse_tps(out.stdout), cpu_seconds(pid) - c0
+
+
+def switches(pid: int) -> int:
+    """Context switches (voluntary and not) of every thread of a process so far."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/status") as fh:
+            for line in fh:
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
+def event_rates(argv: list[str], pid: int) -> tuple[float, float]:
+    """(context switches/s of the server, syscalls/s of the whole host) during one run alone:
+    the switches from /proc (free), the syscalls from a system-wide perf stat count."""
+    s0, t0 = switches(pid), time.monotonic()
+    load = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    stat = subprocess.run(["perf", "stat", "-a", "-x,", "-e", "raw_syscalls:sys_enter", "--", "sleep", "3"],
+                          capture_output=True, text=True, check=False).stderr
+    load.wait()
+    cs = (switches(pid) - s0) / max(1e-9, time.monotonic() - t0)
+    calls = next((float(f[0]) / 3 for f in (ln.split(",") for ln in stat.splitlines())
+                  if len(f) > 2 and f[0].isdigit()), float("nan"))
+    return cs, calls
 
 
 def collector_cpu(manifest: dict) -> float:  # type: ignore[type-arg]
@@ -152,14 +193,15 @@ def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=sorted(CASES), default="point-select", help="the workload (see above)")
     ap.add_argument("--rounds", type=int, default=3, help="pairs per configuration (default 3)")
     ap.add_argument("--seconds", type=int, default=10, help="sysbench run length (default 10)")
-    ap.add_argument("--threads", type=int, default=4, help="sysbench threads (default 4)")
+    ap.add_argument("--threads", type=int, help="sysbench threads (default: the case's)")
     ap.add_argument("--rate", type=int, default=0,
                     help="fixed sysbench rate (transactions/s; 0 = as fast as it goes). With a fixed rate the "
                          "server's CPU per transaction is the robust figure on a shared host")
-    ap.add_argument("--tables", type=int, default=4)
-    ap.add_argument("--table-size", type=int, default=20000)
+    ap.add_argument("--tables", type=int, help="default: the case's")
+    ap.add_argument("--table-size", type=int, help="default: the case's")
     ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
     ap.add_argument("--only", action="append", default=None,
                     help="configurations to run: all, a collector name, \"all but NAME\", syscalls-trace, "
@@ -185,14 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="profiler-bench-") as tmp:
         work = Path(tmp)
         with mariadb(work) as (server, sock):
-            base = dict(sock=sock, threads=args.threads, tables=args.tables, size=args.table_size)
+            test, threads, tables, size = CASES[args.case]
+            base = dict(sock=sock, threads=args.threads or threads, tables=args.tables or tables,
+                        size=args.table_size or size, test=test)
             subprocess.run(sysbench_argv(verb="prepare", seconds=1, **base), check=True,  # type: ignore[arg-type]
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             load = sysbench_argv(verb="run", seconds=args.seconds, rate=args.rate, **base)  # type: ignore[arg-type]
             run_alone(sysbench_argv(verb="run", seconds=3, **base), server.pid)  # type: ignore[arg-type]  # warm up
+            cs, calls = event_rates(sysbench_argv(verb="run", seconds=5, **base), server.pid)  # type: ignore[arg-type]
+            print(f"# case {args.case}: sysbench {test}, {base['threads']} clients, {base['tables']} table(s) of "
+                  f"{base['size']} rows; alone: {cs:,.0f} server context switches/s, {calls:,.0f} syscalls/s on the host",
+                  flush=True)
             results: dict[str, dict[str, list[float]]] = {
                 c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": [], "own": []} for c in configs}
-            print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench oltp_point_select {args.threads} threads, "
+            print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench {test} {base['threads']} threads, "
                   f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
                   flush=True)
             for r in range(args.rounds):
@@ -224,17 +272,19 @@ def main(argv: list[str] | None = None) -> int:
     if aa.get("ratio"):
         print(f"noise floor (A/A): tps ratios {min(aa['ratio']):.3f}..{max(aa['ratio']):.3f}, "
               f"server CPU/tx ratios {min(aa['cpu_ratio']):.3f}..{max(aa['cpu_ratio']):.3f}")
-    print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'tps ratio':>10s} {'tps cost':>9s} "
-          f"{'server CPU/tx ratio':>20s} {'collectors CPU':>15s}")
+    print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'ratio of medians':>17s} {'tps ratio':>10s} "
+          f"{'tps cost':>9s} {'server CPU/tx ratio':>20s} {'collectors CPU':>15s}")
     for name, res in results.items():
         if not res["ratio"]:
             continue
         ratio = statistics.median(res["ratio"])
         label = "default (all)" if name == "all" else name
+        of_medians = statistics.median(res["profiled"]) / statistics.median(res["alone"])
         print(f"{label:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
-              f"{ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f} "
+              f"{of_medians:17.3f} {ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f} "
               f"{statistics.median(res['own']):13.1f} %")
-    print("(tps ratio: profiled/alone, median of pairs; server CPU/tx ratio: the server's own CPU per transaction, "
+    print("(ratio of medians: median profiled tps / median alone tps; tps ratio: profiled/alone, median of pairs; "
+          "server CPU/tx ratio: the server's own CPU per transaction, "
           "profiled/alone; collectors CPU: what the collectors' own processes used, % of one CPU, during the capture)")
     return 0
 

@@ -277,16 +277,13 @@ class BlockIO(CollectorBase):
     def probe(self, ctx: CaptureContext) -> Probe:
         from profiler.collectors import host
 
-        root = host.tracefs_path()
-        if root is None:
-            if host.tracefs_mounts():
-                return Probe(False, "permission denied: tracefs is mounted but only root can read it", "sudo profiler ...")
-            return Probe(False, "tracefs is not mounted", host.MOUNT_TRACEFS)
-        if not os.access(os.path.join(root, "instances"), os.W_OK):
-            return Probe(False, "permission denied: creating a tracefs instance needs root", "sudo profiler ...")
         for ev in EVENTS:
-            if not host.tracepoint_available(f"block:{ev}"):
-                return Probe(False, f"tracepoint block:{ev} is not available on this kernel")
+            ok, why, fix = host.tracepoint_status(f"block:{ev}")
+            if not ok:
+                return Probe(False, why, fix)
+        root = host.tracefs_path()
+        if root is None or not os.access(os.path.join(root, "instances"), os.W_OK):
+            return Probe(False, "permission denied: creating a tracefs instance needs root", "run profiler as root (sudo)")
         for name in ("cat", "gzip"):
             if tool(name) is None:
                 return Probe(False, f"{name} not found", "apt-get install coreutils gzip")

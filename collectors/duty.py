@@ -24,6 +24,7 @@ from pathlib import Path
 
 DEFAULT_ON = 1.0  # seconds traced...
 DEFAULT_PERIOD = 10.0  # ...out of every period
+POLL = 0.1  # the session polls the collectors (and so reads perf's acks) this often (s)
 
 
 class DutyCycle:
@@ -45,6 +46,7 @@ class DutyCycle:
         self.awaiting: list[int | None] = []  # per command sent, in order: window index of a disable, None for enable
         self.windows: list[list[float]] = []  # [start, end] per traced window
         self.enabled = False
+        self.acked = False  # perf acknowledged the open window's enable
         self.last_start = 0.0
         self.open_at_stop: set[int] = set()
 
@@ -81,6 +83,14 @@ class DutyCycle:
             idx = self.awaiting.pop(0)
             if idx is not None:
                 self.windows[idx][1] = now
+            elif self.enabled and self.windows and not self.acked:
+                # perf acts on an enable only once it is set up (seconds on a loaded host, so a
+                # window counted from the send could close before perf ever traced): the ``on``
+                # seconds run from perf's ack, and the window from one poll before we read it
+                self.acked = True
+                self.last_start = now
+                self.windows[-1][0] = max(self.windows[-1][0], now - POLL)
+                self.windows[-1][1] = now
 
     def _send(self, word: str) -> bool:
         if self.fd is None:
@@ -99,6 +109,7 @@ class DutyCycle:
         if self._send("enable"):
             self.awaiting.append(None)
             self.enabled = True
+            self.acked = False
             self.last_start = now
             self.windows.append([now, now])
 
@@ -114,7 +125,7 @@ class DutyCycle:
         if self.fd is None:
             return
         self._read_acks(t)
-        if self.enabled and t - self.last_start >= self.on:
+        if self.enabled and self.acked and t - self.last_start >= self.on:
             self._disable(t)
         elif not self.enabled and self.windows and t - self.last_start >= self.period:
             self._enable(t)

@@ -1,11 +1,14 @@
 """Facts about this host and a target process (collectors layer): perf, tracefs, events, cgroups, namespaces.
 
-Everything here reads; nothing changes the host. ``profiler doctor`` and the collectors'
-``probe()`` share these checks so that what doctor says is what a capture will do.
+Everything here reads, except ``ensure_tracefs``: as root it mounts tracefs when it is not
+mounted, as perf does. ``profiler doctor`` and the collectors' ``probe()`` share these checks
+(``tracepoint_status`` is the one answer to "can this tracepoint be used, and if not, why and
+what fixes it") so that what doctor says is what a capture will do.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import platform
@@ -148,6 +151,72 @@ def tracefs_path() -> str | None:
         if os.path.isfile(os.path.join(cand, "available_events")) or os.path.isdir(os.path.join(cand, "events")):
             return cand
     return None
+
+
+_mount_error: str | None = None  # why the last ensure_tracefs() could not mount, if it tried
+
+
+def _mount(source: str, target: str, fstype: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(source.encode(), target.encode(), fstype.encode(), 0, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount -t {fstype} {source} {target}: {os.strerror(err)}")
+
+
+def ensure_tracefs() -> tuple[str | None, str | None]:
+    """The readable tracefs directory, mounting it first when it is not mounted and we are root,
+    as perf does (tools/lib/api/fs/tracing_path.c): tracefs at /sys/kernel/tracing, else debugfs
+    at /sys/kernel/debug and its tracing/ directory. Returns (path or None, what was done or None)."""
+    global _mount_error
+    path = tracefs_path()
+    if path is not None or not is_root():
+        return path, None
+    errors = []
+    for source, target, fstype, sub in (("nodev", "/sys/kernel/tracing", "tracefs", ""),
+                                        ("nodev", "/sys/kernel/debug", "debugfs", "tracing")):
+        if fstype == "debugfs" and any(f[2] == "debugfs" for f in _mounts()):
+            continue  # debugfs is there and tracing/ still is not readable: mounting it again will not help
+        try:
+            _mount(source, target, fstype)
+        except OSError as exc:
+            errors.append(exc.strerror or str(exc))
+            continue
+        path = tracefs_path()
+        if path is not None:
+            _mount_error = None
+            if not sub:
+                return path, f"tracefs was not mounted: mounted it at {target} (as perf does)"
+            return path, f"tracefs was not mounted: mounted debugfs at {target} (as perf does); tracing is at {path}"
+    _mount_error = "; ".join(errors) or "no tracing directory appeared"
+    return None, None
+
+
+def _mounts() -> list[list[str]]:
+    text = read_text("/proc/mounts") or ""
+    return [ln.split() for ln in text.splitlines() if len(ln.split()) > 2]
+
+
+def tracepoint_status(event: str) -> tuple[bool, str, str | None]:
+    """Can this tracepoint be used here? (ok, why not, the fix): the one answer doctor and every
+    collector's probe give."""
+    root = tracefs_path()
+    if root is None:
+        mounts = tracefs_mounts()
+        if mounts:
+            return False, f"permission denied: tracefs is mounted at {mounts[0]} but only root can read it", \
+                "run profiler as root (sudo)"
+        if is_root():
+            return False, f"tracefs is not mounted, and mounting it failed ({_mount_error or 'not tried'})", \
+                MOUNT_TRACEFS + " (needs a kernel with CONFIG_TRACING)"
+        return False, "tracefs is not mounted (profiler mounts it when run as root, as perf does)", \
+            "run profiler as root (sudo), or as root: " + MOUNT_TRACEFS
+    if not os.access(os.path.join(root, "events"), os.R_OK | os.X_OK):
+        return False, f"permission denied: {root}/events is readable by root only", "run profiler as root (sudo)"
+    if ":" in event and not tracepoint_available(event):
+        group = event.split(":", 1)[0]
+        return False, f"tracepoint {event} is not in this kernel", \
+            f"a kernel built with the {group} tracepoints (every Debian/Ubuntu/RHEL kernel has them)"
+    return True, "", None
 
 
 def tracepoint_available(event: str) -> bool:

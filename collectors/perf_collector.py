@@ -43,10 +43,12 @@ def perf_probe(ctx: CaptureContext, events: list[str]) -> Probe:
         paranoid = host.perf_event_paranoid()
         if paranoid is None or paranoid > 1 or any(":" in e for e in events):
             return Probe(False, "permission denied: run as root (perf_event_paranoid is "
-                         f"{paranoid}, tracepoints need root)", "sudo profiler ...")
+                         f"{paranoid}, tracepoints need root)", "run profiler as root (sudo)")
     for ev in events:
-        if ":" in ev and not host.tracepoint_available(ev):
-            return Probe(False, f"tracepoint {ev} is not available on this kernel")
+        if ":" in ev:
+            ok, why, fix = host.tracepoint_status(ev)
+            if not ok:
+                return Probe(False, why, fix)
     return Probe(True)
 
 
@@ -71,6 +73,7 @@ class PerfCollector(CollectorBase):
         self.died: str | None = None  # why perf ended before it was asked to
         self.stopping = False
         self.capped: str | None = None  # why perf was stopped before the end of the capture
+        self.child_cpu = 0.0  # CPU seconds of the helpers finish() ran (perf script)
 
     # -- protocol
     def probe(self, ctx: CaptureContext) -> Probe:
@@ -172,9 +175,13 @@ class PerfCollector(CollectorBase):
             lost = lost_from_stderr(stderr)
             if lost:
                 rec.stats["lost"] = lost
-            t1 = time.monotonic()
+            t1, c1 = time.monotonic(), time.thread_time()
+            self.child_cpu = 0.0
             self.finish(ctx, rec, stderr)
             rec.stats["finish_seconds"] = round(time.monotonic() - t1, 3)
+            # what turning perf's output into members cost: this thread plus the helpers it ran
+            rec.stats["finish_cpu_seconds"] = round(time.thread_time() - c1 + self.child_cpu, 3)
+            lost = lost or int(rec.stats.get("lost") or 0)  # finish may count LOST records in perf.data itself
             if rec.status in ("pending", "running"):
                 rec.status = OK
             if self.died:
@@ -204,6 +211,10 @@ class PerfCollector(CollectorBase):
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
         """Turn perf's output into bundle files; set rec.files, rec.stats, maybe rec.status."""
+
+    def add_child_cpu(self, seconds: float) -> None:
+        """A helper finish() ran has ended, having used this much CPU (finish_cpu_seconds)."""
+        self.child_cpu += seconds
 
 
 def pid_list(pids: list[int]) -> str:

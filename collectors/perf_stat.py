@@ -120,6 +120,14 @@ class KernelCounters:
         return [ms, sw, mig, pf, mj]
 
     def run(self, started: float) -> None:
+        """The sampling thread's body: a write error (a full disk) ends the counting and is kept
+        in ``errors`` for stop() to report, instead of escaping the thread."""
+        try:
+            self._run(started)
+        except OSError as exc:
+            self.errors.append(f"writing the counters: {exc.strerror or exc}")
+
+    def _run(self, started: float) -> None:
         self.threads, self.faults = self._read()
         last = started
         with open(self.out, "w", encoding="utf-8") as fh:
@@ -256,6 +264,8 @@ class PerfStat(CollectorBase):
             rec.status, rec.reason = PARTIAL, "no interval was counted (capture shorter than one interval?)"
         elif hw_rec is not None and hw_rec.status not in (OK,):
             rec.status, rec.reason = PARTIAL, f"hardware counters: {hw_rec.reason}"
+        elif c.errors:
+            rec.status, rec.reason = PARTIAL, f"{c.errors[0]}; counted up to then"
         elif not any(c.alive.values()):
             rec.status, rec.reason = PARTIAL, "every target exited during the capture"
         return rec

@@ -129,13 +129,28 @@ class BytesSink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
+def reap(proc: subprocess.Popen[bytes], on_cpu: Callable[[float], None] | None = None) -> int:
+    """Wait for a child and return its exit code; ``on_cpu`` hears the CPU seconds (user + system)
+    it used, from the kernel's own accounting of the reaped child."""
+    if on_cpu is None or proc.returncode is not None:
+        return proc.wait()
+    try:
+        _, status, ru = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped elsewhere
+        return proc.wait()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    on_cpu(ru.ru_utime + ru.ru_stime)
+    return proc.returncode
+
+
 def run_to_file(
     argv: list[str], out: BytesSink, *, timeout: float, stderr_path: Path | None = None,
-    on_chunk: Callable[[bytes], None] | None = None,
+    on_chunk: Callable[[bytes], None] | None = None, on_cpu: Callable[[float], None] | None = None,
 ) -> int:
     """Run a finite helper (perf script) streaming its stdout into ``out``; kill it at ``timeout``.
 
-    ``on_chunk`` sees every block of output on the way (to count samples without parsing lines).
+    ``on_chunk`` sees every block of output on the way (to count samples without parsing lines);
+    ``on_cpu`` the helper's CPU seconds once it has ended.
     """
     err: IO[bytes] | int = subprocess.DEVNULL
     errfh = None
@@ -160,7 +175,7 @@ def run_to_file(
                 if on_chunk is not None:
                     on_chunk(chunk)
                 out.write(chunk)
-            rc = proc.wait()
+            rc = reap(proc, on_cpu)
         finally:
             timer.cancel()
             if proc.poll() is None:

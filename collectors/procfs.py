@@ -5,7 +5,9 @@ Runs in-process on its own thread, needs no perf and no privileges beyond readin
 20 Hz) it reads, for each thread of each target, ``/proc/PID/task/TID/{stat,schedstat}``,
 and for threads that are not running also ``syscall`` and ``wchan``; every ``slow`` tick
 (about 4 Hz) it reads each thread's ``status`` (context switches), the process totals, the
-system (CPU, memory, PSI, disks) and the targets' cgroups. Records stream into
+system (CPU, memory, PSI, disks) and the targets' cgroups; about once a second it reads every
+other process's CPU time and records the top consumers (``top``: who takes the CPU when a
+target waits for one). Records stream into
 ``proc.jsonl.gz`` (format: docs/bundle.md), so memory stays flat however long the capture.
 
 Cost is kept low by holding the per-thread files open and re-reading them with ``pread``
@@ -34,6 +36,8 @@ from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, membe
 
 FILE = members.PROC
 SLOW_HZ = 4.0  # process / system / cgroup / per-thread status records per second
+TOP_HZ = 1.0  # host-wide top CPU consumers (the neighbours that may starve a target) per second
+TOP_N = 8
 _READ = 4096
 
 # --------------------------------------------------------------------------- syscall names
@@ -201,6 +205,38 @@ def read_system(disks: list[str]) -> dict[str, Any]:
         }
     rec["disks"] = dd
     return rec
+
+
+def read_cpu_times(exclude: set[int]) -> dict[int, tuple[int, str]]:
+    """pid -> (utime+stime of the process and its reaped threads, in clock ticks; comm), every process."""
+    out: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if not e.isdigit() or int(e) in exclude:
+            continue
+        text = _raw_read(f"/proc/{e}/stat", 1024)
+        if not text:
+            continue
+        f = parse_stat(text)
+        if not f or len(f) < 13:
+            continue
+        out[int(e)] = (int(f[11]) + int(f[12]), text[text.find("(") + 1:text.rfind(")")])
+    return out
+
+
+def block_devices() -> dict[str, str]:
+    """'major:minor' -> name of every block device (/sys/class/block/*/dev): reports name a disk
+    once (vda), whether a figure came from diskstats, a block trace or a cgroup throttle."""
+    out: dict[str, str] = {}
+    root = "/sys/class/block"
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        dev = _read(f"{root}/{name}/dev")
+        if dev:
+            out[dev.strip()] = name
+    return out
 
 
 def whole_disks() -> list[str]:
@@ -377,6 +413,9 @@ class Sampler:
         self.cg_dirs = {p: _cgroup_dirs(p) for p in self.pids}
         self.disks = whole_disks()
         self.stop_event = threading.Event()
+        self.top_every = max(1, round(self.hz / max(0.1, TOP_HZ)))
+        self._top_prev: dict[int, tuple[int, str]] = {}
+        self._top_t: float | None = None
         raise_fd_limit()
         self.ticks = 0
         self.records = 0
@@ -409,7 +448,7 @@ class Sampler:
             "page_size": os.sysconf("SC_PAGE_SIZE"), "hz": self.hz, "slow_hz": self.hz / self.slow_every,
             "ncpu": os.cpu_count() or 0, "task_delayacct": _int_or_none(_read("/proc/sys/kernel/task_delayacct")),
             "syscall_table": source, "syscall_names": {str(k): v for k, v in sorted(table.items())},
-            "pids": self.pids,
+            "pids": self.pids, "block_devices": block_devices(),
         })
         self.flush()
 
@@ -482,7 +521,24 @@ class Sampler:
             srec = read_system(self.disks)
             srec["t"] = t
             self.emit(srec)
+        if (self.ticks - 1) % self.top_every == 0:
+            trec = self._top_record(t)
+            if trec is not None:
+                self.emit(trec)
         self.flush()
+
+    def _top_record(self, t: float) -> dict[str, Any] | None:
+        """The processes (targets excluded) that used the most CPU since the last call."""
+        cur = read_cpu_times(exclude=set(self.pids))
+        prev, t_prev = self._top_prev, self._top_t
+        self._top_prev, self._top_t = cur, t
+        if t_prev is None:
+            return None
+        used = [(ticks - prev[pid][0], pid, comm) for pid, (ticks, comm) in cur.items()
+                if pid in prev and ticks > prev[pid][0]]
+        used.sort(key=lambda x: (-x[0], x[1]))
+        return {"kind": "top", "t": t, "dt": round(t - t_prev, 6),
+                "procs": [[pid, comm, d] for d, pid, comm in used[:TOP_N]]}
 
     def _thread_record(self, pid: int, th: _Thread, t: float, slow: bool) -> dict[str, Any] | None:
         text = th.read("stat")

@@ -20,7 +20,7 @@ def _leaves(cmd: Any, prefix: str = "") -> dict[str, Any]:
 
 VERBS: dict[str, Any] = _leaves(command())
 # --pid names a target (a filter in flamegraph)
-PID_VERBS = {"attach", "run", "doctor", "flamegraph", "cluster attach", "cluster run"}
+PID_VERBS = {"attach", "run", "sweep", "doctor", "flamegraph", "cluster attach", "cluster run"}
 
 
 def _opts(verb: str) -> dict[str, Any]:

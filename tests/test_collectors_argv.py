@@ -166,6 +166,7 @@ def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
     pairs = offcpu.IntervalWriter(out, pids={11598})
     for line in (SAMPLES / "perf-script-collectors" / "sched-switch-offcpu.txt").read_text().splitlines():
         pairs.feed(line)
+    pairs.close()  # lines are paired in batches: close() writes the last one
     rows = out.getvalue().splitlines()
     assert rows[0] == "tid,comm,off,on,state"
     # 11640 left the CPU sleeping (S) at .660343 and came back at .660903 (from "sleep", pid 11647)

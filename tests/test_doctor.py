@@ -71,4 +71,4 @@ def test_as_non_root_user() -> None:
     assert "Traceback" not in proc.stderr
     assert "uid 65534" in proc.stdout
     if host.tracefs_path():
-        assert "not readable by this user" in proc.stdout
+        assert "only root can read it" in proc.stdout and "-> run profiler as root (sudo)" in proc.stdout

@@ -51,23 +51,27 @@ def test_duty_cycle_sends_enable_and_disable_on_schedule(tmp_path: Path) -> None
 
     try:
         duty.start(100.0)
+        perf_acks(1)  # perf acted on the enable
+        duty.tick(100.3)  # its ack is read: the 1 s runs from here, the window from one poll before
+        duty.tick(101.0)
+        assert duty.windows == [[pytest.approx(100.2), 100.3]] and words == ["enable"]
+        duty.tick(101.3)
+        assert duty.windows == [[pytest.approx(100.2), 101.3]]  # provisional end: the disable is not acknowledged yet
         perf_acks(1)
-        for t in (100.5, 101.0):
+        for t in (101.5, 102.0, 104.0, 104.3):  # the next window opens a period after the first began
             duty.tick(t)
-        assert duty.windows == [[100.0, 101.0]]  # provisional end: the disable is not acknowledged yet
         perf_acks(1)
-        for t in (101.2, 102.0, 103.9, 104.0, 104.5, 105.0):
-            duty.tick(t)
-        perf_acks(1)
-        duty.tick(106.0)  # enable acked; the second disable, sent at 105.0, is not
+        duty.tick(104.4)  # enable acked
+        duty.tick(105.4)  # the second disable, not acknowledged
+        words.extend(_read_fifo(fifo))
         duty.stop(106.5)
         duty.stop(106.9)  # perf ended at 106.9: the unacknowledged window runs to it
     finally:
         duty.cleanup()
     assert words == ["enable", "disable", "enable", "disable"]
-    assert duty.windows == [[100.0, 101.2], [104.0, 106.9]]  # a window ends when perf said it had stopped
+    assert duty.windows == [[pytest.approx(100.2), 101.5], [pytest.approx(104.3), 106.9]]  # a window ends when perf said it had stopped
     st = duty.stats(100.0, 106.9)
-    assert st["sampled"] is True and st["sampled_seconds"] == 4.1 and st["duty"] == round(4.1 / 6.9, 4)
+    assert st["sampled"] is True and st["sampled_seconds"] == 3.9 and st["duty"] == round(3.9 / 6.9, 4)
     assert not fifo.exists() and not ack.exists()
 
 

@@ -56,9 +56,19 @@ def test_folded_gzip_perf_data_and_bundles(tmp_path: Path) -> None:
     data.write_bytes(gzip.decompress((SAMPLES / "block" / "loop-fio.perf.data.gz").read_bytes()))
     assert detect(str(data), STACKS).format is perfdata.FORMAT
     assert detect(str(data), BLOCK_EVENTS).format is perfdata.FORMAT
-    # perf script cannot read a gzipped perf.data: it is not taken for one
-    with pytest.raises(InputError, match="binary"):
-        detect(str(SAMPLES / "block" / "loop-fio.perf.data.gz"), STACKS)
+    # a gzipped perf.data is decompressed to a private file for perf script, removed at close
+    src = detect(str(SAMPLES / "block" / "loop-fio.perf.data.gz"), STACKS)
+    assert src.format is perfdata.FORMAT and src.file.read_bytes() == data.read_bytes()
+    unpacked = src.file
+    src.close()
+    assert not unpacked.exists()
+    cut = tmp_path / "cut.perf.data.gz"
+    cut.write_bytes((SAMPLES / "block" / "loop-fio.perf.data.gz").read_bytes()[:5000])
+    # a cut gzip is decompressed up to the cut, and the source's log says so (issue 18)
+    src = detect(str(cut), STACKS)
+    assert src.format is perfdata.FORMAT and data.read_bytes().startswith(src.file.read_bytes())
+    assert "cut off" in (src.log.summary() or "")
+    src.close()
     root = tmp_path / "cap"
     BundleWriter(root, Manifest()).finish("ok")
     assert detect(str(root), STACKS).format is bundles.FORMAT

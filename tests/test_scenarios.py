@@ -19,8 +19,16 @@ from tests.scenarios import cgroup
 from tests.scenarios.catalog import BY_NAME, SCENARIOS
 from tests.scenarios.model import CATEGORIES, Check
 from tests.scenarios.procs import alive
-from tests.scenarios.runner import Result, read_verdict, run_scenario, skip_reason
-from tests.scenarios.scoreboard import render, summarize
+from tests.scenarios.runner import (
+    NOISY,
+    QUIET,
+    Result,
+    ranked,
+    read_verdict,
+    run_scenario,
+    skip_reason,
+)
+from tests.scenarios.scoreboard import render, render_markdown, summarize
 
 FAST = [s for s in SCENARIOS if s.fast]
 WINDOW = float(os.environ.get("SCENARIO_WINDOW", "5"))
@@ -36,13 +44,17 @@ KNOWN_MISSES: dict[str, str] = {}
 # the catalog itself
 
 
-def test_catalog_covers_every_category_twice_over_four_programs() -> None:
-    assert len(SCENARIOS) >= 12
+def test_catalog_covers_every_category_and_the_servers_of_issue_14() -> None:
+    assert len(SCENARIOS) >= 30
     for c in CATEGORIES:
-        assert sum(s.category == c for s in SCENARIOS) >= 2, c
-    programs = {p for s in SCENARIOS for p in s.programs if p not in ("sysbench",)} | {"sysbench"}
-    assert len(programs) >= 4
+        assert sum(s.category == c for s in SCENARIOS) >= 3, c
+    programs = {p for s in SCENARIOS for p in s.programs}
+    assert {"postgres", "pgbench", "etcd", "memcached", "nginx", "mariadbd", "redis-server"} <= programs
     assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+    # starvation by neighbours, single- and multi-threaded; idle-but-polling servers; two causes at once
+    assert sum("starved" in s.name for s in SCENARIOS) >= 2
+    assert {"mariadb-io_uring-idle", "redis-aof-idle", "etcd-idle", "memcached-idle"} <= {s.name for s in SCENARIOS}
+    assert sum(bool(s.also) for s in SCENARIOS) >= 2
     # the CI subset has one scenario of each category
     assert {s.category for s in FAST} == set(CATEGORIES)
 
@@ -51,9 +63,11 @@ def test_catalog_covers_every_category_twice_over_four_programs() -> None:
 # scoring logic, no workload needed
 
 
-def _result(name: str, expected: str, got: str | None, outcome: str, sub_ok: bool | None = None) -> Result:
-    r = Result(name, expected, None, ("x",), "cause")
+def _result(name: str, expected: str, got: str | None, outcome: str, sub_ok: bool | None = None,
+            noise: str = "quiet", also: tuple[str, ...] = ()) -> Result:
+    r = Result(name, expected, None, ("x",), "cause", noise=noise, accepted=(expected, *also))
     r.got, r.outcome, r.sub_cause_ok, r.confirmed = got, outcome, sub_ok, outcome != "unconfirmed"
+    r.loadavg = [2.0, 4.0]
     return r
 
 
@@ -76,8 +90,36 @@ def test_scoreboard_counts_only_confirmed_scenarios_with_a_verdict() -> None:
     assert (board["sub_cause_scored"], board["sub_cause_correct"]) == (2, 1)
     assert board["outcomes"] == {"correct": 2, "no-verdict": 1, "unconfirmed": 1, "wrong": 2}
     text = render(board)
-    assert "accuracy 2/4 = 50%" in text
+    assert "[all] accuracy 2/4 = 50%" in text
     assert "d" in text and "UNCONFIRMED" in text
+    assert board["loadavg"] == {"min": 2.0, "mean": 3.0, "max": 4.0}
+
+
+def test_scoreboard_splits_quiet_and_noisy_and_scores_overlaps_by_either_cause() -> None:
+    over = _result("both", "lock_contention", "cpu", "correct", noise="noisy", also=("cpu",))
+    over.ranked = [{"category": "cpu", "score": 1.0}, {"category": "lock_contention", "score": 0.9}]
+    over.why = "x is CPU-bound | runner-up lock_contention 0.9: tell them apart"
+    results = [_result("a", "cpu", "cpu", "correct"), _result("a", "cpu", "memory", "wrong", noise="noisy"), over]
+    board = summarize(results, 5.0)
+    assert (board["by_noise"]["quiet"]["scored"], board["by_noise"]["quiet"]["correct"]) == (1, 1)
+    assert (board["by_noise"]["noisy"]["scored"], board["by_noise"]["noisy"]["correct"]) == (2, 1)
+    assert board["by_noise"]["noisy"]["confusion"]["cpu"]["cpu"] == 1  # the overlap, answered with one of its causes
+    text = render(board)
+    assert "[quiet] accuracy 1/1 = 100%" in text and "[noisy] accuracy 1/2 = 50%" in text
+    assert "ranked: cpu 1.0, lock_contention 0.9; why: x is CPU-bound | runner-up" in text
+    md = render_markdown(board)
+    assert "| noisy | 2 | 1 | 50% | 0/0 | 0 | - | 2.0-4.0 (3.0) |" in md
+    assert "| a | cpu | cpu | memory **WRONG** |" in md
+    assert "| both | lock_contention+cpu | - | cpu (cpu 1.00, lock_contention 0.90) |" in md
+
+
+def test_ranked_reads_the_first_two_findings_and_the_runner_up() -> None:
+    v = {"headline": "h", "findings": [{"category": "io_wait", "score": 0.9, "sub_cause": "s"},
+                                       {"category": "cpu", "score": 0.7, "sub_cause": "t"},
+                                       {"category": "memory", "score": 0.0, "sub_cause": "u"}],
+         "runner_up": {"category": "cpu", "score": 0.7, "tell_apart": "compare"}}
+    best, why = ranked(v)
+    assert [b["category"] for b in best] == ["io_wait", "cpu"] and why == "h | runner-up cpu 0.7: compare"
 
 
 def test_read_verdict_takes_top_level_category_and_per_target_verdicts() -> None:
@@ -127,16 +169,21 @@ def _attach_not_built(r: Result) -> bool:
     return r.attach.get("exit_code") == 2 and ("land with issue" in tail or "not yet" in tail.lower())
 
 
+# The CI subset: each fast scenario on a quiet host, and the CPU-quota one beside the noisy neighbour
+# too (its quota, not the neighbours, decides; the run proves the noise machinery starts and stops).
+FAST_RUNS = [(s.name, QUIET) for s in FAST] + [("stress-ng-cpu-quota", NOISY)]
+
+
 @pytest.mark.scenario
 @pytest.mark.privileged
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [s.name for s in FAST])
-def test_fast_scenario(name: str) -> None:
+@pytest.mark.parametrize(("name", "noise"), FAST_RUNS)
+def test_fast_scenario(name: str, noise: str) -> None:
     s = BY_NAME[name]
     why = skip_reason(s)
     if why:
         pytest.skip(why)
-    r = run_scenario(s, WINDOW)
+    r = run_scenario(s, WINDOW, noise=noise)
     evidence = "; ".join(f"{c['name']}={c['value']} {c['op']} {c['threshold']}" for c in r.checks)
     # Always: the workload ran, its cause is confirmed independently, nothing is left behind.
     assert r.outcome != "error", r.error
@@ -144,6 +191,8 @@ def test_fast_scenario(name: str) -> None:
     assert _leftover_cgroups() == []
     assert r.target.get("pid") and not alive(r.target["pid"])
     assert r.confirmed, f"label not confirmed: {evidence}"
+    if noise == NOISY:
+        assert r.observation["noise"]["cpu_cores"] > 0.2 and r.observation["noise"]["io_per_s"] > 100, r.observation["noise"]
     if _attach_not_built(r):
         return  # until `profiler attach` lands there is no verdict to score
     assert r.attach.get("exit_code") == 0, f"profiler attach failed: {r.attach}"
@@ -152,9 +201,9 @@ def test_fast_scenario(name: str) -> None:
         return  # the verdict engine is not in this build yet: the workload part stands
     why = (f"verdict {r.got} (sub-cause {r.got_sub_cause}), expected {s.category}; "
            f"evidence from /proc: {evidence}; host load {r.observation.get('host_load1')}")
-    if r.got != s.category and name in KNOWN_MISSES:
+    if r.got not in s.accepted and name in KNOWN_MISSES:
         pytest.xfail(f"{KNOWN_MISSES[name]}: {why}")
-    assert r.got == s.category, why
+    assert r.got in s.accepted, why
 
 
 # ---------------------------------------------------------------------------------------
@@ -171,7 +220,7 @@ def test_scenario_sample_renders_with_the_right_verdict(sample: str, tmp_path: P
 
     from profiler.cli import main
 
-    s = BY_NAME[sample.removeprefix("scn-")]
+    s = BY_NAME[sample.removeprefix("scn-").removesuffix("-noisy")]
     out = tmp_path / "report.json"
     assert main(["report", str(SAMPLES / sample), "--format", "json", "-o", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -181,9 +230,9 @@ def test_scenario_sample_renders_with_the_right_verdict(sample: str, tmp_path: P
         dest = tmp_path / f"report.{fmt}"
         assert main(["report", str(SAMPLES / sample), "--format", fmt, "-o", str(dest)]) == 0
         assert dest.stat().st_size > 200
-    if cat != s.category and sample in KNOWN_MISSES:
+    if cat not in s.accepted and sample in KNOWN_MISSES:
         pytest.xfail(f"{KNOWN_MISSES[sample]}: verdict {cat} ({sub})")
-    assert cat == s.category, f"{sample}: verdict {cat} ({sub}), expected {s.category}"
+    assert cat in s.accepted, f"{sample}: verdict {cat} ({sub}), expected {s.category}"
     if s.sub_cause_words:
         assert any(w in str(sub).lower() for w in s.sub_cause_words), sub
 

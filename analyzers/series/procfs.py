@@ -162,6 +162,7 @@ class ProcData:
     cgroups: dict[int, Series]
     events: list[dict[str, Any]]
     syscall_names: dict[int, str]
+    top: list[dict[str, Any]] = field(default_factory=list)  # "top" records: the host's top CPU users
     clk_tck: int = 100
     bad_lines: int = 0
 
@@ -213,6 +214,7 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     sys_rows: tuple[list[dict[str, float]], list[float]] = ([], [])
     cg_rows: dict[int, tuple[list[dict[str, float]], list[float]]] = {}
     events: list[dict[str, Any]] = []
+    top: list[dict[str, Any]] = []
     bad = 0
     for line in lines:
         if not line.startswith("{"):  # every record is an object: anything else is damage (cheaply)
@@ -249,6 +251,8 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
                     host = _host(rec)
             elif kind == "event":
                 events.append(rec)
+            elif kind == "top":
+                top.append(_top(rec, t))
             # an unknown kind from a newer writer: ignored on purpose
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             bad += 1  # not JSON, a cut line, a wrong type, an absurd number, deep nesting
@@ -271,6 +275,7 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
         cgroups={p: _series(r, ts) for p, (r, ts) in cg_rows.items()},
         events=events,
         syscall_names=names,
+        top=top,
         clk_tck=clk,
         bad_lines=bad,
     )
@@ -294,6 +299,26 @@ def _id(v: Any) -> int:
     return v
 
 
+def _top(rec: dict[str, Any], t: float) -> dict[str, Any]:
+    """A ``top`` record (the busiest processes since the previous one) with its numbers checked:
+    ``dt`` a time, each of ``procs`` [pid, comm, ticks] with a process id and a finite tick count
+    (a damaged row is left out; a damaged ``dt`` or ``procs`` makes the record a bad line)."""
+    procs = rec.get("procs") or []
+    if not isinstance(procs, list):
+        raise TypeError("procs is not a list")
+    rows: list[list[Any]] = []
+    for row in procs:
+        if not isinstance(row, list) or len(row) < 3 or not isinstance(row[1], str):
+            continue
+        try:
+            ticks = _num(row[2])
+            if ticks >= 0:
+                rows.append([_id(row[0]), row[1], ticks])
+        except ValueError:
+            continue
+    return {"kind": "top", "t": t, "dt": _finite(rec.get("dt") or 0.0), "procs": rows}
+
+
 # the host record's numbers the analysis uses: key -> (lowest, highest)
 _HOST_NUMBERS = {"clk_tck": (1, 1e6), "page_size": (1, 1 << 30), "hz": (1e-3, 1e6), "slow_hz": (1e-3, 1e6),
                  "ncpu": (1, 1 << 20), "task_delayacct": (0, 1)}
@@ -308,6 +333,8 @@ def _host(rec: dict[str, Any]) -> dict[str, Any]:
             del host[key]
     if not isinstance(host.get("syscall_names"), dict):
         host.pop("syscall_names", None)
+    if not isinstance(host.get("block_devices"), dict):
+        host.pop("block_devices", None)
     return host
 
 

@@ -30,16 +30,49 @@ class Panel:
 
 
 @dataclass
+class Mark:
+    """A time range every panel shades: a load's warm-up, a throughput dip."""
+
+    start: float  # seconds since t0
+    end: float
+    kind: str  # "warmup", "dip"
+    label: str
+
+
+@dataclass
 class Timeline:
     t: list[float]  # bucket starts, seconds since t0
     step: float
     t0: float | None
     panels: dict[str, Panel] = field(default_factory=dict)
+    marks: list[Mark] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"t": self.t, "step": self.step, "t0": self.t0,
                 "panels": {k: {"title": p.title, "unit": p.unit, "stacked": p.stacked, "series": p.series}
-                           for k, p in self.panels.items()}}
+                           for k, p in self.panels.items()},
+                "marks": [vars(m) for m in self.marks]}
+
+    def edges(self) -> np.ndarray | None:
+        """The buckets' edges on the monotonic clock (None for an empty timeline)."""
+        if self.t0 is None or not self.t:
+            return None
+        return self.t0 + np.asarray(self.t + [self.t[-1] + self.step])
+
+    def add_points(self, key: str, title: str, unit: str, points: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """A panel from values at points in time (CLOCK_MONOTONIC: e.g. the middle of a load's
+        interval reports), averaged per bucket; buckets without a point stay empty."""
+        edges = self.edges()
+        if edges is None:
+            return
+        p = Panel(title, unit)
+        for name, (t, v) in points.items():
+            tt, vv = np.asarray(t, float), np.asarray(v, float)
+            inside = (tt >= edges[0]) & (tt <= edges[-1])
+            if inside.any():
+                p.series[name] = _clean(_level_per_bucket(tt[inside], vv[inside], edges))
+        if any(x is not None for vals in p.series.values() for x in vals):
+            self.panels[key] = p
 
 
 def _clean(a: np.ndarray) -> list[float | None]:

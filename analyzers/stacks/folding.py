@@ -90,8 +90,18 @@ class Collapser:
     {'a;f': 1}
     """
 
-    def __init__(self, opts: FoldOptions | None = None) -> None:
+    def __init__(self, opts: FoldOptions | None = None,
+                 on_sample: Callable[[float | None, str, int], None] | None = None, *,
+                 keep_times: bool = False) -> None:
+        """``on_sample`` sees each counted sample: (time, folded stack, count). ``keep_times``:
+        also keep the time, tid and comm of every sample that has a time (``times``, ``tids``,
+        ``comms``; what the sub-second heatmap draws), read from the headers this pass parses
+        anyway."""
         self.opts = opts or FoldOptions()
+        self.on_sample = on_sample
+        self.times: list[float] | None = [] if keep_times else None
+        self.tids: list[int] = []
+        self.comms: list[str] = []
         self.counts: dict[str, int] = {}
         self.samples = 0  # samples counted
         self.skipped = 0  # samples filtered out (event, time, pid)
@@ -212,6 +222,10 @@ class Collapser:
             self._last_event = event
         if t is not None:
             tf = float(t)
+            if self.times is not None:
+                self.times.append(tf)
+                self.tids.append(int(tid))
+                self.comms.append(comm.strip())
             if self.first_time is None:
                 self.first_time = tf
                 if self._rel_pending:
@@ -266,6 +280,8 @@ class Collapser:
         counts = self.counts
         counts[stack] = counts.get(stack, 0) + count
         self.samples += 1
+        if self.on_sample is not None:
+            self.on_sample(float(t) if t is not None else None, stack, count)
 
     def _resplit(self, header: str, body: str) -> None:
         # whitespace-only lines end a sample too (the reference trims lines before testing)
@@ -407,17 +423,28 @@ def _fold_range(args: tuple[str, int, int, FoldOptions]) -> tuple[dict[str, int]
     return c.counts, c.samples, c.skipped, c.weird, c.first_time, c.last_time
 
 
-def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | None = None) -> Collapser:
+def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | None = None,
+                  on_progress: Callable[[int, int], None] | None = None) -> Collapser:
     """Fold a perf script file, in several processes when it is large, plain text and the host
     has the cores; the result is the same as collapse_stream's (the first sample's event and time
-    are read up front, so every part filters the same way)."""
+    are read up front, so every part filters the same way). ``on_progress`` hears (bytes folded,
+    file size) as parts finish."""
     opts = opts or FoldOptions()
     n = workers if workers is not None else default_workers()
     with open(path, "rb") as f:
         head = f.read(2)
     if n < 2 or head == b"\x1f\x8b" or os.path.getsize(path) < PARALLEL_MIN_BYTES and workers is None:
+        size = os.path.getsize(path)
+        seen = 0
+
+        def heard(n: int) -> None:
+            nonlocal seen
+            seen += n
+            if on_progress is not None:
+                on_progress(min(seen, size), size)
+
         with open(path, "rb") as f:
-            return collapse_stream(f, opts)
+            return collapse_stream(f, opts, heard if on_progress is not None and head != b"\x1f\x8b" else None)
     # settle what the first sample decides, so that every part decides the same
     probe = Collapser(replace(opts, window=WHOLE))
     with open(path, "rb") as f:
@@ -429,12 +456,18 @@ def collapse_file(path: str, opts: FoldOptions | None = None, workers: int | Non
     event = opts.event_filter or probe._event
     window = opts.window.rebased(probe.first_time) if probe.first_time is not None else opts.window
     part_opts = replace(opts, event_filter=event, window=window)
-    points = _split_points(path, n)
+    points = _split_points(path, n if on_progress is None else 4 * n)  # smaller parts: progress as they end
     jobs = [(path, a, b, part_opts) for a, b in zip(points, points[1:], strict=False) if b > a]
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
-        results = list(pool.map(_fold_range, jobs))
+    results = []
+    done, size = 0, points[-1]
+    with ProcessPoolExecutor(max_workers=min(n, len(jobs))) as pool:
+        for job, res in zip(jobs, pool.map(_fold_range, jobs), strict=True):
+            results.append(res)
+            done += job[2] - job[1]
+            if on_progress is not None:
+                on_progress(done, size)
     out = Collapser(part_opts)
     out._event = event
     for counts, samples, skipped, weird, first, last in results:

@@ -49,9 +49,10 @@ def compute(views: BundleViews) -> Metrics:
     unsupported: list[str] = []
     all_tids: set[int] = set()
     futex_by_tid = views.offcpu.futex if views.offcpu is not None else {}
+    stacks_by_tid = views.offcpu.stacks if views.offcpu is not None else {}
     syscalls_rec = m.collector("syscalls")
     for t in m.targets:
-        tm = target_metrics(t, pd, host_cpus)
+        tm = target_metrics(t, pd, host_cpus, stacks_by_tid)
         tids = {s.tid for s in pd.threads_of(t.pid)} if pd is not None else set()
         tids |= {th.tid for th in t.threads}
         all_tids |= tids

@@ -90,6 +90,8 @@ class SystemMetrics:
     majflt_rate: float | None = None  # system-wide major faults per second
     direct_reclaim_rate: float | None = None  # pages scanned by direct reclaim per second
     disks: list[DiskMetrics] = field(default_factory=list)
+    # the processes other than the targets that used the most CPU (comm, pid, cores over the window)
+    neighbours: list[tuple[str, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,6 +113,16 @@ class TargetMetrics:
     max_thread_util: float | None = None
     hottest_thread: str | None = None
     runq_share: float | None = None  # runnable time / (cpu + runnable) of the target's threads
+    demand_cores: float | None = None  # cores the threads wanted: (CPU + run-queue time) / window
+    demand_util: float | None = None  # demand_cores / cpu_available
+    max_thread_demand: float | None = None  # the work thread most often running or runnable: share of its span
+    demand_thread: str | None = None
+    demand_thread_cpu: float | None = None  # that thread's running share (cores it got)
+    roles: dict[str, int] = field(default_factory=dict)  # threads by role: work, reaper, poller, parked, timer, idle
+    idle_by_design: list[tuple[str, float]] = field(default_factory=list)  # (knowledge.waits key, share of thread time)
+    stack_share: float | None = None  # share of blocked thread time whose class the off-CPU stacks decided
+    lock_acquire_share: float | None = None  # of the busy threads' futex time: lock acquires, not condition waits
+    lock_wait_stacks: list[tuple[str, int]] = field(default_factory=list)  # (who waits, switch-outs) of busy threads' futex-class stacks
     states: dict[str, float] = field(default_factory=dict)  # share of all thread time
     active_states: dict[str, float] = field(default_factory=dict)  # share of active threads' time
     blocked_syscalls: list[tuple[str, float]] = field(default_factory=list)  # share of blocked samples (io+futex)
@@ -137,6 +149,7 @@ class TargetMetrics:
     cpu_throttled_time_share: float | None = None  # throttled seconds per second
     blkio_limits: dict[str, Any] = field(default_factory=dict)
     blkio_limit_use: float | None = None  # bytes/s done vs the tightest bps limit
+    blkio_iops_use: float | None = None  # IOs/s done vs the tightest iops limit
     pools: list[PoolMetrics] = field(default_factory=list)
     syscall_top: list[tuple[str, float, float]] = field(default_factory=list)  # (name, count/s, share of syscall time)
     syscall_rate: float | None = None

@@ -20,6 +20,7 @@ from typing import Any
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
+from profiler.knowledge.waits import BY_KEY
 
 CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
 # On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue
@@ -43,11 +44,13 @@ THRESHOLDS: dict[str, Threshold] = {
     "cpu.util": Threshold(0.80, 1.0, "of available cores", "USE method (utilization); PingCAP inspection CPU usage > 80%",
                           "cores the target used / cores it may use (host, cpuset, cgroup quota)"),
     "cpu.runq": Threshold(0.25, 0.6, "of CPU demand", "USE method (saturation); our measurements: 0.8 on a 2-CPU host with 14 runnable tasks",
-                          "time runnable but not running (schedstat run delay) / time wanting a CPU"),
+                          "time runnable but not running (schedstat run delay) / time wanting a CPU, of threads that want a CPU most of their time"),
     "cpu.throttled": Threshold(0.20, 0.6, "of CFS periods", "cgroup v1 cpu.stat; USE method (saturation of a software limit)",
                                "periods in which the cgroup ran out of quota / all periods"),
-    "cpu.hot_thread": Threshold(0.90, 0.98, "of one core", "our rule: a single thread at a core's limit caps throughput whatever the core count",
-                                "the busiest thread's CPU share"),
+    "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",
+                            "cores the threads wanted (running + run-queue time) / cores the target may use"),
+    "cpu.thread_demand": Threshold(0.90, 0.98, "of one thread's time", "our rule: a thread running or runnable nearly all the time is CPU-bound, whoever takes its CPU",
+                                   "the busiest work thread's running + runnable share of its time"),
     "cpu.pool": Threshold(0.80, 0.95, "of pool size", "PingCAP TiKV inspection: thread pool CPU > 80-90% of its thread count",
                           "a pool's cores used / its thread count"),
     # IO
@@ -61,8 +64,8 @@ THRESHOLDS: dict[str, Threshold] = {
                         "99th percentile block IO latency (issue to completion)"),
     "io.psi": Threshold(20.0, 60.0, "% of time", "PSI (Documentation/accounting/psi.rst): some tasks stalled on IO",
                         "share of time some task was stalled on IO (system-wide)"),
-    "io.blkio_limit": Threshold(0.80, 0.98, "of the cgroup bps limit", "cgroup v1 blkio.throttle.*_bps_device",
-                                "bytes/s done / the tightest blkio bps limit"),
+    "io.blkio_limit": Threshold(0.80, 0.98, "of the cgroup limit", "cgroup v1 blkio.throttle.*_{bps,iops}_device",
+                                "bytes/s or IOs/s done / the tightest blkio limit of that direction"),
     # memory
     "mem.usage": Threshold(0.90, 0.99, "of the cgroup limit", "cgroup v1 memory.usage_in_bytes vs limit_in_bytes",
                            "peak memory use / limit"),
@@ -106,6 +109,7 @@ class Evidence:
     threshold: float | None
     unit: str
     note: str = ""
+    crossed: bool | None = None  # past its threshold (in the threshold's direction); None: no threshold
 
 
 @dataclass
@@ -129,6 +133,16 @@ class Finding:
 
 
 @dataclass
+class RunnerUp:
+    """The second explanation when the evidence is mixed, and what would tell the two apart."""
+
+    category: str
+    score: float
+    sub_cause: str
+    tell_apart: str
+
+
+@dataclass
 class Verdict:
     category: str
     score: float
@@ -140,6 +154,7 @@ class Verdict:
     confidence_label: str
     confidence_reasons: list[str]
     target: str | None = None
+    runner_up: RunnerUp | None = None
 
     @property
     def evidence(self) -> list[Evidence]:
@@ -155,13 +170,18 @@ class Verdict:
             "findings": [f.to_dict() for f in self.findings],
             "confidence": round(self.confidence, 3), "confidence_label": self.confidence_label,
             "confidence_reasons": list(self.confidence_reasons),
+            "runner_up": asdict(self.runner_up) if self.runner_up is not None else None,
         }
 
 
 def _ev(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
     th = THRESHOLDS[key] if key else None
+    crossed = None
+    if th is not None and value is not None:
+        # most thresholds are floors (worse above); a few are ceilings (idle.cpu: worse below)
+        crossed = bool(value <= th.value) if th.full < th.value else bool(value >= th.value)
     return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
-                    unit=th.unit if th else unit, note=note)
+                    unit=th.unit if th else unit, note=note, crossed=crossed)
 
 
 def _pct(x: float | None) -> str:
@@ -175,52 +195,72 @@ def _mib(x: float | None) -> str:
 # --------------------------------------------------------------------------- rules
 
 
+def _others(tm: TargetMetrics, m: Metrics) -> tuple[float | None, str]:
+    """Cores the host's other processes used, and who they are (the sampler's top records)."""
+    sysm = m.system
+    if sysm is None or sysm.cpu_util is None or not sysm.ncpu:
+        return None, ""
+    ours = sum(t.cpu_cores or 0.0 for t in m.targets)  # the capture's targets are not "other processes"
+    others = max(0.0, sysm.cpu_util * sysm.ncpu - ours)
+    names = ", ".join(f"{comm} (pid {pid}) {cores:.2f} core" for comm, pid, cores in sysm.neighbours[:3])
+    return others, names
+
+
+def _wants_cpu(busy: float) -> float:
+    """How much CPU demand and run-queue delay count: as much as the work threads want a CPU
+    (running or runnable) "nearly all the time" (issue 14): none at half their time, full at 90%."""
+    return min(1.0, max(0.0, (busy - 0.5) / 0.4))
+
+
 def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
-    parts: list[tuple[float, str, str]] = []  # (score, sub_cause, recommendation)
+    """CPU-bound: the target uses, or wants, the CPU it may have.
+
+    Demand counts, not only use: a work thread running or runnable nearly all the time is
+    CPU-bound even when neighbours take half its core; who takes it is the sub-cause (issue 14).
+    The sub-cause names what keeps the CPU from it, most specific first: the cgroup quota, a
+    named pool at its size, neighbours on the host, all of its cores busy, one hot thread.
+    """
     ev: list[Evidence] = []
+    util_s = demand_s = thread_s = throttle_s = 0.0
     if tm.cpu_util is not None:
-        s = ramp(tm.cpu_util, "cpu.util")
+        util_s = ramp(tm.cpu_util, "cpu.util")
         ev.append(_ev("cpu_util", tm.cpu_util, "cpu.util", f"{tm.cpu_cores:.2f} of {tm.cpu_available:.2f} cores ({tm.cpu_available_why})"))
-        parts.append((s, f"all {tm.cpu_available:g} available cores busy ({_pct(tm.cpu_util)}; {tm.cpu_available_why})",
-                      "give the process more CPU (cores, cpuset, quota) or reduce the work per request (see the on-CPU flame graph)"))
-    demand = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
+    if tm.demand_util is not None:
+        # Many threads that each queue a little (every wake-up of a lock convoy waits for a CPU)
+        # add up to cores of "demand" without any of them being CPU-bound: the demand counts as
+        # much as the work threads want a CPU for most of their time (none below 30%, full from 70%).
+        busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
+        demand_s = ramp(tm.demand_util, "cpu.demand") * _wants_cpu(busy)
+        ev.append(_ev("cpu_demand", tm.demand_util, "cpu.demand",
+                      f"wants {tm.demand_cores or 0:.2f} of {tm.cpu_available or 0:g} cores, gets {tm.cpu_cores or 0:.2f}"))
+    if tm.max_thread_demand is not None and tm.threads > 0:
+        # One thread can hold a single-threaded server (redis, an event loop) at its core's limit.
+        # In a program with many busy threads a hot one may be a background job: weighed x0.8.
+        single = tm.threads == 1 or tm.active_threads <= 1
+        thread_s = ramp(tm.max_thread_demand, "cpu.thread_demand") * (1.0 if single else 0.8)
+        ev.append(_ev("thread_demand", tm.max_thread_demand, "cpu.thread_demand", tm.demand_thread or ""))
+    starved_s = 0.0
     if tm.runq_share is not None:
-        # Run-queue delay matters when the threads want the CPU most of the time; a mostly idle
-        # target that waits for a CPU on a busy host is a victim of its neighbours, not CPU-bound.
-        s = ramp(tm.runq_share, "cpu.runq") * min(1.0, max(0.0, (demand - 0.3) / 0.4))
-        ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay)"))
-        sysu = m.system.cpu_util if m.system else None
-        others = ""
-        ours = sum(t.cpu_cores or 0.0 for t in m.targets)  # the capture's targets are not "other processes"
-        if sysu is not None and tm.cpu_cores is not None and m.system and m.system.ncpu:
-            if ours < 0.3 * sysu * m.system.ncpu:
-                others = f"; the host's CPUs are {_pct(sysu)} busy, mostly with other processes"
-                # The target is a victim of its neighbours here: a cause of its own (a memory
-                # limit, an IO throttle, a lock) that also makes it queue must rank first, and a
-                # light target that merely queues behind them is not the bottleneck itself.
-                s *= 0.6
-        parts.append((s, f"threads wait for a CPU: {_pct(tm.runq_share)} of their CPU demand is run-queue delay{others}",
-                      "the CPUs are oversubscribed: move other work off the host, pin the target to dedicated cores, or add cores"))
+        # Threads that want a CPU nearly all their time and wait for a good part of it are held
+        # back by the CPU, whoever takes it (neighbours are the sub-cause, never a discount: issue
+        # 14); a light target that queues now and then on a busy host wants a CPU too little to count.
+        busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
+        starved_s = ramp(tm.runq_share, "cpu.runq") * _wants_cpu(busy)
+        ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay): "
+                      f"how much of what it asks for it waits for; the work threads want a CPU {_pct(busy)} of their time"))
     if tm.cpu_throttled_share is not None:
-        s = ramp(tm.cpu_throttled_share, "cpu.throttled")
+        throttle_s = ramp(tm.cpu_throttled_share, "cpu.throttled")
         ev.append(_ev("cgroup_throttled_periods", tm.cpu_throttled_share, "cpu.throttled",
                       f"throttled {tm.cpu_throttled_time_share or 0:.2f} s per s"))
-        s = s + 0.01 if s >= PRIMARY else s  # the quota is the root cause of the run-queue delay it creates
-        parts.append((s, f"cgroup CPU quota: throttled in {_pct(tm.cpu_throttled_share)} of periods ({tm.cpu_available_why})",
-                      "raise the cgroup CPU quota (cpu.cfs_quota_us / the container's CPU limit)"))
-    if tm.max_thread_util is not None and tm.threads > 1:
-        s = ramp(tm.max_thread_util, "cpu.hot_thread") * 0.8
-        ev.append(_ev("hottest_thread_util", tm.max_thread_util, "cpu.hot_thread", tm.hottest_thread or ""))
-        parts.append((s, f"one thread is at a core's limit: {tm.hottest_thread} at {_pct(tm.max_thread_util)}",
-                      "a single thread caps throughput: spread its work (more pool threads, partitions) or make it cheaper"))
+    pool_best: tuple[float, str, str] | None = None
     for p in tm.pools:
         if p.threads < 2 and not p.knob:
-            continue  # a lone unnamed thread is the hot-thread rule's business
+            continue  # a lone unnamed thread is the thread-demand rule's business
         if p.cpu_cores < 0.05 and p.demand * p.threads < 0.5:
             continue
         load = max(p.util, p.demand)
-        s = ramp(load, "cpu.pool")
-        if s <= 0:
+        ps = ramp(load, "cpu.pool")
+        if ps <= 0:
             continue
         ev.append(_ev(f"pool_demand[{p.pool}]", load, "cpu.pool",
                       f"{p.cpu_cores:.2f} cores over {p.threads} threads; running {_pct(p.states.get('cpu'))}, queued {_pct(p.states.get('runnable'))}"))
@@ -232,31 +272,89 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
                    f"(dedicate cores, move other work off the host); then: {rec}")
         knob = f" (knob: {p.knob})" if p.knob else ""
         queued = f", {_pct(p.states.get('runnable'))} of it queued for a CPU" if p.states.get("runnable", 0) > 0.2 else ""
-        s = s + 0.02 if s >= PRIMARY else s  # a named pool is a more precise cause than the run queue
-        parts.append((s, f"pool {p.pool} saturated: its {p.threads} thread{'s want' if p.threads > 1 else ' wants'} a CPU "
-                         f"{_pct(load)} of the time{queued}{knob}", rec))
-    if not parts:
+        sub = (f"pool {p.pool} saturated: its {p.threads} thread{'s want' if p.threads > 1 else ' wants'} a CPU "
+               f"{_pct(load)} of the time{queued}{knob}")
+        if pool_best is None or ps > pool_best[0]:
+            pool_best = (ps, sub, rec)
+    pool_s = pool_best[0] if pool_best else 0.0
+    if not ev:
         return None
-    best = max(parts, key=lambda x: x[0])
-    best = (min(1.0, best[0]), best[1], best[2])
-    rec = best[2]
+    score = min(1.0, max(util_s, demand_s, thread_s, throttle_s, pool_s, starved_s))
+    # the sub-cause: what keeps more CPU from it, most specific first
+    others, names = _others(tm, m)
+    starved = (tm.runq_share or 0.0) >= 0.2
+    if throttle_s >= PRIMARY:
+        sub = f"cgroup CPU quota: throttled in {_pct(tm.cpu_throttled_share)} of periods ({tm.cpu_available_why})"
+        if tm.demand_cores is not None and tm.cpu_cores is not None:
+            sub += f"; wants {tm.demand_cores:.2f} cores, gets {tm.cpu_cores:.2f}"
+        rec = "raise the cgroup CPU quota (cpu.cfs_quota_us / the container's CPU limit)"
+        score = min(1.0, max(score, throttle_s + 0.01))  # the quota is the root cause of the queueing it creates
+    elif pool_best is not None and pool_s >= PRIMARY and pool_s >= score - 0.05:
+        _, sub, rec = pool_best
+        score = min(1.0, score + 0.02)  # a named pool is a more precise cause than the run queue
+    elif starved and others is not None and others >= 0.3 and max(demand_s, thread_s, starved_s) >= PRIMARY:
+        want, got = _want_got(tm, thread_s > demand_s)
+        who = names or f"the host's CPUs are {_pct(m.system.cpu_util if m.system else None)} busy"
+        sub = (f"CPU starvation: wants {want:.2f} core{'s' if want >= 1.5 else ''}, gets {got:.2f}: "
+               f"other processes on the host take the CPU ({who})")
+        rec = ("the target is CPU-bound and its CPU goes to other processes: move them off the host or lower "
+               "their priority/quota, pin the target to dedicated cores (cpuset), or add cores")
+    elif util_s >= PRIMARY or demand_s >= PRIMARY:
+        sub = f"all {tm.cpu_available:g} available cores busy ({_pct(tm.cpu_util)}; {tm.cpu_available_why})"
+        if starved:
+            sub += f"; {_pct(tm.runq_share)} of its CPU demand is run-queue delay"
+        rec = "give the process more CPU (cores, cpuset, quota) or reduce the work per request (see the on-CPU flame graph)"
+    elif thread_s > 0:
+        sub = f"one thread is at a core's limit: {tm.demand_thread or tm.hottest_thread}"
+        rec = "a single thread caps throughput: spread its work (more pool threads, partitions) or make it cheaper"
+        if starved and others is not None and others >= 0.3:
+            want, got = _want_got(tm, True)
+            sub = (f"CPU starvation: wants {want:.2f} core, gets {got:.2f}: other processes on the host take the CPU "
+                   f"({names or 'the host is busy'})")
+    else:
+        sub = f"CPU at {_pct(tm.cpu_util)} of {tm.cpu_available or 0:g} cores"
+        rec = "the CPU is not the limit"
     if tm.kind == "tidb":
         rec = TIDB_ADVICE["cpu"]
-    return Finding("cpu", "cpu_saturation", best[0], "CPU-bound", best[1], ev, rec, tm.label)
+    return Finding("cpu", "cpu_saturation", score, "CPU-bound", sub, ev, rec, tm.label)
+
+
+def _want_got(tm: TargetMetrics, thread: bool) -> tuple[float, float]:
+    """(cores wanted, cores got): of the hottest work thread, or of the whole target."""
+    if thread and tm.max_thread_demand is not None and tm.demand_thread_cpu is not None:
+        return tm.max_thread_demand, min(tm.max_thread_demand, tm.demand_thread_cpu)
+    return tm.demand_cores or 0.0, tm.cpu_cores or 0.0
 
 
 def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
     ev: list[Evidence] = []
     scores: list[float] = []
+    # The work path waits on storage when its threads block in IO (D state, fsync, pread...),
+    # or wait for completions of IOs they submitted while a device or a cgroup throttle is at
+    # its limit. A reaper waiting for completions (io_uring_enter, io_getevents) is idle by
+    # design and is not a work thread (analyzers.verdict.threads.assign_roles); a completion
+    # wait with nothing at its limit is waiting for work, not for IO (issue 14).
     blocked = tm.active_states.get("io") if tm.active_states else None
+    aio = tm.active_states.get("aio", 0.0) if tm.active_states else 0.0
+    disk = m.system.disks[0] if m.system and m.system.disks else None
+    throttle_use = max((u for u in (tm.blkio_limit_use, tm.blkio_iops_use) if u is not None), default=None)
+    at_limit = max(ramp(throttle_use, "io.blkio_limit"),
+                   ramp(disk.util, "io.disk_util") if disk is not None and (tm.disk_share or 0) > 0.3 else 0.0)
     if blocked is not None:
         scores.append(ramp(blocked, "io.blocked"))
-        ev.append(_ev("io_blocked_share", blocked, "io.blocked", "D state or IO syscalls, busy threads"))
+        ev.append(_ev("io_blocked_share", blocked, "io.blocked", "D state or IO syscalls, work-path threads"))
+    if aio > 0:
+        scores.append(ramp(aio, "io.blocked") if at_limit >= PRIMARY else 0.0)
+        ev.append(_ev("completion_wait_share", aio, "io.blocked",
+                      "work threads waiting for IO completions (io_uring_enter/io_getevents); counts only when "
+                      "a device or blkio throttle is at its limit" + ("" if at_limit >= PRIMARY else ": none is")))
+    own = (blocked is not None and blocked >= THRESHOLDS["io.blocked"].value * 0.5) or (
+        aio >= THRESHOLDS["io.blocked"].value * 0.5 and at_limit >= PRIMARY)
     if tm.blkio_delay_share is not None:
-        scores.append(ramp(tm.blkio_delay_share, "io.delayacct"))
+        # delay accounting counts every iowait sleep, completion waits included: full weight only
+        # when the work path is seen waiting on IO itself
+        scores.append(ramp(tm.blkio_delay_share, "io.delayacct") * (1.0 if own else 0.5))
         ev.append(_ev("blkio_delay_share", tm.blkio_delay_share, "io.delayacct", "delay accounting"))
-    own = blocked is not None and blocked >= THRESHOLDS["io.blocked"].value * 0.5
-    disk = m.system.disks[0] if m.system and m.system.disks else None
     if disk is not None and (own or (tm.disk_share or 0) > 0.3):
         scores.append(ramp(disk.util, "io.disk_util") * 0.6)
         ev.append(_ev(f"disk_util[{disk.name}]", disk.util, "io.disk_util",
@@ -267,9 +365,10 @@ def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if m.system is not None and "io_some" in m.system.psi and own:
         scores.append(ramp(m.system.psi["io_some"], "io.psi") * 0.5)
         ev.append(_ev("psi_io_some", m.system.psi["io_some"], "io.psi", "system-wide"))
-    if tm.blkio_limit_use is not None:
-        scores.append(ramp(tm.blkio_limit_use, "io.blkio_limit"))
-        ev.append(_ev("blkio_limit_use", tm.blkio_limit_use, "io.blkio_limit"))
+    if throttle_use is not None:
+        # a throttle at its limit holds the target back when its work path waits for it
+        scores.append(ramp(throttle_use, "io.blkio_limit") * (1.0 if own else 0.6))
+        ev.append(_ev("blkio_limit_use", throttle_use, "io.blkio_limit", "IOs or bytes per second done / the cgroup's blkio limit"))
     if not scores:
         return None
     score = max(scores)
@@ -285,7 +384,10 @@ def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
         bits.append(f"{disk.name} await {disk.await_ms:.1f} ms, {disk.util * 100:.0f}% busy")
     if tm.blkio_limits:
         lim = "; ".join(f"{k} {', '.join(f'{d}={v}' for d, v in devs.items())}" for k, devs in sorted(tm.blkio_limits.items()))
-        bits.append(f"cgroup blkio throttle ({lim})")
+        use = f" at {_pct(throttle_use)} of its limit" if throttle_use is not None else ""
+        bits.append(f"cgroup blkio throttle ({lim}){use}")
+    if aio > 0 and at_limit >= PRIMARY:
+        bits.append(f"work threads wait for IO completions {_pct(aio)} of their time")
     if tm.majflt_rate and tm.majflt_rate > THRESHOLDS["mem.majflt"].value:
         bits.append(f"{tm.majflt_rate:.0f} major faults/s: part of this IO is paging")
     sub = "; ".join(bits) or "threads blocked on IO"
@@ -354,12 +456,22 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # makes its waiters block and wake constantly.
         ev.append(_ev("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
         score *= 0.4 + 0.6 * ramp(tm.busy_vcsw_rate, "lock.switches")
-    if tm.active_threads < 2:
-        score *= 0.5  # one thread cannot contend with itself; a futex wait there is a handoff
+    # One thread cannot contend with itself (a futex wait there is a handoff), but single-threaded
+    # processes of one program (PostgreSQL backends, nginx workers) contend with each other.
+    peers = sum(t.active_threads for t in m.targets if (t.kind or t.comm) == (tm.kind or tm.comm))
+    if max(tm.active_threads, peers) < 2:
+        score *= 0.5
     if tm.vcsw_rate is not None and tm.active_threads:
         ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
-    bits = [f"{tm.active_threads} busy threads spend {_pct(fut)} of their time waiting in futex"]
-    if tm.offcpu_futex_stacks:
+    bits = [f"{tm.active_threads} busy thread{'s spend' if tm.active_threads != 1 else ' spends'} {_pct(fut)} "
+            f"of {'their' if tm.active_threads != 1 else 'its'} time waiting on locks (futex and lock waits)"]
+    if tm.lock_acquire_share is not None:
+        bits.append(f"{_pct(tm.lock_acquire_share)} of it acquiring a mutex or rwlock (off-CPU stacks), "
+                    "the rest condition waits")
+    if tm.lock_wait_stacks:
+        frames, n = tm.lock_wait_stacks[0]
+        bits.append(f"top lock wait stack: {frames} ({n} switches)")
+    elif tm.offcpu_futex_stacks:
         frames, n = tm.offcpu_futex_stacks[0]
         bits.append(f"top futex wait stack: {frames} ({n} switches)")
     elif tm.futex_wait_stacks:
@@ -398,6 +510,12 @@ def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> 
     score = max(0.0, 1.0 - worst) if worst < PRIMARY else max(0.0, 0.5 - worst / 2)
     sub = (f"CPU at {_pct(tm.cpu_util)} of {tm.cpu_available or 0:g} cores and little waiting on IO, locks or memory: "
            "the bottleneck is elsewhere (the client's concurrency, another tier, the network)")
+    if tm.idle_by_design:
+        by = ", ".join(f"{BY_KEY[k].kind} {k} {_pct(v)}" if k in BY_KEY else f"{k} {_pct(v)}"
+                       for k, v in tm.idle_by_design[:3])
+        sub += f"; threads wait by design (idle, not held back): {by} of thread time"
+        ev.append(Evidence("idle_by_design_share", float(sum(v for _, v in tm.idle_by_design)), None, "of thread time",
+                           "pollers, reapers, parked runtime/pool threads, timers (profiler.knowledge.waits)"))
     rec = "raise the load generator's concurrency, or profile the other tiers (TiDB, TiKV, PD, the client)"
     if tm.kind == "tikv":
         rec = TIKV_ADVICE["not_saturated"]
@@ -409,7 +527,8 @@ def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> 
 # --------------------------------------------------------------------------- ranking
 
 
-def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding, runner_up: float) -> tuple[float, list[str]]:
+def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding,
+                runner_up: RunnerUp | None) -> tuple[float, list[str]]:
     c = 1.0
     why: list[str] = []
     if m.sources.get("procfs") != "ok":
@@ -444,9 +563,11 @@ def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding, runner_u
         why.append(f"perf stat {m.sources.get('perf-stat')}")
     if m.unsupported_counters:
         why.append("hardware counters not supported here: " + ", ".join(m.unsupported_counters[:4]))
-    if primary.score - runner_up < 0.1 and primary.category != "not_saturated":
-        c *= 0.8
-        why.append(f"close call: the next finding scores {runner_up:.2f}")
+    if runner_up is not None:
+        gap = primary.score - runner_up.score
+        c *= 0.7 if gap < 0.1 else 0.85
+        why.append(f"mixed evidence: {runner_up.category} scores {runner_up.score:.2f} against {primary.score:.2f} "
+                   f"({runner_up.sub_cause.split(';')[0]}); to tell them apart: {runner_up.tell_apart}")
     return c, why
 
 
@@ -462,11 +583,63 @@ def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     if best.category != "not_saturated" and best.score < PRIMARY:
         best = next(f for f in found if f.category == "not_saturated")
     contributing = [f for f in found if f is not best and f.score >= CONTRIBUTING and f.category != "not_saturated"]
-    runner = max((f.score for f in found if f is not best), default=0.0)
+    runner = runner_up(best, found)
     conf, why = _confidence(tm, m, best, runner)
     return Verdict(category=best.category, score=best.score, headline=_headline(tm, best), primary=best,
                    contributing=contributing, findings=found, confidence=conf, confidence_label=_label(conf),
-                   confidence_reasons=why, target=tm.label)
+                   confidence_reasons=why, target=tm.label, runner_up=runner)
+
+
+MIXED_GAP = 0.2  # a second cause within this of the first, or itself above PRIMARY, makes the evidence mixed
+
+# What tells two causes apart, for the verdict to say when both have evidence.
+TELL_APART: dict[frozenset[str], str] = {
+    frozenset(("cpu", "io_wait")): (
+        "threads that run or queue for a CPU are CPU-bound, threads blocked in D state or IO syscalls wait on "
+        "storage: compare the on-CPU and off-CPU flame graphs, and see which of run-queue delay and IO latency "
+        "grows with the load"),
+    frozenset(("cpu", "memory")): (
+        "major faults and page-cache refaults against a full memory limit point at memory, run-queue delay "
+        "without faults at the CPU: raise the memory limit (or give CPU) and see which one goes away"),
+    frozenset(("cpu", "lock_contention")): (
+        "threads asleep in futex while using little CPU point at a lock; a lock holder short of CPU makes both: "
+        "if the futex waits shrink once the host is quiet (or with more CPU), the CPU is the cause"),
+    frozenset(("io_wait", "memory")): (
+        "IO caused by major faults under a full memory limit is paging (memory); IO from read/write/fsync calls "
+        "on a limit that is not full is storage: check major faults/s against the IO rate"),
+    frozenset(("io_wait", "lock_contention")): (
+        "threads queued on a lock whose holder waits on IO (a commit fsync under a mutex) show both: the "
+        "off-CPU stacks of the lock waiters and of the IO waiters tell whether the lock or the device is first"),
+    frozenset(("memory", "lock_contention")): (
+        "faulting threads that hold a lock make others wait: major faults first, then the futex stacks"),
+    frozenset(("cpu", "not_saturated")): (
+        "a CPU-bound target would use all the CPU it may have or queue for it nearly all the time; re-run with a "
+        "heavier load: if its CPU or run-queue delay grows, the CPU is the limit"),
+    frozenset(("io_wait", "not_saturated")): (
+        "the work path would block on IO most of the time, or a device or throttle would sit at its limit; "
+        "re-run with a heavier load and watch the IO latency heatmap"),
+    frozenset(("memory", "not_saturated")): (
+        "memory pressure would show major faults growing with the load against a full limit"),
+    frozenset(("lock_contention", "not_saturated")): (
+        "contention would show busy threads waking and blocking in futex hundreds of times a second; re-run "
+        "with more client concurrency and see whether the futex share grows"),
+}
+
+
+def runner_up(best: Finding, found: list[Finding]) -> RunnerUp | None:
+    """The second explanation when the evidence is mixed: another cause that also has strong evidence
+    (PRIMARY or more), or comes within MIXED_GAP of the first; for a calm target, a cause that
+    reaches CONTRIBUTING. None when the first stands alone."""
+    others = [f for f in found if f is not best and f.category != best.category and f.category != "not_saturated"]
+    if not others:
+        return None
+    r = max(others, key=lambda f: (f.score, -TIE_ORDER.index(f.category)))
+    if r.score < CONTRIBUTING:
+        return None
+    if best.category != "not_saturated" and r.score < PRIMARY and best.score - r.score >= MIXED_GAP:
+        return None
+    text = TELL_APART.get(frozenset((best.category, r.category)), "compare their evidence in the findings")
+    return RunnerUp(category=r.category, score=round(r.score, 3), sub_cause=r.sub_cause, tell_apart=text)
 
 
 def _headline(tm: TargetMetrics, f: Finding) -> str:

@@ -1,5 +1,6 @@
 """Host-wide metrics from the procfs sampler's system series (analyzers layer): CPU busy and
-iowait shares, pressure stall (PSI), memory and swap, disks."""
+iowait shares, pressure stall (PSI), memory and swap, disks, and the other processes that use
+the most CPU (the neighbours that take it when a target waits for one)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,26 @@ def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics
             read_bps=r("read_sectors") * 512, write_bps=r("write_sectors") * 512,
             await_ms=(waited / ios) if ios > 0 else None, queue_depth=r("time_in_queue_ms") / 1000.0))
     sm.disks.sort(key=lambda x: (-x.iops, x.name))
+    sm.neighbours = neighbours(pd)
     return sm
+
+
+def neighbours(pd: procmod.ProcData, limit: int = 5) -> list[tuple[str, int, float]]:
+    """The processes other than the targets that used the most CPU over the capture (cores),
+    from the sampler's ``top`` records (each lists the top users since the previous one)."""
+    if not pd.top:
+        return []
+    clk = float(pd.clk_tck or 100)
+    span = sum(float(r.get("dt") or 0.0) for r in pd.top)
+    if span <= 0:
+        return []
+    used: dict[tuple[int, str], float] = {}
+    for r in pd.top:
+        for row in r.get("procs") or []:
+            try:
+                pid, comm, ticks = int(row[0]), str(row[1]), float(row[2])
+            except (TypeError, ValueError, IndexError):
+                continue
+            used[(pid, comm)] = used.get((pid, comm), 0.0) + ticks / clk
+    best = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return [(comm, pid, secs / span) for (pid, comm), secs in best if secs / span >= 0.01]

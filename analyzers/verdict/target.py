@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 from profiler.analyzers.series import procfs as procmod
+from profiler.analyzers.stacks import waits
 from profiler.analyzers.verdict.model import PoolMetrics, TargetMetrics
-from profiler.analyzers.verdict.threads import ThreadTime, shares, sum_secs, thread_time, top
+from profiler.analyzers.verdict.threads import (
+    ThreadTime,
+    assign_roles,
+    shares,
+    sum_secs,
+    thread_time,
+    top,
+)
 
 from profiler.bundle import TargetInfo
 from profiler.knowledge import pool_info, runtime_from_threads, target_kind
@@ -49,7 +57,9 @@ def _process_cpu(ps: procmod.Series, clk: int) -> tuple[float | None, float | No
     return mean, p95
 
 
-def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: int) -> TargetMetrics:
+def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: int,
+                   stacks: dict[int, dict[tuple[str, ...], int]] | None = None) -> TargetMetrics:
+    """``stacks``: every off-CPU switch-out's stack per thread (analyzers.views.stacks), if captured."""
     kind = target.kind or target_kind(target.comm, target.exe, target.cmdline)
     tm = TargetMetrics(pid=target.pid, comm=target.comm, kind=kind, runtime=target.runtime,
                        label=f"{target.comm} (pid {target.pid})", exited=target.exited is not None)
@@ -59,8 +69,15 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
     if pd is None:
         return tm
     series = pd.threads_of(target.pid)
-    tts = [thread_time(s, pd.syscall_names) for s in series]
+    tids = [s.tid for s in series]
+    if tm.runtime is None and stacks:
+        tm.runtime = waits.runtime_from_stacks(stacks, tids)
+    if tm.runtime is None:
+        tm.runtime = _runtime_from_threads([s.comm for s in series], kind, target.comm)
+    mixes = waits.stack_mixes(stacks, tids, tm.runtime) if stacks else {}
+    tts = [thread_time(s, pd.syscall_names, tm.runtime, mixes.get(s.tid)) for s in series]
     tts = [t for t in tts if t.samples > 0]
+    assign_roles(tts)
     tm.threads = len(tts)
     tm.samples = max((t.samples for t in tts), default=0)
     if any(e.get("what") == "target-exited" and e.get("pid") == target.pid for e in pd.events):
@@ -80,6 +97,16 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
     if tts:
         hot = max(tts, key=lambda t: t.cpu_share)
         tm.max_thread_util, tm.hottest_thread = hot.cpu_share, f"{hot.comm} (tid {hot.tid})"
+        want = max(tts, key=lambda t: (t.demand_share, t.cpu_share))
+        tm.max_thread_demand, tm.demand_thread_cpu = want.demand_share, want.cpu_share
+        tm.demand_thread = (f"{want.comm} (tid {want.tid}): running {_pct(want.cpu_share)}, "
+                            f"waiting for a CPU {_pct(want.seconds['runnable'] / want.span if want.span else 0)}")
+    if tts and window > 0:
+        tm.demand_cores = sum(t.seconds["cpu"] + t.seconds["runnable"] for t in tts) / window
+        if tm.cpu_available:
+            tm.demand_util = tm.demand_cores / tm.cpu_available
+    for t in tts:
+        tm.roles[t.role] = tm.roles.get(t.role, 0) + 1
     all_secs = sum_secs(tts)
     tm.states = shares(all_secs)
     active = [t for t in tts if t.active]
@@ -88,19 +115,32 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
     tm.active_states = shares(act_secs)
     work = all_secs["cpu"] + all_secs["runnable"]
     tm.runq_share = all_secs["runnable"] / work if work > 0 else None
+    total = sum(all_secs.values())
+    by_key: dict[str, float] = {}
+    for t in tts:
+        for k, v in t.idle_by_design.items():
+            by_key[k] = by_key.get(k, 0.0) + v
+    tm.idle_by_design = [(k, v / total) for k, v in sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0]))
+                         if total > 0 and v > 0][:6]
+    blocked_time = sum(all_secs[k] for k in ("io", "aio", "futex", "idle", "sleep", "other"))
+    if stacks and blocked_time > 0:
+        tm.stack_share = min(1.0, sum(t.from_stacks for t in tts) / blocked_time)
+    if act_secs["futex"] > 0 and stacks:
+        tm.lock_acquire_share = sum(t.lock_seconds for t in active) / act_secs["futex"]
+    who: dict[str, int] = {}
+    for t in active:
+        for k, n in t.futex_frames.items():
+            who[k] = who.get(k, 0) + n
+    tm.lock_wait_stacks = sorted(who.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     # what blocked threads sit in
     blocked: dict[str, float] = {}
     io_blocked: dict[str, float] = {}
     for t in active or tts:
         for k, v in t.blocked_syscalls.items():
             blocked[k] = blocked.get(k, 0) + v
-    for s in series:
-        if not any(t.tid == s.tid for t in (active or tts)):
-            continue
-        for i in np.nonzero(s.wait == procmod.DISK)[0]:
-            nr = int(s.syscall[i])
-            key = pd.syscall_name(nr) if nr >= 0 else "(page fault / kernel)"
-            io_blocked[key] = io_blocked.get(key, 0) + 1
+    for t in active or tts:
+        for k, n in t.io_calls.items():
+            io_blocked[k] = io_blocked.get(k, 0) + n
     tm.blocked_syscalls = top(blocked)
     tm.io_syscalls = top(io_blocked)
     fut_by_pool: dict[str, float] = {}
@@ -136,8 +176,6 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
             max_thread_util=max(g.cpu_share for g in group), states=shares(secs),
             role=info.role if info else None, knob=info.knob if info else None))
     tm.pools.sort(key=lambda p: (-p.cpu_cores, p.pool))
-    if tm.runtime is None:
-        tm.runtime = _runtime_from_threads([t.comm for t in tts], kind, target.comm)
     # process counters
     if ps is not None:
         tm.vcsw_rate, tm.ivcsw_rate = ps.rate("vcsw"), ps.rate("ivcsw")
@@ -163,15 +201,33 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
         tt = cs.rate("cpu.throttled_time_ns")
         if tt is not None:
             tm.cpu_throttled_time_share = tt / 1e9
-        limits = [v for kind_, devs in tm.blkio_limits.items() if kind_.endswith("bps") for v in devs.values()]
-        if limits:
-            done = (cs.rate("blkio.service_bytes.read") or 0.0) + (cs.rate("blkio.service_bytes.write") or 0.0)
-            tm.blkio_limit_use = done / min(limits) if min(limits) > 0 else None
+        tm.blkio_limit_use = _limit_use(tm.blkio_limits, cs, "bps", "blkio.service_bytes")
+        tm.blkio_iops_use = _limit_use(tm.blkio_limits, cs, "iops", "blkio.serviced")
     elif isinstance(cg_limit, int | float):
         tm.mem_limit = float(cg_limit)
         if tm.rss_max:
             tm.mem_usage_share = tm.rss_max / tm.mem_limit
     return tm
+
+
+def _limit_use(limits: dict[str, object], cs: procmod.Series, unit: str, counter: str) -> float | None:
+    """The highest use of a blkio throttle: per direction, done per second / the tightest limit."""
+    best: float | None = None
+    for op in ("read", "write"):
+        devs = limits.get(f"{op}_{unit}")
+        vals = [float(v) for v in devs.values() if isinstance(v, int | float) and v > 0] if isinstance(devs, dict) else []
+        if not vals:
+            continue
+        done = cs.rate(f"{counter}.{op}")
+        if done is None:
+            continue
+        use = done / min(vals)
+        best = use if best is None else max(best, use)
+    return best
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
 
 
 def _runtime_from_threads(comms: list[str], kind: str | None, process_comm: str = "") -> str | None:

@@ -14,6 +14,7 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
   io               block.trace.gz                        block.hist.jsonl.gz
   waits            (none)                                futex.summary.json, futex.folded.gz,
                                                          offcpu.summary.json
+  load             load.log + load.times.csv.gz           (same)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
@@ -36,6 +38,14 @@ from profiler.analyzers.views.stacks import (
 )
 
 from profiler.bundle import Bundle, Manifest, members
+from profiler.progress import Progress
+
+
+def _size(bundle: Bundle, member: str) -> int:
+    try:
+        return bundle.path(member).stat().st_size
+    except (OSError, ValueError):
+        return 0
 
 # The evidence sources the verdict reports on: source -> (collector, the members that hold it)
 SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -63,6 +73,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
     reads: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated (ReadLog)
 
@@ -105,27 +116,46 @@ def _read_proc(bundle: Bundle) -> ProcData | None:
     return pd
 
 
-def read_views(bundle: Bundle) -> BundleViews:
+def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     """Read every member an analysis uses, each once. Never raises on a missing, cut-off or
     damaged member: what reading tolerated is in ``reads`` and ``warnings``; a member that cannot
-    be parsed keeps its error in its view, or is a warning (the report says why)."""
+    be parsed keeps its error in its view, or is a warning (the report says why). ``progress``
+    hears each member read (bytes of the members, compressed, of their total)."""
     present = frozenset(m for m in _KNOWN + (members.OFFCPU_INTERVALS, members.FUTEX_SUMMARY, members.FUTEX_FOLDED,
                                              members.OFFCPU_SUMMARY) if bundle.has(m))
     v = BundleViews(root=str(bundle.root), manifest=bundle.manifest, present=present)
     seen = len(bundle.warnings)
+    sizes = {m: _size(bundle, m) for m in sorted(present)}
+    total, done = float(sum(sizes.values()) or 1), 0.0
+
+    def read(label: str, member_names: tuple[str, ...]) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(f"reading {v.root}: {label}", done, total, "B")
+        done += sum(sizes.get(m, 0) for m in member_names)
+
+    read("procfs samples", (members.PROC,))
     v.proc = _guarded(bundle, members.PROC, _read_proc)
+    read("off-CPU stacks", (members.OFFCPU_STACKS, members.OFFCPU_INTERVALS, members.OFFCPU_FOLDED))
     v.offcpu = _guarded(bundle, members.OFFCPU_STACKS, read_offcpu)
+    read("syscalls and counters", (members.SYSCALLS, members.SYSCALLS_RATE, members.STAT, members.FUTEX_SUMMARY,
+                                   members.FUTEX_FOLDED, members.OFFCPU_SUMMARY))
     v.syscalls = _guarded(bundle, members.SYSCALLS, read_syscalls)
     v.stat = _guarded(bundle, members.STAT, read_stat)
     v.waits = _guarded(bundle, members.FUTEX_SUMMARY, read_wait_totals)
+    read("block IO", (members.BLOCK_TRACE, members.BLOCK_HIST))
     v.io = _guarded(bundle, members.BLOCK_TRACE, read_block_io)
+    read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = _guarded(bundle, members.CPU_STACKS, read_cpu_stacks)
+    read("the load's log", (members.LOAD_LOG,))
+    v.load = _guarded(bundle, members.LOAD_LOG, read_load)
+    read("done", ())
     v.warnings = bundle.read_warnings() + bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
     v.reads = {name: log.to_dict() for name, log in sorted(bundle.reads.items())}
     return v
 
 
 __all__ = [
-    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "OffCpu", "SyscallRow",
-    "Syscalls", "WaitTotals", "read_views",
+    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "LoadLog", "OffCpu",
+    "SyscallRow", "Syscalls", "WaitTotals", "read_views",
 ]

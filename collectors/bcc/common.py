@@ -399,8 +399,9 @@ class BccCollector(CollectorBase):
         if not ok:
             return Probe(False, reason, fix)
         for tp, _fn in self.tracepoints:
-            if not host.tracepoint_available(tp):
-                return Probe(False, f"tracepoint {tp} is not in this kernel")
+            tp_ok, why, fix = host.tracepoint_status(tp)
+            if not tp_ok:
+                return Probe(False, why, fix)
         if self.needs_targets and not ctx.pids:
             return Probe(False, "no target processes")
         return Probe(True)

@@ -26,7 +26,7 @@ from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
 
 SCHEMA = "profiler.bundle"
-VERSION = 2
+VERSION = 3
 
 # Collector and bundle status words.
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
@@ -108,23 +108,30 @@ class ClockInfo:
     monotonic_start: float = 0.0
     wall_start: float = 0.0
     offset: float = 0.0
+    utc_offset: float | None = None  # the capture host's local time zone, seconds east of UTC (v3)
 
     @classmethod
     def now(cls) -> ClockInfo:
         mono = time.monotonic()
         wall = time.time()
-        return cls(monotonic_start=mono, wall_start=wall, offset=wall - mono)
+        return cls(monotonic_start=mono, wall_start=wall, offset=wall - mono,
+                   utc_offset=float(time.localtime(wall).tm_gmtoff))
 
 
 @dataclass
 class LoadInfo:
-    """The load command a `profiler run` capture wrapped."""
+    """The load next to the capture: the command `profiler run` wrapped, or the log file
+    `profiler attach --load-log` followed. Times are CLOCK_MONOTONIC seconds (docs/load.md)."""
 
-    argv: list[str] = field(default_factory=list)
-    exit_code: int | None = None
-    log: str | None = None
-    started: float | None = None
-    ended: float | None = None
+    argv: list[str] = field(default_factory=list)  # run: the load command (attach: empty)
+    exit_code: int | None = None  # run: its exit code (128+N when a signal N ended it)
+    log: str | None = None  # the member holding its output (load.log)
+    started: float | None = None  # when the load started, if known (run: spawned; attach: --load-start)
+    ended: float | None = None  # run: when it exited
+    source: str = "run"  # "run" or "attach" (v3)
+    times: str | None = None  # the member with each log line's arrival time (load.times.csv.gz) (v3)
+    start_from: str | None = None  # how ``started`` is known: "spawn", or the --load-start given (v3)
+    file: str | None = None  # attach: the log file that was followed (v3)
 
 
 @dataclass
@@ -358,7 +365,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         kwargs[f.name] = _value((cls.__name__, f.name), hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
     return cls(**kwargs)
 
-
+# Upgrades from older manifest versions, applied in order: version N -> N+1.
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """v2 adds ``runtime_info`` to each target; v1 never read the binary, so it stays unknown
     (None), and v1's ``runtime`` (always None in practice) is kept."""
@@ -368,8 +375,18 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-# Upgrades from older manifest versions, applied in order: version N -> N+1.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 says where a load came from (older bundles only had `profiler run`'s: its start was the
+    spawn) and which member holds its lines' arrival times (older ones recorded none)."""
+    load = data.get("load")
+    if isinstance(load, dict):
+        load.setdefault("source", "run")
+        if load.get("started") is not None:
+            load.setdefault("start_from", "spawn")
+    return data
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
@@ -405,8 +422,10 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
     for rec in manifest.collectors:
         for name in rec.files:
             check_member_name(name)
-    if manifest.load and manifest.load.log:
-        check_member_name(manifest.load.log)
+    if manifest.load:
+        for member in (manifest.load.log, manifest.load.times):
+            if member:
+                check_member_name(member)
     return manifest
 
 

@@ -37,8 +37,10 @@ SYSCALLS_RATE = "syscalls-rate.csv"
 FUTEX_FOLDED = "futex.folded.gz"
 FUTEX_SUMMARY = "futex.summary.json"
 
-# `profiler run`: the load command's output
+# the load: `profiler run`'s load command output, or the log `profiler attach --load-log` followed
 LOAD_LOG = "load.log"
+# ... and when the profiler read each of its lines (CSV `line,t`: CLOCK_MONOTONIC seconds)
+LOAD_TIMES = "load.times.csv.gz"
 # the report `profiler attach` / `profiler analyze` writes beside the evidence
 REPORT = "report.html"
 

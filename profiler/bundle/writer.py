@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ class BundleWriter:
     def __init__(self, root: str | os.PathLike[str], manifest: Manifest, *, force: bool = False) -> None:
         self.root = Path(root)
         self.manifest = manifest
+        self._lock = threading.RLock()  # collectors finish side by side (session._stop_all)
         if self.root.exists():
             if not self.root.is_dir():
                 raise OutputExists(f"{self.root} exists and is not a directory")
@@ -57,19 +59,21 @@ class BundleWriter:
 
     def save(self) -> None:
         """Rewrite the manifest atomically (called whenever a collector changes state)."""
-        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
+        with self._lock:
+            atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
 
     def record(self, rec: CollectorRecord) -> None:
         """Add or replace a collector's record and persist the manifest."""
-        for i, old in enumerate(self.manifest.collectors):
-            if old.name == rec.name:
-                self.manifest.collectors[i] = rec
-                break
-        else:
-            self.manifest.collectors.append(rec)
-        for name in rec.files:
-            check_member_name(name)
-        self.save()
+        with self._lock:
+            for i, old in enumerate(self.manifest.collectors):
+                if old.name == rec.name:
+                    self.manifest.collectors[i] = rec
+                    break
+            else:
+                self.manifest.collectors.append(rec)
+            for name in rec.files:
+                check_member_name(name)
+            self.save()
 
     @contextlib.contextmanager
     def open_member(self, name: str, *, compress: bool | None = None) -> Iterator[IO[bytes]]:

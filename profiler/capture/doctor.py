@@ -73,18 +73,17 @@ def host_checks(perf: str = "perf") -> list[Check]:
         checks.append(Check("kptr_restrict", WARN, f"{kptr}: kernel frames will show as [unknown]",
                             "sysctl -w kernel.kptr_restrict=0 (or run as root when it is 1)"))
 
-    tfs = host.tracefs_path()
+    # As attach does: as root, mount tracefs when it is not mounted (as perf does), then look.
+    tfs, mounted = host.ensure_tracefs()
     if tfs:
         readable = os.access(os.path.join(tfs, "events"), os.R_OK | os.X_OK)
-        checks.append(Check("tracefs", OK if readable else WARN,
-                            f"mounted at {tfs}" + ("" if readable else " but not readable by this user"),
-                            None if readable else "run as root"))
-    elif host.tracefs_mounts():
-        checks.append(Check("tracefs", FAIL, f"mounted at {host.tracefs_mounts()[0]} but not readable by this user",
-                            "run profiler as root"))
+        detail = f"mounted at {tfs}" + ("" if readable else " but not readable by this user")
+        if mounted:
+            detail = mounted + "; attach and run do the same"
+        checks.append(Check("tracefs", OK if readable else WARN, detail, None if readable else "run profiler as root (sudo)"))
     else:
-        checks.append(Check("tracefs", FAIL, "not mounted: block IO, syscall and sched tracepoints unavailable",
-                            host.MOUNT_TRACEFS))
+        _ok, why, fix = host.tracepoint_status("sched:sched_switch")
+        checks.append(Check("tracefs", FAIL, why + ": block IO, syscall and sched tracepoints unavailable", fix))
 
     if perf_ok:
         sw = host.perf_stat_events(SOFTWARE_EVENTS, perf)
@@ -103,13 +102,9 @@ def host_checks(perf: str = "perf") -> list[Check]:
                                 "none needed; on bare metal or with a vPMU they are counted"))
 
     for event, purpose in TRACEPOINTS:
-        if tfs is None:
-            fix = "run profiler as root" if host.tracefs_mounts() else host.MOUNT_TRACEFS
-            checks.append(Check(event, FAIL, f"needs a readable tracefs ({purpose})", fix))
-        elif host.tracepoint_available(event):
-            checks.append(Check(event, OK, f"present ({purpose})"))
-        else:
-            checks.append(Check(event, FAIL, f"tracepoint missing in this kernel ({purpose})"))
+        # the same answer the collectors' probes give (collectors/host.py tracepoint_status)
+        ok, why, fix = host.tracepoint_status(event)
+        checks.append(Check(event, OK, f"present ({purpose})") if ok else Check(event, FAIL, f"{why} ({purpose})", fix))
 
     checks.append(Check("kprobes", OK if host.kprobes_available() else INFO,
                         "available" if host.kprobes_available()

@@ -40,6 +40,7 @@ from profiler.bundle import (
     Manifest,
     members,
 )
+from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, write_times
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import (
@@ -132,6 +133,8 @@ class Session:
         force: bool = False,
         perf: str = "perf",
         load: list[str] | None = None,
+        load_log: Path | None = None,
+        load_start: LoadStart | None = None,
         progress: TextIO | None = None,
         extra_options: dict[str, Any] | None = None,
     ) -> None:
@@ -142,6 +145,10 @@ class Session:
         self.force = force
         self.perf = perf
         self.load_argv = load
+        self.load_log = load_log  # attach: a log file another process writes, followed during the capture
+        self.load_start = load_start
+        self._copier: PipeCopier | None = None
+        self._follower: FileFollower | None = None
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
         self._sigint = False
@@ -171,6 +178,10 @@ class Session:
         """Learn the host and targets now (probing perf takes a while), so that ``run()`` starts at once:
         a cluster capture prepares every node, then starts them all at one agreed instant."""
         if self._manifest is None:
+            _path, note = host.ensure_tracefs()  # as root, mount tracefs when it is not mounted (as perf does)
+            if note:
+                self.progress.write(f"profiler: {note}\n")
+                self.progress.flush()
             self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
         return self._manifest
 
@@ -190,6 +201,8 @@ class Session:
             try:
                 try:
                     self._start_all(ctx)
+                    if self.load_log is not None:
+                        self._follow_load(writer)
                     if self.load_argv:
                         load_proc, load_info = self._start_load(writer)
                     if self.load_argv and load_proc is None:
@@ -218,6 +231,7 @@ class Session:
                         result.load_exit_code = self._stop_load(load_proc, load_info, writer)
                     elif load_info is not None:
                         result.load_exit_code = load_info.exit_code
+                    self._stop_follow(writer)
                 finally:
                     killed = _proc.kill_all_children()
                     if killed:
@@ -237,6 +251,8 @@ class Session:
             try:
                 probe = c.probe(ctx)
                 ok, reason = probe.ok, probe.reason
+                if not ok and probe.fix:
+                    reason = f"{reason}; fix: {probe.fix}"
             except Exception as exc:  # noqa: BLE001 - a broken probe skips one collector, not the capture
                 ok, reason = False, f"probe failed: {type(exc).__name__}: {exc}"
             if not ok:
@@ -277,20 +293,24 @@ class Session:
             pass  # disk full: the in-memory manifest still has it; the final save retries
 
     def _start_load(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
+        """Spawn the load with its output on a pipe a thread copies into load.log, timing each line."""
         assert self.load_argv
         log_name = members.LOAD_LOG
-        info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic())
+        info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic(), source="run",
+                        start_from="spawn")
         writer.manifest.load = info
-        logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - handed to the child, closed below
+        logfh = open(writer.path(log_name), "wb")  # noqa: SIM115 - the copier writes it; closed in _stop_load
         try:
-            proc = _proc.spawn(list(self.load_argv), stdout=logfh, stderr=subprocess.STDOUT, new_session=False)
+            proc = _proc.spawn(list(self.load_argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               new_session=False)
         except OSError as exc:
             logfh.write(f"profiler: cannot start {self.load_argv[0]}: {exc.strerror or exc}\n".encode())
+            logfh.close()
             info.exit_code = 127
             info.ended = time.monotonic()
             return None, info
-        finally:
-            logfh.close()
+        assert proc.stdout is not None
+        self._copier = PipeCopier(proc.stdout, logfh).start()
         with contextlib.suppress(OSError):
             writer.save()
         return proc, info
@@ -304,7 +324,44 @@ class Session:
         info.exit_code = rc if rc >= 0 else 128 - rc
         if info.ended is None:
             info.ended = time.monotonic()
+        copier = self._copier
+        if copier is not None:
+            # the load is gone; its output ends unless a child it left behind still holds the pipe
+            # (then the log ends here: the copier's writes to the closed log stop it)
+            copier.join(2.0)
+            copier.lines.out.close()
+            with contextlib.suppress(OSError):
+                info.times = write_times(writer, copier.times)
+            if proc.stdout is not None and copier.join(0):
+                proc.stdout.close()
         return info.exit_code
+
+    def _follow_load(self, writer: BundleWriter) -> None:
+        """attach --load-log: copy the file into load.log and follow it while the capture runs."""
+        assert self.load_log is not None
+        m = writer.manifest
+        info = LoadInfo(log=members.LOAD_LOG, source="attach", file=str(self.load_log))
+        if self.load_start is not None:
+            info.started = self.load_start.resolve(m.clock.monotonic_start)
+            info.start_from = self.load_start.text
+        m.load = info
+        logfh = open(writer.path(members.LOAD_LOG), "wb")  # noqa: SIM115 - the follower writes it; closed in _stop_follow
+        try:
+            self._follower = FileFollower(self.load_log, logfh).start()
+        except OSError as exc:
+            logfh.close()
+            raise CapabilityError(f"cannot read --load-log {self.load_log}: {exc.strerror or exc}") from None
+        with contextlib.suppress(OSError):
+            writer.save()
+
+    def _stop_follow(self, writer: BundleWriter) -> None:
+        f = self._follower
+        if f is None or writer.manifest.load is None:
+            return
+        f.stop()
+        f.lines.out.close()
+        with contextlib.suppress(OSError):
+            writer.manifest.load.times = write_times(writer, f.times)
 
     def _wait(self, ctx: CaptureContext, manifest: Manifest,
               load: subprocess.Popen[bytes] | None) -> str:
@@ -345,15 +402,16 @@ class Session:
     def _progress(self, elapsed: float, duration: float | None, states: dict[str, str | None]) -> None:
         if not _isatty(self.progress):
             return
-        total = f" / {_fmt_secs(duration)}" if duration else ""
         parts = []
+        written = 0
         for c in self.started:
             state = states.get(c.name)
             size = _size(c)
+            written += size
             word = "" if state is None else (" ended" if state == "ended" else " DIED")
             parts.append(f"{c.name}{word}" + (f" {_human_bytes(size)}" if size else ""))
-        line = f"capturing {_fmt_secs(elapsed)}{total}  " + " | ".join(parts)
-        self._write_status(line)
+        rate = f" {_human_bytes(int(written / elapsed))}/s" if elapsed > 0 and written else ""
+        self._write_status(capture_bar(elapsed, duration) + rate + "  " + " | ".join(parts))
 
     def _write_status(self, line: str) -> None:
         width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
@@ -373,15 +431,30 @@ class Session:
         for c in self.started:  # everyone stops at the same moment...
             with contextlib.suppress(Exception):
                 c.request_stop()
-        for c in self.started:  # ...then each finishes its files, whatever the others do
+        # ...then each finishes its files, whatever the others do, side by side: symbolizing
+        # (perf script), decoding perf.data (numpy) and compressing run outside the interpreter
+        # lock, so one collector's finish overlaps another's on the CPUs
+        recs: dict[int, CollectorRecord] = {}
+
+        def stop(i: int, c: Collector) -> None:
             try:
-                rec = c.stop(ctx)
+                recs[i] = c.stop(ctx)
             except Exception as exc:  # noqa: BLE001 - one broken stop must not lose the others
                 rec = c.rec if c.rec is not None else (
                     self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend))
                 rec.status = PARTIAL  # it ran through the window; what it wrote before the error is kept
                 rec.reason = disk_reason(exc) if isinstance(exc, OSError) else f"stop failed: {type(exc).__name__}: {exc}"
                 rec.ended = time.monotonic()
+                recs[i] = rec
+
+        workers = [threading.Thread(target=stop, args=(i, c), name=f"profiler-stop-{c.name}", daemon=True)
+                   for i, c in enumerate(self.started)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        for i, c in enumerate(self.started):
+            rec = recs[i]
             old = self.records.get(c.name)
             if old is not None:
                 rec.argv = rec.argv or old.argv
@@ -466,3 +539,14 @@ def _isatty(fh: TextIO) -> bool:
         return fh.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def capture_bar(elapsed: float, duration: float | None, width: int = 24) -> str:
+    """'capturing [#########.......] 12s / 30s, 18s left' (no bar when the capture has no end)."""
+    if not duration:
+        return f"capturing {_fmt_secs(elapsed)} (until Ctrl-C or the targets exit)"
+    share = min(1.0, max(0.0, elapsed / duration))
+    filled = int(round(share * width))
+    left = max(0.0, duration - elapsed)
+    return (f"capturing [{'#' * filled}{'.' * (width - filled)}] {_fmt_secs(elapsed)} / {_fmt_secs(duration)}, "
+            f"{_fmt_secs(left)} left")

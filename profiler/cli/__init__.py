@@ -30,6 +30,7 @@ app = typer.Typer(
         "  profiler doctor                                  # what this host can capture\n\n"
         "  profiler attach --pid tikv --duration 30s -o cap  # capture every tikv-server, then report\n\n"
         "  profiler run --pid tidb -o cap -- sysbench oltp_point_select run\n\n"
+        "  profiler sweep --threads 8,16,32 --pid tidb -o sw -- sysbench oltp_point_select --threads={threads} run\n\n"
         "  profiler report cap --format md                  # post-mortem on a bundle\n\n"
         "  profiler demo                                    # first run: profile a bundled workload"
     ),
@@ -56,9 +57,21 @@ def _root(
 
 def _register() -> None:
     import profiler.cli.cluster as cluster
-    from profiler.cli import analyze, attach, demo, diff, doctor, flamegraph, heatmap, report, run
+    from profiler.cli import (
+        analyze,
+        attach,
+        demo,
+        diff,
+        doctor,
+        flamegraph,
+        heatmap,
+        report,
+        run,
+        stat,
+        sweep,
+    )
 
-    for mod in (doctor, attach, run, analyze, report, flamegraph, heatmap, diff, demo, cluster):
+    for mod in (doctor, attach, run, sweep, analyze, report, flamegraph, heatmap, diff, stat, demo, cluster):
         mod.register(app)
 
 

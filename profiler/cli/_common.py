@@ -1,4 +1,4 @@
-"""Shared CLI helpers (CLI layer): durations and time windows, output paths, progress."""
+"""Shared CLI helpers (CLI layer): durations and time windows, output paths."""
 
 from __future__ import annotations
 
@@ -95,30 +95,3 @@ def wrote(output: Path | None, what: str) -> None:
     if output is not None and files.output_kind(output) == "file":
         sys.stderr.write(f"profiler: wrote {sanitize(str(output))} ({what})\n")
 
-
-class Progress:
-    """One self-overwriting status line on stderr, when stderr is a terminal (else silent);
-    and warnings, one line each, always."""
-
-    WIDTH = 100
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + msg[: self.WIDTH].ljust(self.WIDTH))
-            sys.stderr.flush()
-            self.shown = True
-
-    def warn(self, msg: str) -> None:
-        self.done()
-        sys.stderr.write(f"profiler: warning: {sanitize(msg)}\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r" + " " * self.WIDTH + "\r")
-            sys.stderr.flush()
-            self.shown = False

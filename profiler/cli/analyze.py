@@ -8,7 +8,9 @@ import typer
 
 from profiler import files
 from profiler.bundle.cluster import is_cluster_bundle
-from profiler.cli._common import Progress, check_output
+from profiler.cli import _term
+from profiler.cli._common import check_output
+from profiler.cli._progress import Bars
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import REPORT_NAME, default_report
 
@@ -40,13 +42,18 @@ def command(
     if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
         typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html, force=force), nl=False)
         return
-    res = default_report(bundle, output, write_html_report=not no_html, force=force)
+    bars = Bars()
+    try:
+        res = default_report(bundle, output, write_html_report=not no_html, force=force, progress=bars)
+    finally:
+        bars.done()
     if res.replaced is not None:
-        Progress().warn(f"{bundle / REPORT_NAME} was {res.replaced}: replaced by the report "
-                        "(never followed or written into)")
-    # the HTML report on standard output: the summary goes to stderr, out of its way
-    to_err = output is not None and not no_html and files.output_kind(output) in ("stdout", "fd")
-    typer.echo(res.summary, nl=False, err=to_err)
+        bars.warn(f"{bundle / REPORT_NAME} was {res.replaced}: replaced by the report "
+                  "(never followed or written into)")
+    if output is not None and not no_html and files.output_kind(output) in ("stdout", "fd"):
+        typer.echo(res.summary, nl=False, err=True)  # the HTML report is on standard output: out of its way
+    else:
+        _term.report_text(res.summary)
     if res.error is not None:
         raise res.error
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 import sys
 import time
 from pathlib import Path
@@ -9,11 +11,13 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import Manifest
+from profiler.capture.loadlog import LoadStart
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
+from profiler.cli import _term
 from profiler.cli._common import parse_duration
 from profiler.collectors.base import CaptureOptions
-from profiler.errors import CaptureIncomplete, Interrupted, UsageError
+from profiler.errors import CaptureIncomplete, InputError, Interrupted, UsageError
 
 HELP = """Capture evidence from running processes for a while, then analyze and write the report.
 
@@ -29,6 +33,15 @@ bundle is kept either way (marked partial when it is not complete).
     profiler attach --pid tikv --pid tidb -o cluster-cap    # every tikv-server and tidb-server
 
     profiler attach --pid 4242 --call-graph dwarf -o cap    # Rust built without frame pointers
+
+    profiler attach --pid mariadbd -d 30s --load-log sb.log -o cap   # a load started elsewhere, on the timeline
+
+A load started elsewhere (--load-log FILE: sysbench, go-ycsb or go-tpc output) is followed while the
+capture runs: lines written meanwhile get their arrival time, which puts the load on the capture's
+clock. A log written only before or after the capture needs absolute times (a `ts` or `date` prefix on
+each line) or --load-start: when the load started, as a wall time (2026-11-24T10:15:30, 10:15:30 today,
+@1795490424.5 Unix seconds), an offset from the capture's start (-30s: 30 s before it), or a
+CLOCK_MONOTONIC time (mono:12345.6). docs/load.md says more.
 """
 
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
@@ -53,9 +66,54 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
                           interval=iv, backend=backend)
 
 
+_OFFSET = re.compile(r"^([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
+
+
+def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: float | None = None) -> LoadStart | None:
+    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time."""
+    if text is None:
+        return None
+    t = text.strip()
+    wall_now = time.time() if now_wall is None else now_wall
+    mono_now = time.monotonic() if now_mono is None else now_mono
+    m = _OFFSET.match(t)
+    if m:
+        secs = parse_duration(m.group(2) + (m.group(3) or "s")) if float(m.group(2)) > 0 else 0.0
+        return LoadStart(text=t, offset=-secs if m.group(1) == "-" else secs)
+    if t.startswith("mono:"):
+        try:
+            return LoadStart(text=t, monotonic=float(t[5:]))
+        except ValueError:
+            raise UsageError(f"--load-start {text!r}: mono: wants CLOCK_MONOTONIC seconds, e.g. mono:12345.6") from None
+    wall: float | None = None
+    if t.startswith("@"):
+        try:
+            wall = float(t[1:])
+        except ValueError:
+            raise UsageError(f"--load-start {text!r}: @ wants Unix seconds, e.g. @1795490424.5") from None
+    elif (c := _CLOCK.match(t)) is not None:
+        today = datetime.datetime.fromtimestamp(wall_now).astimezone()
+        frac = float("0." + c.group(4)) if c.group(4) else 0.0
+        try:
+            when = today.replace(hour=int(c.group(1)), minute=int(c.group(2)), second=int(c.group(3) or 0),
+                                 microsecond=round(frac * 1e6) % 1000000)
+        except ValueError:
+            raise UsageError(f"--load-start {text!r} is not a time of day") from None
+        wall = when.timestamp()
+    else:
+        try:
+            dt = datetime.datetime.fromisoformat(t.replace(" ", "T", 1) if "T" not in t else t)
+        except ValueError:
+            raise UsageError(f"cannot read --load-start {text!r}: use a wall time (2026-11-24T10:15:30, 10:15:30, "
+                             "@1795490424.5), an offset from the capture start (-30s) or mono:SECONDS") from None
+        wall = (dt if dt.tzinfo else dt.astimezone()).timestamp()
+    return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))
+
+
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
             keep_perf_data: bool, collectors: list[str] | None, load: list[str] | None = None,
-            report: bool = True) -> CaptureResult:
+            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
     from profiler.collectors import registry
 
@@ -67,11 +125,11 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
     used, why = registry.backend_choice(options)
-    session = Session(targets, out, options, chosen, force=force, load=load,
+    session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()
-    typer.echo(summary(result.manifest, out), err=False)
+    show_summary(result.manifest, out)
     if report:
         _report(out)
     if result.interrupted:
@@ -79,6 +137,29 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     if result.manifest.status == "failed":
         raise CaptureIncomplete(f"capture failed: {result.manifest.reason}")
     return result
+
+
+def show_summary(m: Manifest, out: Path) -> None:
+    """The collector table on stdout: coloured on a terminal, plain text in a pipe."""
+    if not _term.rich_stdout():
+        typer.echo(summary(m, out))
+        return
+    head, *_ = summary(m, out).split("\n", 1)
+    _term.line(head, style="bold" if m.status == "ok" else "bold yellow")
+    _term.table(["collector", "status", "files", "notes"], _rows(m), status_col=1)
+
+
+def _rows(m: Manifest) -> list[list[str]]:
+    rows = []
+    for r in m.collectors:
+        notes = []
+        for key in ("samples", "rows", "events", "intervals", "lost", "completions"):
+            if key in r.stats and not isinstance(r.stats[key], (list, dict)):
+                notes.append(f"{r.stats[key]} {key}")
+        if r.reason:
+            notes.append(r.reason)
+        rows.append([r.name, r.status, ", ".join(r.files) or "-", "; ".join(notes)])
+    return rows
 
 
 def summary(m: Manifest, out: Path) -> str:
@@ -130,10 +211,18 @@ def command(
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
     collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
+    load_log: Path = typer.Option(None, "--load-log", help="The output of a load started elsewhere (sysbench, go-ycsb, go-tpc): followed during the capture and put on its timeline."),
+    load_start: str = typer.Option(None, "--load-start", help="When that load started, if its log has no absolute times: 2026-11-24T10:15:30, 10:15:30, @UNIX_SECONDS, -30s (before the capture start) or mono:SECONDS."),
 ) -> None:
+    if load_start is not None and load_log is None:
+        raise UsageError("--load-start goes with --load-log (the load's output file)")
+    if load_log is not None and not load_log.is_file():
+        raise InputError(f"--load-log {load_log}: no such file" if not load_log.exists() else
+                         f"--load-log {load_log} is not a regular file")
+    start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend)
     capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
-            collectors=collectors or None, report=not no_report)
+            collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
 
 
 def register(app: typer.Typer) -> None:

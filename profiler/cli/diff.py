@@ -7,17 +7,21 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import FoldOptions
-from profiler.cli._common import Progress, check_new_output, for_terminal, write_output, wrote
+from profiler.cli._common import check_new_output, for_terminal, write_output, wrote
+from profiler.cli._progress import Bars
 from profiler.cli.flamegraph import svg_options
 from profiler.errors import UsageError
+from profiler.renderers.flamegraph_svg import format_amount
 from profiler.usecases.diff import diff
 
 HELP = """Compare two captures: differential flame graph, verdict and metric deltas.
 
 A and B are capture bundles, perf script text, perf.data, folded stacks or pprof profiles. The
 graph is sized by B; red frames grew, blue shrank, against A normalised to B's total samples,
-or to B's amount of work when both throughputs are given (--throughput A_OPS,B_OPS: operations
-per second of each load; bundles' durations are taken into account).
+or to B's amount of work: automatically when both are bundles whose load was recorded
+(`profiler run`, `attach --load-log`: samples per 1,000 transactions, counted from each load's
+series), or when both throughputs are given (--throughput A_OPS,B_OPS: operations per second of
+each load; bundles' durations are taken into account).
 
 **Examples**
 
@@ -58,12 +62,16 @@ def command(
     check_new_output(output, force)
     result = diff(before, after, svg_options(width, min_width, inverted), opts=FoldOptions(pools=pools),
                   throughput=parse_throughput(throughput), offcpu=offcpu, title=title, folded_output=folded)
-    warn = Progress().warn
+    warn = Bars().warn
     for w in result.warnings:
         warn(w)
     write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if not folded:
         wrote(output, result.graph.subtitle or "")
+    if result.per_1000 is not None:
+        a, b = result.per_1000
+        typer.echo(f"profiler: per 1,000 transactions: {format_amount(a, result.graph.unit)} -> "
+                   f"{format_amount(b, result.graph.unit)} ({(b / a - 1) if a else 0:+.0%})", err=True)
 
 
 def register(app: typer.Typer) -> None:

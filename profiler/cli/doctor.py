@@ -8,6 +8,7 @@ import typer
 
 from profiler.capture import doctor
 from profiler.capture.targets import resolve
+from profiler.cli import _term
 
 HELP = """Check what this host (and optionally a target) can capture: one line per check, a status word (ok, warn, fail, info) and the fix.
 
@@ -38,9 +39,10 @@ def command(
         for c in checks:
             if c.scope != scope:
                 scope = c.scope
-                typer.echo(f"-- {scope}")
-            typer.echo(c.line())
-        typer.echo(f"{result['failed']} failed, {result['warnings']} warnings")
+                _term.line(f"-- {scope}", style="bold")
+            _term.status_line(c.status, c.name, c.detail, c.fix)
+        summary = f"{result['failed']} failed, {result['warnings']} warnings"
+        _term.line(summary, style="bold red" if result["failed"] else "bold yellow" if result["warnings"] else "bold green")
     if result["failed"]:
         raise typer.Exit(5)
 

@@ -11,14 +11,8 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
-from profiler.cli._common import (
-    Progress,
-    check_new_output,
-    for_terminal,
-    parse_window,
-    write_output,
-    wrote,
-)
+from profiler.cli._common import check_new_output, for_terminal, parse_window, write_output, wrote
+from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.renderers.flamegraph_svg import FlameGraphOptions
 from profiler.usecases.flamegraph import flamegraph
@@ -97,7 +91,7 @@ def command(
         event_filter=event, pools=pools, count_samples=samples, compat=compat, window=parse_window(t_from, t_to),
         pid_filter=frozenset(only_pid) if only_pid else None, tid_filter=frozenset(only_tid) if only_tid else None,
     )
-    progress = Progress()
+    progress = Bars()
     try:
         result = flamegraph(input, opts, svg, offcpu=offcpu, folded_output=folded, title=title, subtitle=subtitle,
                             progress=progress, warn=progress.warn)

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import typer
 
-from profiler.cli._common import Progress, check_output, write_output
+from profiler.cli._common import check_output, write_output
+from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.inputs.pairs import TIME_UNITS
 from profiler.renderers import heatmap_svg
@@ -76,7 +77,7 @@ def command(
         units_time=units_time, units_latency=units_latency, title=title,
         analysis=as_json or (output is not None and output.suffix == ".json"),
     )
-    progress = Progress()
+    progress = Bars()
     try:
         result = heatmap(input, opts, progress=progress)
     finally:

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
-from profiler.cli._common import Progress, check_output, write_output, wrote
+from profiler.cli import _term
+from profiler.cli._common import check_output, write_output, wrote
+from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.usecases import cluster as cluster_report
 from profiler.usecases.report import analysis_of, default_report, pick_format, render
@@ -29,8 +31,12 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
 
 def render_after_capture(bundle_dir: Path) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
-    res = default_report(bundle_dir)
-    typer.echo(res.summary, nl=False)
+    bars = Bars()
+    try:
+        res = default_report(bundle_dir, progress=bars)
+    finally:
+        bars.done()
+    _term.report_text(res.summary)
     if res.error is not None:
         raise res.error
 
@@ -49,17 +55,23 @@ def command(
     fmt = pick_format(format, output)
     if output is not None:
         check_output(output, force)
+    bars = Bars()
     if is_cluster_bundle(bundle):
         text = cluster_report.report(bundle, fmt)
     else:
-        analysis = analysis_of(bundle)
+        try:
+            analysis = analysis_of(bundle, bars)
+        finally:
+            bars.done()
         text = render(analysis, fmt)
         if fmt not in ("text", "txt", "terminal") or output is not None:
             # the text summary lists them already; other formats (and files) get them on stderr
-            warn = Progress().warn
             for w in analysis.reading_warnings:
-                warn(w)
-    write_output(text, output, force)
+                bars.warn(w)
+    if output is None and fmt == "text":
+        _term.report_text(text)
+    else:
+        write_output(text, output, force)
     wrote(output, fmt)
 
 

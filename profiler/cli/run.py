@@ -13,10 +13,12 @@ from profiler.errors import UsageError
 HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle (load.log) and its exit code passed through.
 
 The capture stops when the load command exits (or at --duration, or on Ctrl-C, which also stops the load).
+Each line of the load's output is timed as it arrives: sysbench, go-ycsb and go-tpc reports become
+throughput and latency on the report's timeline; the warm-up is left out of the verdict (docs/load.md).
 
 **Examples**
 
-    profiler run --pid tikv -o cap -- sysbench oltp_point_select --threads=64 run
+    profiler run --pid tikv -o cap -- sysbench oltp_point_select --threads=64 --report-interval=1 run
 
     profiler run --pid tidb --pid tikv -o cap -- go-ycsb run mysql -P workloads/workloada
 """

@@ -16,6 +16,7 @@ says why); reading it is the job of the format's reader.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -109,14 +110,40 @@ def read_intervals(lines: Iterable[str], log: ReadLog | None = None) -> dict[tup
     """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped
     (and counted in ``log``)."""
     out: dict[tuple[int, int], float] = {}
+    it = iter(lines)
+    header = next(it, None)
+    if header is None:
+        return out
+    if header.rstrip("\r\n") != "tid,comm,off,on,state":
+        return _read_intervals_csv(itertools.chain([header], it), log)
+    # The collector's own layout: tid first, and off, on, state last never hold a comma, so a
+    # row is cut from both ends whatever its (possibly quoted) comm holds: ~4x csv's speed.
+    bad = 0
+    for line in it:
+        try:
+            tid = int(line[: line.index(",")])
+            _, off_s, on_s, _state = line.rsplit(",", 3)
+            off, on = float(off_s), float(on_s)
+            if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                raise ValueError("not a time")
+            out[(tid, round(off * 1e6))] = on
+        except ValueError:
+            bad += 1 if line.strip() else 0
+    if log is not None:
+        log.skip(bad, "unreadable rows")
+    return out
+
+
+def _read_intervals_csv(lines: Iterable[str], log: ReadLog | None) -> dict[tuple[int, int], float]:
+    out: dict[tuple[int, int], float] = {}
     bad = 0
     for row in csv_rows(lines):
         try:
             if row is None:
                 raise ValueError("not CSV")
             off, on = float(row["off"]), float(row["on"])
-            if not (math.isfinite(off) and math.isfinite(on)):
-                raise ValueError("not finite")
+            if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                raise ValueError("not a time")
             out[(int(row["tid"]), round(off * 1e6))] = on
         except (KeyError, TypeError, ValueError, OverflowError):
             bad += 1

@@ -12,6 +12,9 @@ stdout to a consumer while perf is still printing (two processes, two cores):
 - errors: no perf is a CapabilityError (exit 5); perf failing is an InputError naming perf's
   last stderr line. stderr goes to a temporary file, so a chatty perf never blocks on it.
 
+Identical stacks can be merged first (``merge``): perf script then symbolizes each distinct
+stack once, with the merged samples' total as its period (profiler.bundle.perfdata).
+
 Block events are read from perf.data directly, without perf script: see ``perfdata_blocks.py``.
 """
 
@@ -22,13 +25,15 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
+from profiler.bundle import perfdata as pdata
 from profiler.errors import CapabilityError, InputError
 from profiler.inputs.source import Format
 
-__all__ = ["FORMAT", "MAGIC", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
+__all__ = ["FORMAT", "MAGIC", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
 
 MAGIC = b"PERFILE2"
 PIPE_SIZE = 1 << 20
@@ -58,9 +63,53 @@ def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[s
     return argv
 
 
-def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None) -> T:
+@dataclass(frozen=True)
+class Merge:
+    """Merge the samples of identical stacks before perf script symbolizes them
+    (profiler.bundle.perfdata.merge_samples): their period becomes the total (``count_samples``:
+    their number), so a consumer that weighs samples by period folds the same stacks."""
+
+    by_tid: bool = False
+    count_samples: bool = False
+
+
+@dataclass
+class Merged:
+    samples: int  # samples in perf.data
+    written: int  # samples perf script read (one per distinct stack)
+
+
+def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
+                     merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None) -> T:
     """``consume(stdout of perf script -i perf_data)``; with ``fields``, perf's default fields
-    when it refuses those. Raises InputError when perf fails."""
+    when it refuses those. Raises InputError when perf fails (naming ``name``, the input as the
+    user gave it, when perf_data is a decompressed copy).
+
+    ``merge``: symbolize a copy of perf.data whose identical stacks are merged (perf script's
+    cost grows with the samples it reads; a profile repeats its stacks thousands of times);
+    ``merged`` then receives the counts. A file that cannot be merged is read as it is."""
+    try:
+        return _read_perf_script(perf_data, consume, fields, merge, merged)
+    except InputError as exc:
+        if name is None:
+            raise
+        text, prefix = str(exc), f"perf script failed on {perf_data}: "
+        raise InputError(f"perf script failed on {name}: {text.removeprefix(prefix)}") from None
+
+
+def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None,
+                      merge: Merge | None, merged: list[Merged] | None) -> T:
+    if merge is not None:
+        with tempfile.TemporaryDirectory(prefix="profiler-merge-") as tmp:
+            copy = Path(tmp) / "merged.perf.data"
+            try:
+                m = pdata.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples)
+            except (pdata.PerfDataUnsupported, OSError):
+                pass
+            else:
+                if merged is not None:
+                    merged.append(Merged(m.samples, m.written))
+                return read_perf_script(copy, consume, fields, name=str(perf_data))
     if fields:
         try:
             return _run(perf_script_argv(perf_data, fields), perf_data, consume)

@@ -8,7 +8,10 @@ or stdin once, tries the formats a verb accepts in the order given, and returns 
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +42,7 @@ class Format:
     what: str  # how an error message names it: "perf script text"
     sniff: Callable[[bytes], bool] = _never  # on the decompressed head
     binary: bool = False  # may match a head holding NUL bytes (text formats never do)
-    plain_only: bool = False  # never looked for inside gzip (perf.data)
+    plain_only: bool = False  # read from a plain file only: a gzipped one is decompressed to a temporary file first (perf.data)
     needs_file: bool = False  # must be a regular file (perf script -i seeks in it)
     directory: bool = False  # a directory (a capture bundle), never a stream
 
@@ -58,10 +61,20 @@ class Source:
     head: bytes = b""  # the first HEAD_SIZE bytes (or the whole first line), decompressed
     compressed: bool = False
     _stream: IO[bytes] | None = field(default=None, repr=False)
+    unpacked: Path | None = None  # a gzipped perf.data, decompressed here (removed at close or exit)
     log: ReadLog = field(default_factory=lambda: ReadLog("input"))  # what reading it tolerated
 
     def __post_init__(self) -> None:
         self.log.name = self.name
+
+    @property
+    def file(self) -> Path:
+        """A regular file holding the input's bytes, for tools that seek in it (perf script -i)."""
+        if self.unpacked is not None:
+            return self.unpacked
+        if self.path is None:
+            raise InputError(f"{self.name} is not a regular file")
+        return self.path
 
     @property
     def rereadable(self) -> bool:
@@ -101,6 +114,27 @@ class Source:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self.unpacked is not None:
+            shutil.rmtree(self.unpacked.parent, ignore_errors=True)
+            self.unpacked = None
+
+
+def _gunzip_to_file(name: str, raw: IO[bytes], log: ReadLog) -> Path:
+    """Decompress a gzipped input into a private temporary file (perf script needs a file), read
+    tolerantly: a cut or corrupt stream gives what inflates before the damage, a bomb stops at
+    the ratio limit (profiler.tolerant), noted in ``log``."""
+    d = Path(tempfile.mkdtemp(prefix="profiler-unpacked-"))
+    atexit.register(shutil.rmtree, d, True)
+    out = d / "perf.data"  # never a name from the input
+    try:
+        with open_tolerant(raw, log, text=False) as src, open(out, "xb") as fh:
+            shutil.copyfileobj(src, fh, 1 << 20)
+    except OSError as exc:
+        shutil.rmtree(d, ignore_errors=True)
+        raise InputError(f"{name}: cannot decompress: {exc.strerror or exc}") from None
+    finally:
+        raw.close()
+    return out
 
 
 def _whole_first_line(raw: bytes, compressed: bool, more_of: IO[bytes] | None) -> tuple[bytes, bytes]:
@@ -184,9 +218,17 @@ def detect(input: str, accept: Sequence[Format], *, stdin: IO[bytes] | None = No
     stream = prefixed(raw, pipe) if pipe is not None else None
     binary = is_binary(head)
     for fmt in accept:
-        if fmt.directory or (fmt.plain_only and compressed) or (binary and not fmt.binary):
+        if fmt.directory or (binary and not fmt.binary):
             continue
         if fmt.sniff(head):
+            if fmt.plain_only and compressed:  # perf.data.gz: perf script reads a file
+                log = ReadLog(name)
+                try:
+                    src = stream if stream is not None else open(path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
+                except OSError as exc:
+                    raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
+                unpacked = _gunzip_to_file(name, src, log)
+                return Source(name, fmt, path, head, False, None, log=log, unpacked=unpacked)
             if fmt.needs_file and path is None:
                 if stream is not None and input != "-":
                     stream.close()

@@ -38,6 +38,15 @@ def cdata_script(name: str) -> str:
 
 
 @functools.cache
+def script(name: str) -> str:
+    """A script to inline in an HTML <script> element; it must not end that element early."""
+    js = asset(name)
+    if "</script" in js.lower() or "<!--" in js:
+        raise ValueError(f"{name} must not contain '</script' or '<!--'")
+    return js
+
+
+@functools.cache
 def environment() -> jinja2.Environment:
     """Autoescaped, strict about undefined names, block tags leave no blank lines.
 
@@ -56,6 +65,7 @@ def environment() -> jinja2.Environment:
     env.filters["value"] = formatting.value
     env.filters["pct"] = formatting.pct
     env.filters["mib"] = formatting.mib
+    env.filters["plain"] = formatting.plain
     return env
 
 

@@ -36,9 +36,14 @@ def _fmt_tick(v: float) -> str:
     return f"{v:.2g}" if v < 1 else f"{v:.1f}"
 
 
+MARK_COLOURS = {"warmup": "#8c99a6", "dip": "#d9822b"}
+
+
 def timeline(t: list[float], series: dict[str, list[float | None]], unit: str, *, stacked: bool = False,
-             height: int = 150, t_max: float | None = None, colours: dict[str, str] | None = None) -> str:
-    """A time chart: x is seconds since the capture started (shared by every panel), y in ``unit``."""
+             height: int = 150, t_max: float | None = None, colours: dict[str, str] | None = None,
+             marks: list[tuple[float, float, str, str]] | None = None) -> str:
+    """A time chart: x is seconds since the capture started (shared by every panel), y in ``unit``;
+    ``marks``: (start, end, kind, label) ranges shaded behind the lines (a load's warm-up, dips)."""
     h = height
     pw, ph = W - PAD_L - PAD_R, h - PAD_T - PAD_B
     names = list(series)
@@ -81,6 +86,12 @@ def timeline(t: list[float], series: dict[str, list[float | None]], unit: str, *
         gx = PAD_L + pw * xv / x_max
         k += 1
         parts.append(f'<text x="{gx:.1f}" y="{h - 6}" class="tick" text-anchor="middle">{escape(_fmt_tick(xv))}s</text>')
+    for start, end, kind, label in marks or ():
+        x0 = PAD_L + pw * max(0.0, start) / x_max
+        x1 = PAD_L + pw * min(x_max, end) / x_max
+        if x1 > x0:
+            parts.append(f'<rect x="{x0:.1f}" y="{PAD_T}" width="{x1 - x0:.1f}" height="{ph}" '
+                         f'fill="{MARK_COLOURS.get(kind, "#8c99a6")}" fill-opacity="0.14"><title>{escape(label)}</title></rect>')
     col = colours or {}
     for i, n in enumerate(names):
         c = col.get(n, PALETTE[i % len(PALETTE)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
+from profiler.renderers import load_text
 from profiler.renderers.protocol import ReportOptions
 from profiler.untrusted import markdown, sanitize
 
@@ -26,22 +27,26 @@ def _render(a: Analysis) -> str:
     out: list[str] = []
     out.append(f"## Bottleneck: {fmt.CATEGORY_TITLES[v.category]}")
     out.append("")
-    out.append(f"**{_cell(v.headline)}**")
+    out.append(f"**{_cell(fmt.plain(v.headline, a.devices))}**")
     out.append("")
     out.append(f"Score {v.score:.2f}, confidence **{v.confidence_label}** ({v.confidence:.2f})"
                + (f": {_cell('; '.join(v.confidence_reasons))}" if v.confidence_reasons else "") + ".")
     out.append("")
     if v.primary.evidence:
-        out += ["| evidence | value | threshold | note |", "| --- | ---: | ---: | --- |"]
+        out += ["| evidence | value | threshold | past it? | note |", "| --- | ---: | ---: | --- | --- |"]
         for e in v.primary.evidence:
-            out.append(f"| {_cell(e.metric)} | {fmt.value(e.value, e.unit)} | {_cell(fmt.threshold(e.threshold, e.unit))} | {_cell(e.note)} |")
+            past = "yes" if e.crossed else "no" if e.crossed is False else ""
+            out.append(f"| {_cell(fmt.plain(e.metric, a.devices))} | {fmt.value(e.value, e.unit)} | "
+                       f"{_cell(fmt.threshold(e.threshold, e.unit))} | {past} | {_cell(fmt.plain(e.note, a.devices))} |")
         out.append("")
     if v.primary.recommendation:
         out += [f"**What to do:** {_cell(v.primary.recommendation)}", ""]
     if v.contributing:
         out.append("Contributing:")
-        out += [f"- {fmt.CATEGORY_TITLES[f.category]} ({f.score:.2f}, {_cell(f.target)}): {_cell(f.sub_cause)}" for f in v.contributing]
+        out += [f"- {fmt.CATEGORY_TITLES[f.category]} ({f.score:.2f}, {_cell(f.target)}): {_cell(fmt.plain(f.sub_cause, a.devices))}" for f in v.contributing]
         out.append("")
+    if a.load is not None:
+        out += ["### Load", ""] + [f"- {_cell(x)}" for x in load_text.lines(a.load, a.bundle)] + [""]
     out += ["### Targets", "", "| target | verdict | score | CPU | busy threads | run queue | IO wait | futex | RSS |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):

@@ -8,9 +8,9 @@ the SVG renderer. No option parsing, no terminal output: progress goes to the ca
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO
 
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
@@ -28,10 +28,11 @@ from profiler.bundle import Bundle
 from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
+from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
 from profiler.tolerant import ReadLog
 
-Progress = Callable[[str], None]
+Warn = Callable[[str], None]
 
 # Only the fields folding reads: no symbol offsets and no CPU column, which makes perf print
 # (and us read) about 7% less and spares perf the offset formatting.
@@ -64,23 +65,19 @@ class FlameGraphResult:
 
 
 class _Meter:
-    """'folding: 640 MB read (150 MB/s)' every 64 MB."""
+    """Tells ``progress`` how many bytes of perf script text were folded (of how many, when known)."""
 
-    def __init__(self, progress: Progress | None) -> None:
+    def __init__(self, progress: Progress | None, task: str = "folding", total: float | None = None) -> None:
         self.progress = progress
+        self.task = task
+        self.total = total
         self.chars = 0
-        self.next = 64 << 20
-        self.t0 = time.monotonic()
 
     def __call__(self, n: int) -> None:
         if self.progress is None:
             return
         self.chars += n
-        if self.chars >= self.next:
-            self.next += 64 << 20
-            mb = self.chars / 1e6
-            rate = mb / max(time.monotonic() - self.t0, 1e-6)
-            self.progress(f"folding: {mb:,.0f} MB read ({rate:,.0f} MB/s)")
+        self.progress(self.task, self.chars, self.total, "B")
 
 
 def _unit_for(event: str | None, count_samples: bool) -> str:
@@ -126,28 +123,53 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
                                                             else "a pprof profile has none"))
     if offcpu:
         return _offcpu(src, bundle, opts)
-    meter = _Meter(progress)
+    meter = _Meter(progress, f"folding {src.name}", src.path.stat().st_size
+                   if src.path is not None and src.path.is_file() and not src.compressed else None)
     if bundle is not None:
         name = bundles.cpu_stacks(bundle)
         if name is None:
             raise BundleError(f"{input} holds no CPU stacks ({bundles.CPU_STACKS[0]}; cpu-stacks collector: "
                               f"{bundles.collector_status(bundle, 'cpu-stacks')})")
+        meter.task = f"folding {name}"
         with bundle.open_binary(name) as fh:
             out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}", bundle.log(name))
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
-        c = perfdata.read_perf_script(input, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
-        return _from_collapser(c, opts, input)
+        meter.task, meter.total = f"perf script {src.name} | folding", None
+        return _from_perf_data(src.file, input, opts, meter, src.log, src.name + src.damage())
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
         counts = folded.read_source(src)
         return Stacks(counts=counts, source=src.name, samples=sum(counts.values()), warnings=_log_warnings(src.log))
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
-        return _from_collapser(collapse_file(str(src.path), opts), opts, src.name)  # several processes
+        fold = collapse_file(str(src.path), opts, on_progress=(lambda d, t: progress(meter.task, d, t, "B"))
+                             if progress is not None else None)  # several processes
+        return _from_collapser(fold, opts, src.name)
     with src.open() as fh:
         return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name, src.log)
+
+
+def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter, log: ReadLog | None = None,
+                    name: str | None = None) -> Stacks:
+    """perf.data through perf script, identical stacks merged first (their weight in the period
+    field) unless a time window needs each sample's own time. ``log``: what decompressing a
+    gzipped perf.data tolerated; ``name``: the input as errors name it."""
+    if opts.window.bounded:
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name)
+        return _from_collapser(c, opts, input, log)
+    merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
+    fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
+    merged: list[perfdata.Merged] = []
+    c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
+                                  merge=merge, merged=merged, name=name)
+    out = _from_collapser(c, opts, input, log)
+    if merged:
+        # perf script read one sample per distinct stack: the file's own count when every
+        # sample was folded, else none (the subtitle leaves it out rather than understate it)
+        out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
+    return out
 
 
 def _pprof(src: Source, opts: FoldOptions) -> Stacks:
@@ -187,7 +209,8 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
     elif src.format is perfdata.FORMAT:
         source = src.name
         counts, stats = perfdata.read_perf_script(
-            src.name, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
+            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
+            name=src.name + src.damage())
     else:
         source = src.name
         with src.open() as fh:
@@ -235,7 +258,7 @@ def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcp
 
 def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu: bool = False, folded_output: bool = False,
                title: str | None = None, subtitle: str | None = None, progress: Progress | None = None,
-               warn: Progress | None = None, stdin: IO[bytes] | None = None) -> FlameGraphResult:
+               warn: Warn | None = None, stdin: IO[bytes] | None = None) -> FlameGraphResult:
     """`profiler flamegraph`: the SVG (or folded lines) of one input. ``warn`` hears what was
     tolerated in the input (a truncated file...), before any error about the result."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)

@@ -20,14 +20,15 @@ from typing import IO, Any
 import numpy as np
 
 from profiler.analyzers.io import heatmap as hm
-from profiler.analyzers.io import pairing, stats
+from profiler.analyzers.io import hist_heatmap, histograms, pairing, stats
 from profiler.analyzers.stacks import subsecond
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, members
 from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import (
     BLOCK_EVENTS,
     SAMPLE_TIMES,
     Source,
+    biosnoop,
     blocktrace,
     bundles,
     detect,
@@ -35,9 +36,8 @@ from profiler.inputs import (
     perfdata,
 )
 from profiler.inputs.perfdata_blocks import PerfDataUnsupported
+from profiler.progress import Progress
 from profiler.renderers import heatmap_svg
-
-Progress = Callable[[str], None]
 
 BY = ("none", "op", "device", "issuer", "comm")
 PERF_FIELDS = "comm,tid,time,event,trace"  # what block parsing reads; no cpu: per-task recordings may lack it
@@ -83,9 +83,7 @@ class _Ticker:
         progress = self.progress
 
         def tick(p: pairing.BlockPairer) -> None:
-            if time.monotonic() - self.last > 0.5:
-                progress(f"reading {name}: {p.counts.events} block events, {p.counts.paired} IOs paired")
-                self.last = time.monotonic()
+            progress(f"pairing block IO of {name}", p.counts.events, None, "events")
 
         return tick
 
@@ -99,6 +97,10 @@ def heatmap(input: str, opts: HeatmapOptions, *, progress: Progress | None = Non
         return _cpu(src, bundle, name, input, opts)
     if src.format is pairs.FORMAT:
         return _pairs(src, name, opts)
+    if src.format is biosnoop.FORMAT:
+        return _biosnoop(src, name, opts)
+    if bundle is not None and bundles.block_trace(bundle) is None and bundle.has(members.BLOCK_HIST):
+        return _bcc_hist(bundle, name, opts)
     bio = _block_io(src, bundle, name, _Ticker(progress))
     return _block(bio, bundle, name, opts)
 
@@ -124,7 +126,8 @@ def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.Sa
         with bundle.open_binary(member) as fh:
             return subsecond.parse_sample_times(_text(fh), bundle.log(member))
     if src.format is perfdata.FORMAT:
-        return perfdata.read_perf_script(src.name, lambda out: subsecond.parse_sample_times(_text(out)))
+        return perfdata.read_perf_script(src.file, lambda out: subsecond.parse_sample_times(_text(out)),
+                                         name=src.name + src.damage())
     with src.open() as fh:
         st = subsecond.parse_sample_times(_text(fh), src.log)
     if not len(st.t):
@@ -161,10 +164,10 @@ def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) ->
         return bio
     if src.format is perfdata.FORMAT:
         try:  # block events straight from the file: no perf script, no text
-            bio = pairing.read_perf_data(src.name)
+            bio = pairing.read_perf_data(str(src.file))
         except PerfDataUnsupported:
-            bio = perfdata.read_perf_script(src.name, lambda out: pairing.pair_stream(out, ticker.pairer(name)),
-                                            PERF_FIELDS)
+            bio = perfdata.read_perf_script(src.file, lambda out: pairing.pair_stream(out, ticker.pairer(name)),
+                                            PERF_FIELDS, name=src.name + src.damage())
         if bio.counts.events == 0:
             raise InputError(f"{src.name} holds no block:block_rq_issue/complete events")
         return bio
@@ -195,6 +198,56 @@ def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     warnings = _warnings_of(src, None)
     doc["warnings"] = warnings
     return HeatmapResult(doc, svg, warnings=warnings)
+
+
+def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
+    """bcc biosnoop's own output: one record per IO, latency in ms, time in s (no --units needed)."""
+    b = biosnoop.read_source(src)
+    if not len(b.t):
+        raise InputError(f"{name}: biosnoop output with no IO lines")
+    n = len(b.t)
+    if opts.by == "none":
+        groups = {"all IOs": np.ones(n, bool)}
+    elif opts.by in ("op", "device", "comm"):
+        keys = {"op": [{"R": "read", "W": "write"}.get(o, o) for o in b.op], "device": b.disk, "comm": b.comm}[opts.by]
+        arr = np.asarray(keys, dtype=object)
+        names, counts = np.unique(arr, return_counts=True)
+        order = [str(x) for x in names[np.argsort(-counts, kind="stable")]]
+        groups = {k: arr == k for k in order[:6]}
+        if len(order) > 6:
+            groups["(others)"] = ~np.isin(arr, order[:6])
+    else:
+        raise UsageError("--by issuer needs a capture bundle (it knows which processes are the targets); "
+                         "biosnoop output can be split --by op, device or comm")
+    t_complete = b.t  # biosnoop prints the completion time
+    panels = hm.panels(t_complete, b.lat, groups, t0=0.0, **_lattice(opts))
+    p50, p99 = np.percentile(b.lat, [50, 99])
+    totals: dict[str, Any] = {"ios": n, "skipped_lines": b.skipped_lines}
+    doc = {"kind": "io-latency", "input": name, "source": "biosnoop", "totals": totals,
+           "panels": [x.to_json() for x in panels]}
+    lat_s = hm.fmt_latency
+    subtitle = (f"{name} (biosnoop): {n} IOs, p50 {lat_s(float(p50))}, p99 {lat_s(float(p99))}, "
+                f"max {lat_s(float(b.lat.max()))}")
+    svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=subtitle, totals={"IOs": n}),
+                                     heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
+    warnings = [f"{name}: {b.skipped_lines} lines that are not IOs skipped"] if b.skipped_lines else []
+    return HeatmapResult(doc, svg, warnings=warnings)
+
+
+def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
+    """A bcc-backend bundle: its in-kernel latency histograms, one panel per op (as the report draws it)."""
+    if opts.by not in ("none", "op"):
+        raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
+                         "use --by op (its panels) or capture with --backend perf")
+    h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
+    model = hist_heatmap.from_hist(h)
+    if model is None:
+        raise InputError(f"{name}: {members.BLOCK_HIST} holds no IOs")
+    doc = {"kind": "io-latency", "input": name, "source": "bcc histograms",
+           "totals": {"ios": int(sum(s.count for s in h.slots))},
+           "panels": [x.to_json() for x in model.panels]}
+    svg = heatmap_svg.LATENCY.render(model, heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
+    return HeatmapResult(doc, svg, warnings=list(bundle.warnings))
 
 
 def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: HeatmapOptions) -> HeatmapResult:

@@ -14,15 +14,16 @@ from profiler.analyzers.analysis import Analysis, analyze
 from profiler.bundle import Bundle, members
 from profiler.errors import OutputError
 from profiler.files import is_stdout, output_kind, write_output
+from profiler.progress import Progress
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 
 REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rewritten on each analysis
 
 
-def analysis_of(bundle_dir: str | Path) -> Analysis:
+def analysis_of(bundle_dir: str | Path, progress: Progress | None = None) -> Analysis:
     """The bundle's analysis (a missing or invalid bundle is an InputError)."""
-    return analyze(Bundle.open(bundle_dir))
+    return analyze(Bundle.open(bundle_dir), progress)
 
 
 def pick_format(fmt: str | None, output: str | Path | None) -> str:
@@ -35,9 +36,9 @@ def render(analysis: Analysis, fmt: str, report_path: str | None = None) -> str:
     return REGISTRY.pick(Analysis, fmt).render(analysis, ReportOptions(report_path=report_path))
 
 
-def report(bundle_dir: str | Path, fmt: str) -> str:
+def report(bundle_dir: str | Path, fmt: str, progress: Progress | None = None) -> str:
     """`profiler report`: the bundle's report in one format."""
-    return render(analysis_of(bundle_dir), fmt)
+    return render(analysis_of(bundle_dir, progress), fmt)
 
 
 @dataclass
@@ -63,14 +64,14 @@ def write_html(analysis: Analysis, bundle_dir: str | Path, html_path: str | Path
 
 
 def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html_report: bool = True,
-                   force: bool = False) -> DefaultReport:
+                   force: bool = False, progress: Progress | None = None) -> DefaultReport:
     """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), and render the text
     summary. A report that cannot be written is not an analysis lost: the summary comes back with
     the error, for the caller to print both.
 
     attach and run call this at the end of a capture; so does `profiler analyze`.
     """
-    analysis = analysis_of(bundle_dir)
+    analysis = analysis_of(bundle_dir, progress)
     shown: str | None = None
     error: OutputError | None = None
     replaced = None

@@ -1,10 +1,12 @@
 """`python -m tests.scenarios list|run`: the known-cause scenario suite and its scoreboard (test layer).
 
     python -m tests.scenarios list
-    python -m tests.scenarios run                         # all scenarios, 10 s windows
+    python -m tests.scenarios run                         # all scenarios, quiet and noisy, 10 s windows
+    python -m tests.scenarios run --noise quiet           # only on a quiet host (no noisy neighbour)
     python -m tests.scenarios run fio-mmap-thrash --window 5s
     python -m tests.scenarios run --fast --json board.json
     python -m tests.scenarios run --keep-bundles samples/  # copy each bundle to samples/scn-<name>/
+    python -m tests.scenarios show board.json --markdown   # a saved scoreboard, as docs/scenarios.md shows it
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import sys
 from pathlib import Path
 
 from tests.scenarios.catalog import BY_NAME, SCENARIOS
-from tests.scenarios.runner import run_scenario, skip_reason
-from tests.scenarios.scoreboard import render, summarize
+from tests.scenarios.runner import NOISES, run_scenario, skip_reason
+from tests.scenarios.scoreboard import render, render_markdown, summarize
 
 
 def _seconds(text: str) -> float:
@@ -39,17 +41,32 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the scenarios")
+    show = sub.add_parser("show", help="print a saved scoreboard (--json of a run) again")
+    show.add_argument("board", type=Path, help="the scoreboard JSON")
+    show.add_argument("--markdown", action="store_true", help="as the tables of docs/scenarios.md")
     run = sub.add_parser("run", help="run scenarios and print the scoreboard")
     run.add_argument("names", nargs="*", help="scenario names (default: all)")
     run.add_argument("--window", type=_seconds, default=10.0, help="attach window per scenario (default 10s)")
     run.add_argument("--fast", action="store_true", help="only the CI subset")
     run.add_argument("--category", action="append", help="only scenarios of this expected category")
+    run.add_argument("--noise", choices=[*NOISES, "both"], default="both",
+                     help="run each scenario on a quiet host, beside a noisy neighbour (a CPU burner and an IO "
+                          "burner outside its cgroup), or both (default)")
     run.add_argument("--json", type=Path, help="write the scoreboard as JSON here")
     run.add_argument("--no-attach", action="store_true", help="workloads and confirmation only")
     run.add_argument("--keep-bundles", type=Path, help="copy each bundle to DIR/scn-<name>/")
     run.add_argument("--attach-arg", action="append", default=[], metavar="ARG",
                      help="extra argument for profiler attach (repeatable), e.g. --attach-arg=-F49")
     args = ap.parse_args(argv)
+
+    if args.cmd == "show":
+        try:
+            board = json.loads(args.board.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"cannot read {args.board}: {exc}", file=sys.stderr)
+            return 2
+        sys.stdout.write(render_markdown(board) if args.markdown else render(board))
+        return 0
 
     if args.cmd == "list":
         for s in SCENARIOS:
@@ -72,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     results = []
     try:
-        for s in chosen:
+        noises = NOISES if args.noise == "both" else (args.noise,)
+        for s, noise in [(s, n) for s in chosen for n in noises]:
             r = run_scenario(s, args.window, attach=not args.no_attach, keep=args.keep_bundles,
                              log=lambda m: print(m, file=sys.stderr, flush=True),
-                             attach_args=tuple(args.attach_arg))
+                             attach_args=tuple(args.attach_arg), noise=noise)
             results.append(r)
-            print(f"{r.name}: {r.outcome} (expected {r.expected}, got {r.got}, "
+            print(f"{r.name} [{noise}]: {r.outcome} (expected {'+'.join(r.accepted)}, got {r.got}, "
                   f"label {'confirmed' if r.confirmed else 'unconfirmed'}, {r.seconds:.0f}s)"
                   + (f" cleanup problems: {r.cleanup}" if r.cleanup else ""), file=sys.stderr, flush=True)
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ reclaims page cache (major faults) instead of killing anything.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.scenarios.model import Check, Confirm, Ctx, Scenario, Started
@@ -356,9 +357,9 @@ def table_lock_checks(obs: Observation, st: Started) -> list[Check]:
     ]
 
 
-def mariadb_hot_row(ctx: Ctx) -> Started:
+def mariadb_hot_row(ctx: Ctx, join: Callable[[], None] | None = None) -> Started:
     db = MariaDB(ctx.procs, ctx.tmp, **{"innodb-flush-log-at-trx-commit": 0, "innodb-lock-wait-timeout": 50})
-    pid = db.start()
+    pid = db.start(join=join)
     ctx.procs.run("sysbench-prepare", db.sysbench("oltp_update_non_index", "--tables=1", "--table-size=10000",
                                                   "prepare"), timeout=120)
     # --table-size=1: every update picks id 1, the one hot row.
@@ -548,4 +549,20 @@ SCENARIOS: list[Scenario] = [
              fio_light_io, fio_light_checks, None, (), warmup=2),
 ]
 
+def _more() -> list[Scenario]:
+    """The server scenarios (catalog_servers.py) and the Go scenarios of issue 13 (catalog_go.py,
+    owned by the Go work; absent until it lands)."""
+    from tests.scenarios.catalog_servers import SERVER_SCENARIOS
+
+    more = list(SERVER_SCENARIOS)
+    import importlib.util
+
+    if importlib.util.find_spec("tests.scenarios.catalog_go") is not None:
+        from tests.scenarios import catalog_go  # type: ignore[attr-defined]
+
+        more.extend(catalog_go.SCENARIOS)
+    return more
+
+
+SCENARIOS.extend(_more())
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -127,6 +127,10 @@ class Group:
         if "cpu" in self.controllers:
             for k, v in _kv(_read(self.path("cpu") / "cpu.stat")).items():
                 out[f"cpu.{k}"] = v
+        if "cpuacct" in self.controllers:
+            t = _read(self.path("cpuacct") / "cpuacct.usage").strip()
+            if t.isdigit():
+                out["cpuacct.usage_ns"] = int(t)
         if "memory" in self.controllers:
             m = self.path("memory")
             for f in ("usage_in_bytes", "max_usage_in_bytes", "limit_in_bytes", "failcnt"):

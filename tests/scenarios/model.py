@@ -67,8 +67,18 @@ class Started:
     pid: int
     # Called at the window's start and end; the deltas land in Observation.extra.
     probe: Callable[[], dict[str, float]] | None = None
+    # Sampled about twice a second through the window (a server's own gauges, e.g. sessions waiting
+    # on a lock); the means land in Observation.extra as "mean:<key>".
+    gauge: Callable[[], dict[str, float]] | None = None
     # Number of threads doing the work (for lock/IO checks); 0: unknown.
     workers: int = 0
+    # More processes that serve the work (PostgreSQL backends, nginx workers): attached to and
+    # sampled with ``pid``.
+    more_pids: list[int] = field(default_factory=list)
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.pid, *self.more_pids]
 
 
 Confirm = Callable[[Observation, "Started"], list[Check]]
@@ -88,6 +98,14 @@ class Scenario:
     warmup: float = 3.0
     fast: bool = False  # in the CI subset
     requires: tuple[str, ...] = ()  # programs that must be installed
+    # Two causes at once (both confirmed by ``confirm``): a verdict naming any of ``category`` and
+    # ``also`` first is right; the scoreboard shows which one it ranks first and why.
+    also: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        return (self.category, *self.also)
 
     def __post_init__(self) -> None:
         assert self.category in CATEGORIES, self.category
+        assert all(c in CATEGORIES and c != self.category for c in self.also), self.also

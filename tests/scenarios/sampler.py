@@ -82,19 +82,38 @@ def process_counters(pid: int) -> dict[str, float] | None:
 
 
 def host_counters() -> dict[str, float]:
-    """Host CPU ticks (busy, iowait, total) and the 1-minute load average."""
+    """Host CPU ticks (busy, iowait, total), the 1-minute load average, and the busiest disk's
+    io_ticks (ms with IO in flight) and completed IOs."""
     with open("/proc/stat") as fh:
         cpu = [int(x) for x in fh.readline().split()[1:]]
     idle, iowait = cpu[3], cpu[4]
     total = sum(cpu[:8])
     with open("/proc/loadavg") as fh:
         load1 = float(fh.read().split()[0])
-    return {"busy": total - idle - iowait, "iowait": iowait, "total": total, "load1": load1}
+    out = {"busy": total - idle - iowait, "iowait": iowait, "total": total, "load1": load1}
+    try:
+        with open("/proc/diskstats") as fh:
+            for line in fh:
+                f = line.split()
+                if len(f) >= 14 and f[2] == DISK_NAME:
+                    out["disk_ios"] = int(f[3]) + int(f[7])
+                    out["disk_ticks_ms"] = int(f[12])
+    except OSError:
+        pass
+    return out
+
+
+DISK_NAME = "vda"  # the disk tests.scenarios.cgroup.DISK (254:0) names
 
 
 def thread_sample(pid: int) -> list[tuple[str, str, str]]:
     """(state, wchan, syscall) for each thread of pid; syscall is a number, 'running' or ''."""
-    out: list[tuple[str, str, str]] = []
+    return [(st, wchan, sc) for _, _, st, wchan, sc in thread_rows(pid)]
+
+
+def thread_rows(pid: int) -> list[tuple[int, str, str, str, str]]:
+    """(tid, comm, state, wchan, syscall) for each thread of pid."""
+    out: list[tuple[int, str, str, str, str]] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -114,7 +133,12 @@ def thread_sample(pid: int) -> list[tuple[str, str, str]]:
                 sc = fh.read().split(" ", 1)[0].strip()
         except OSError:
             sc = ""
-        out.append((f[0], wchan if wchan != "0" else "", sc))
+        try:
+            with open(base + "/comm") as fh:
+                name = fh.read().strip()
+        except OSError:
+            name = ""
+        out.append((int(tid), name, f[0], wchan if wchan != "0" else "", sc))
     return out
 
 
@@ -149,6 +173,15 @@ class Observation:
     host_busy: float = 0.0  # host CPU busy share, all cores, 0..1
     host_iowait: float = 0.0
     host_load1: tuple[float, float] = (0.0, 0.0)
+    disk_util: float = 0.0  # share of the window vda had IO in flight (/proc/diskstats io_ticks)
+    disk_iops: float = 0.0
+    # per thread name (comm): mean threads of that name in each state, and in each syscall
+    by_comm: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the busiest thread: share of samples it was R (running or runnable), and its comm
+    top_thread_r: float = 0.0
+    top_thread: str = ""
+    pids: list[int] = field(default_factory=list)  # every process sampled (the target first)
+    noise: dict[str, float] = field(default_factory=dict)  # the noisy neighbours' CPU and IO, if any
     cgroups: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> counter deltas
     extra: dict[str, float] = field(default_factory=dict)  # scenario-specific (e.g. row lock waits)
     exited: bool = False
@@ -176,6 +209,13 @@ class Observation:
             "host_busy": round(self.host_busy, 3),
             "host_iowait": round(self.host_iowait, 3),
             "host_load1": list(self.host_load1),
+            "disk_util": round(self.disk_util, 3),
+            "disk_iops": round(self.disk_iops, 1),
+            "by_comm": {k: {s: round(v, 2) for s, v in sorted(d.items())} for k, d in sorted(self.by_comm.items())},
+            "top_thread_r": round(self.top_thread_r, 3),
+            "top_thread": self.top_thread,
+            "pids": self.pids,
+            "noise": {k: round(v, 3) for k, v in sorted(self.noise.items())},
             "cgroups": self.cgroups,
             "extra": {k: round(v, 3) for k, v in sorted(self.extra.items())},
             "exited": self.exited,
@@ -183,39 +223,61 @@ class Observation:
 
 
 class Sampler:
-    """Samples one pid's threads at `hz` in a background thread between start() and stop()."""
+    """Samples the threads of one or more pids at `hz` in a background thread between start() and stop().
 
-    def __init__(self, pid: int, hz: float = 10.0) -> None:
-        self.pid = pid
+    The process counters (CPU, faults, IO, switches, schedstat) are summed over the pids."""
+
+    def __init__(self, pid: int | list[int], hz: float = 10.0) -> None:
+        self.pids = [pid] if isinstance(pid, int) else list(pid)
+        self.pid = self.pids[0]
         self.interval = 1.0 / hz
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"sampler-{pid}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.pid}", daemon=True)
         self._states: Counter[str] = Counter()
         self._wchan: Counter[str] = Counter()
         self._syscall: Counter[str] = Counter()
+        self._by_comm: dict[str, Counter[str]] = {}
+        self._r_by_tid: Counter[tuple[int, str]] = Counter()
         self._futex = 0
         self._threads = 0
         self._samples = 0
 
+    def _counters(self) -> dict[str, float] | None:
+        tot: dict[str, float] = {}
+        for p in self.pids:
+            c = process_counters(p)
+            if c is None:
+                return None
+            for k, v in c.items():
+                tot[k] = tot.get(k, 0) + v
+        return tot
+
     def start(self) -> Sampler:
         self._t0 = time.monotonic()
-        self._proc0 = process_counters(self.pid)
+        self._proc0 = self._counters()
         self._host0 = host_counters()
         self._thread.start()
         return self
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            rows = thread_sample(self.pid)
+            rows = [r for p in self.pids for r in thread_rows(p)]
             if not rows:
                 continue
             self._samples += 1
             self._threads += len(rows)
-            for state, wchan, sc in rows:
+            for tid, name, state, wchan, sc in rows:
                 self._states[state] += 1
                 if state != "R":
                     self._wchan[wchan or "-"] += 1
+                else:
+                    self._r_by_tid[(tid, name)] += 1
                 self._syscall[sc or "-"] += 1
+                per = self._by_comm.setdefault(name, Counter())
+                per["threads"] += 1
+                per[f"state:{state}"] += 1
+                if state != "R" and sc:
+                    per[f"syscall:{sc}"] += 1
                 if is_futex_wait(state, wchan, sc):
                     self._futex += 1
 
@@ -223,9 +285,9 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         t1 = time.monotonic()
-        proc1 = process_counters(self.pid)
+        proc1 = self._counters()
         host1 = host_counters()
-        obs = Observation(pid=self.pid, seconds=t1 - self._t0, samples=self._samples)
+        obs = Observation(pid=self.pid, seconds=t1 - self._t0, samples=self._samples, pids=list(self.pids))
         n = max(1, self._samples)
         obs.threads_mean = self._threads / n
         obs.states = {k: v / n for k, v in self._states.items()}
@@ -233,6 +295,10 @@ class Sampler:
         obs.io_blocked = self._states.get("D", 0) / n
         obs.top_wchan = [(k, v / n) for k, v in self._wchan.most_common(5)]
         obs.top_syscall = [(k, v / n) for k, v in self._syscall.most_common(5)]
+        obs.by_comm = {name: {k: v / n for k, v in c.items()} for name, c in self._by_comm.items()}
+        if self._r_by_tid:
+            (tid, name), r = self._r_by_tid.most_common(1)[0]
+            obs.top_thread_r, obs.top_thread = r / n, f"{name} (tid {tid})"
         secs = max(1e-6, obs.seconds)
         if self._proc0 and proc1:
             obs.cpu_cores = (proc1["cpu_s"] - self._proc0["cpu_s"]) / secs
@@ -251,4 +317,7 @@ class Sampler:
         obs.host_busy = (host1["busy"] - self._host0["busy"]) / total
         obs.host_iowait = (host1["iowait"] - self._host0["iowait"]) / total
         obs.host_load1 = (self._host0["load1"], host1["load1"])
+        if "disk_ticks_ms" in host1 and "disk_ticks_ms" in self._host0:
+            obs.disk_util = min(1.0, (host1["disk_ticks_ms"] - self._host0["disk_ticks_ms"]) / 1000.0 / secs)
+            obs.disk_iops = (host1["disk_ios"] - self._host0["disk_ios"]) / secs
         return obs

@@ -1,0 +1,174 @@
+"""The load's output, copied into the bundle line by line with the time each line arrived (capture layer).
+
+``profiler run`` gives the load command a pipe instead of a file: a thread copies every line
+into ``load.log`` as it comes (so the log is readable while the load runs) and notes the
+CLOCK_MONOTONIC time it read the line. ``profiler attach --load-log FILE`` follows a file
+another process writes the same way: what the file held before the capture is copied without
+times, every line appended during the capture gets its arrival time. A load tool prints a
+progress report when its interval ends, so these times put each interval on the capture's
+clock without trusting the tool's own (docs/load.md). The times go to ``load.times.csv.gz``
+(``line,t``; line numbers count ``\\n``-terminated lines of load.log from 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from profiler.bundle import BundleWriter, members
+
+CHUNK = 1 << 16  # longest piece read at once (a longer line is copied in pieces, counted once)
+FOLLOW_EVERY = 0.1  # s between looks at a followed file
+
+
+@dataclass(frozen=True)
+class LoadStart:
+    """When a load followed by ``attach --load-log`` started (``--load-start``): an absolute
+    CLOCK_MONOTONIC time, or an offset from the capture's start."""
+
+    text: str  # as given, for the manifest
+    monotonic: float | None = None
+    offset: float | None = None
+
+    def resolve(self, capture_start: float) -> float:
+        if self.monotonic is not None:
+            return self.monotonic
+        return capture_start + (self.offset or 0.0)
+
+
+class _Lines:
+    """Counts the lines copied so far and notes the arrival time of each one completed."""
+
+    def __init__(self, out: IO[bytes], clock: Callable[[], float]) -> None:
+        self.out = out
+        self.clock = clock
+        self.lines = 0  # complete lines copied
+        self.times: list[tuple[int, float]] = []
+        self.bytes = 0
+
+    def copy(self, data: bytes, *, timed: bool) -> None:
+        if not data:
+            return
+        self.out.write(data)
+        self.out.flush()
+        self.bytes += len(data)
+        n = data.count(b"\n")
+        if timed and n:
+            now = self.clock()
+            self.times.extend((self.lines + i, now) for i in range(1, n + 1))
+        self.lines += n
+
+
+class PipeCopier:
+    """Copies a child's stdout pipe into the log, one line at a time, noting arrival times."""
+
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], clock: Callable[[], float] = time.monotonic) -> None:
+        self.pipe = pipe
+        self.lines = _Lines(log, clock)
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="profiler-load-log", daemon=True)
+
+    def start(self) -> PipeCopier:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while True:
+                data = self.pipe.readline(CHUNK)
+                if not data:
+                    return
+                self.lines.copy(data, timed=True)
+        except (OSError, ValueError) as exc:  # the disk filled, or the pipe was closed under us
+            self.error = str(exc)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the end of the output; False when something still holds the pipe open."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def times(self) -> list[tuple[int, float]]:
+        return list(self.lines.times)
+
+
+class FileFollower:
+    """Follows a growing log file: copies what it holds, then what is appended, with times."""
+
+    def __init__(self, source: Path, log: IO[bytes], clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.lines = _Lines(log, clock)
+        self.error: str | None = None
+        self.note: str | None = None
+        self._stop = threading.Event()
+        self._fh: IO[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, name="profiler-load-follow", daemon=True)
+
+    def start(self) -> FileFollower:
+        """Copy what the file holds now (untimed: its lines were written before the capture), then follow it."""
+        self._fh = open(self.source, "rb")  # noqa: SIM115 - closed by the thread
+        while True:
+            data = self._fh.read(CHUNK)
+            if not data:
+                break
+            self.lines.copy(data, timed=False)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        assert self._fh is not None
+        fh = self._fh
+        try:
+            while True:
+                stopping = self._stop.wait(FOLLOW_EVERY)
+                self._drain(fh, final=stopping)
+                if stopping or self.note:
+                    return
+        except OSError as exc:
+            self.error = str(exc)
+        finally:
+            fh.close()
+
+    def _drain(self, fh: IO[bytes], *, final: bool = False) -> None:
+        with contextlib.suppress(OSError):
+            if os.fstat(fh.fileno()).st_size < fh.tell():
+                self.note = f"{self.source} was truncated during the capture: following stopped there"
+                return
+        pending = b""
+        while True:
+            data = fh.read(CHUNK)
+            if not data:
+                break
+            pending += data
+            cut = pending.rfind(b"\n")
+            if cut >= 0:
+                self.lines.copy(pending[: cut + 1], timed=True)
+                pending = pending[cut + 1:]
+        if pending and final:  # the capture ends in the middle of a line: keep what was written
+            self.lines.copy(pending, timed=False)
+        elif pending:  # a line still being written: read it again, whole, next time
+            fh.seek(-len(pending), os.SEEK_CUR)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    @property
+    def times(self) -> list[tuple[int, float]]:
+        return list(self.lines.times)
+
+
+def write_times(writer: BundleWriter, times: list[tuple[int, float]]) -> str | None:
+    """The arrival times member (None when there is nothing to write)."""
+    if not times:
+        return None
+    with writer.open_member(members.LOAD_TIMES) as fh:
+        fh.write(b"line,t\n")
+        fh.write("".join(f"{n},{t:.6f}\n" for n, t in times).encode())
+    return members.LOAD_TIMES

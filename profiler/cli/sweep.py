@@ -1,0 +1,76 @@
+"""`profiler sweep`: one capture per concurrency step, the throughput curve and its knee (CLI layer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from profiler.cli._common import parse_duration
+from profiler.cli.attach import make_options
+from profiler.collectors import registry
+from profiler.errors import UsageError
+from profiler.usecases.sweep import SWEEP_JSON, SWEEP_REPORT, SweepRequest, sweep
+
+HELP = """Run the same load at several concurrencies, one capture per step, and find where throughput stops scaling.
+
+The load command (after --) holds a placeholder, {threads} by default (--param NAME for {NAME}),
+filled with each value of --threads in turn. Each step is a normal capture bundle in
+DIR/step-VALUE/ with its own report; DIR/sweep.json holds every step's throughput, latency,
+verdict and per-target CPU, and the knee; DIR/report.html draws the curve. Ctrl-C keeps the
+finished steps and marks the sweep partial. Exit code: 0, or the first failing load's.
+
+**Examples**
+
+    profiler sweep --threads 8,16,32,64 --pid tidb --pid tikv -o sweep -- sysbench oltp_point_select --threads={threads} --time=60 run
+
+    profiler sweep --threads 1,2,4,8,16 --pid mariadbd -o sweep -- sysbench oltp_read_only --threads={threads} --time=10 --report-interval=1 run
+
+    profiler sweep --param conc --threads 16,64,256 --pid tikv -o sweep -- go-ycsb run tikv -P workloada --threads {conc}
+"""
+
+
+def parse_values(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise UsageError(f"--threads wants a list of values, e.g. 1,2,4,8 (got {text!r})")
+    return values
+
+
+def command(
+    load: list[str] = typer.Argument(None, help="The load command, after --, with {threads} (or {NAME}) in it."),
+    threads: str = typer.Option(..., "--threads", "-t", help="The values to sweep, comma-separated: 1,2,4,8,16."),
+    param: str = typer.Option("threads", "--param", help="The placeholder's name in the load command ({threads})."),
+    pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several."),
+    output: Path = typer.Option(..., "--output", "-o", help="Sweep directory to write (a bundle per step, sweep.json, report.html)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
+    pause: str = typer.Option("1s", "--pause", help="Pause between steps, for the server to settle."),
+    duration: str = typer.Option(None, "--duration", "-d", help="Stop each step (and its load) after this long at most."),
+    frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
+    call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),
+    interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
+    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto."),
+    keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in each step's bundle."),
+    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable)."),
+) -> None:
+    if not param.isidentifier():
+        raise UsageError(f"--param {param!r}: a placeholder name is letters, digits and _ (e.g. threads)")
+    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend)
+    req = SweepRequest(pids=list(pid), output=output, command=list(load or []), values=parse_values(threads),
+                       param=param, options=options, collectors=collectors or None, keep_perf_data=keep_perf_data,
+                       force=force, pause=parse_duration(pause) if pause not in ("0", "0s") else 0.0)
+    used, why = registry.backend_choice(options)
+
+    def say(msg: str) -> None:
+        typer.echo(f"profiler: {msg}", err=True)
+
+    sw, code = sweep(req, say, extra_options={"keep_perf_data": keep_perf_data, "backend_used": used,
+                                                   "backend_reason": why})
+    typer.echo(sw.conclusion)
+    typer.echo(f"profiler: wrote {output / SWEEP_JSON} and {output / SWEEP_REPORT}", err=True)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep", help=HELP, context_settings={"allow_interspersed_args": False})(command)

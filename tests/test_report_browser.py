@@ -1,0 +1,161 @@
+"""The HTML report in a real browser (headless Chromium over the DevTools protocol).
+
+Real mouse input: hovering a chart shows values and one cursor on every chart, dragging across a
+chart (or the CPU sub-second heatmap) selects a range and redraws the range's flame graphs, a
+click on a frame zooms, the search box highlights. The range's sample count is checked against
+the raw perf script text of the bundle, read here independently of the report. A screenshot of
+each state is written to $PROFILER_SCREENSHOTS (default: the test's tmp dir) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from profiler.analyzers.analysis import analyze
+from profiler.analyzers.series.timeline import Panel
+
+from profiler.bundle import Bundle
+from profiler.renderers.report_html import RENDERER as html
+from tests.browser import CHROMIUM, Browser
+from tests.conftest import SAMPLES
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (install.sh --dev installs it)")
+
+PERF = SAMPLES / "perf" / "fio-fsync-and-python-locks"
+BCC = SAMPLES / "bcc" / "lock-contend-python"
+
+
+def shots(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("PROFILER_SCREENSHOTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with Browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def perf_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    a = analyze(Bundle.open(PERF))
+    # a panel some other part adds (load throughput): drawn with no change to the page's markup
+    n = len(a.timeline.t)
+    a.timeline.panels["load_tps"] = Panel("Load throughput (test panel)", "tx/s", {"tps": [100.0 + i for i in range(n)]})
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    out.write_text(html.render(a), encoding="utf-8")
+    return out
+
+
+def _perf_sample_times() -> list[float]:
+    """Every on-CPU sample's time, straight from the bundle's perf script text."""
+    text = gzip.decompress((PERF / "cpu.perf.txt.gz").read_bytes()).decode()
+    return [float(m.group(1)) for m in re.finditer(r"^\S.*?\s(\d+\.\d+):\s+\d+\s+cpu-clock", text, re.M)]
+
+
+def test_page_loads_offline_and_draws_every_panel(browser: Browser, perf_page: Path, tmp_path: Path) -> None:
+    browser.open(perf_page)
+    assert browser.errors() == []
+    assert [u for u in browser.requests() if not u.startswith("file:")] == []  # nothing fetched
+    panels = browser.js("Object.keys(JSON.parse(document.getElementById('profiler-analysis').textContent)"
+                        ".timeline.panels).length")
+    drawn = browser.js("document.querySelectorAll('#charts .panel svg.chart').length")
+    assert drawn == panels  # every panel, the test's load_tps panel among them
+    assert browser.js("document.querySelector('#charts .panel').dataset.panel") == "load_tps"  # load first
+    # flame graphs open at the root: the first row is the root frame
+    assert browser.js("document.querySelector('#flame-cpu svg text').textContent").startswith("all (")
+    browser.screenshot(shots(tmp_path) / "report-whole.png", full_page=True)
+
+
+def test_hover_shows_values_and_one_cursor(browser: Browser, perf_page: Path) -> None:
+    browser.open(perf_page)
+    x, y, w, h = browser.box('#charts .panel[data-panel="cpu"] svg.chart')
+    browser.mouse("mouseMoved", x + w * 0.5, y + h / 2)
+    tip = browser.js("document.querySelector('#charts .panel[data-panel=\"cpu\"] .tip').textContent")
+    assert "python3" in tip and "cores" in tip
+    visible = browser.js("[...document.querySelectorAll('#charts svg.chart .cursor')]"
+                         ".filter(c => c.getAttribute('visibility') === 'visible').length")
+    charts = browser.js("document.querySelectorAll('#charts svg.chart').length")
+    assert visible == charts  # one cursor across every chart
+
+
+def test_drag_selects_a_range_and_redraws_the_flame_graphs(browser: Browser, perf_page: Path, tmp_path: Path) -> None:
+    browser.open(perf_page)
+    whole = browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
+    whole_top = browser.js("document.querySelector('#flame-cpu .flame-top table').textContent")
+    x, y, w, h = browser.box('#charts .panel[data-panel="cpu"] svg.chart')
+    browser.drag(x + w * 0.25, y + h / 2, x + w * 0.55, y + h / 2)
+    lo, hi = browser.js("window.profilerReport.state.range")
+    assert 0 < lo < hi
+    part = browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
+    assert part != whole and "in the range" in part
+    assert browser.js("document.querySelector('#flame-cpu .flame-top table').textContent") != whole_top
+    assert "Selected" in browser.js("document.querySelector('#flames .range-bar').textContent")
+    # the count drawn for the range, against the raw samples (the page works in buckets: the
+    # range is widened to whole buckets, as FlameScope's are)
+    g = browser.js("(() => { const p = JSON.parse(document.getElementById('profiler-page').textContent).flames.cpu;"
+                   " return [p.t0, p.bucket]; })()")
+    t0 = browser.js("JSON.parse(document.getElementById('profiler-analysis').textContent).timeline.t0")
+    b0, b1 = int((lo - g[0]) // g[1]), -int(-(hi - g[0]) // g[1])
+    start, end = t0 + g[0] + b0 * g[1], t0 + g[0] + b1 * g[1]
+    expected = sum(1 for t in _perf_sample_times() if start <= t < end)
+    shown = int(re.match(r"([\d,]+) samples?", part).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert shown == expected
+    browser.screenshot(shots(tmp_path) / "report-range.png")
+    # back to the whole capture
+    browser.click(*browser.center("#flames .range-bar button"))
+    assert browser.js("window.profilerReport.state.range") is None
+    assert browser.js("document.querySelector('#flame-cpu .flame-info').textContent") == whole
+
+
+def test_click_zooms_and_search_highlights(browser: Browser, perf_page: Path, tmp_path: Path) -> None:
+    browser.open(perf_page)
+    before = browser.js("document.querySelectorAll('#flame-cpu g.fr').length")
+    name = browser.js("document.querySelector('#flame-cpu g.fr[data-node=\"1\"] text').textContent")
+    browser.click(*browser.center('#flame-cpu g.fr[data-node="1"] rect'))
+    after = browser.js("document.querySelectorAll('#flame-cpu g.fr').length")
+    assert after < before  # zoomed into one pool: its frames only
+    assert browser.js("document.querySelector('#flame-cpu .flame-detail').textContent").startswith(name)
+    browser.js("(() => { const s = document.querySelector('#flame-cpu .flame-search'); s.value = 'fsync';"
+               " s.dispatchEvent(new Event('input')); })()")
+    assert re.match(r"matched \d", browser.js("document.querySelector('#flame-cpu .flame-match').textContent"))
+    assert browser.js("[...document.querySelectorAll('#flame-cpu rect')].some(r => r.getAttribute('fill') === '#e040fb')")
+    browser.screenshot(shots(tmp_path) / "report-zoom.png")
+
+
+def test_heatmap_drag_selects_a_range(browser: Browser, perf_page: Path) -> None:
+    browser.open(perf_page)
+    browser.center("#cpu-heatmap")
+    a = browser.center('#cpu-heatmap rect[data-c="1"][data-r="5"]', scroll=False)
+    z = browser.center('#cpu-heatmap rect[data-c="1"][data-r="30"]', scroll=False)
+    browser.drag(*a, *z)
+    lo, hi = browser.js("window.profilerReport.state.range")
+    off = browser.js("JSON.parse(document.getElementById('profiler-page').textContent).cpu_heatmap.offset")
+    assert lo == pytest.approx(off + 1 + 5 / 50) and hi == pytest.approx(off + 1 + 31 / 50)
+    assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
+
+
+def test_bcc_report_draws_its_totals(browser: Browser, tmp_path: Path) -> None:
+    out = tmp_path / "bcc.html"
+    out.write_text(html.render(analyze(Bundle.open(BCC))), encoding="utf-8")
+    browser.open(out)
+    assert browser.errors() == []
+    assert "no times" in browser.js("document.querySelector('#flame-offcpu .flame-info').textContent")
+    assert browser.js("document.querySelectorAll('#flame-offcpu g.fr').length") > 10
+
+
+def test_a_range_without_traced_stacks_says_where_they_are(browser: Browser, tmp_path: Path) -> None:
+    out = tmp_path / "convoy.html"
+    out.write_text(html.render(analyze(Bundle.open(SAMPLES / "perf" / "fsync-writer-and-lock-convoy"))), encoding="utf-8")
+    browser.open(out)
+    browser.js("window.profilerReport.setRange([3.8, 6.2])")  # between the duty-cycled off-CPU windows
+    info = browser.js("document.querySelector('#flame-offcpu .flame-info').textContent")
+    assert info.startswith("0 us in the range: none here") and re.search(r"windows only: \d+\.\d-\d+\.\d s", info)
+    assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
+    assert browser.errors() == []
