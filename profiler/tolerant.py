@@ -73,6 +73,12 @@ class ReadLog:
     stopped: str | None = None  # why reading ended before the end of the data, if it did
     skipped: dict[str, int] = field(default_factory=dict)  # kind of line -> lines skipped
 
+    def reset(self) -> None:
+        """Forget everything: the input is read again from its start."""
+        self.compressed, self.bytes_in, self.bytes_out, self.stopped = False, 0, 0, None
+        self.damage.clear()
+        self.skipped.clear()
+
     def note(self, what: str) -> None:
         if what not in self.damage:
             self.damage.append(what)

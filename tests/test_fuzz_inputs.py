@@ -219,11 +219,12 @@ def _gzip_tail(rng: random.Random, data: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Input:
-    kind: str  # "bundle", "stacks", "block", "pairs", "perfdata", "cpu"
+    kind: str  # "bundle", "stacks", "block", "pairs", "perfdata", "stat", "biosnoop", "pprof"
     path: Path
 
 
-def inputs() -> list[Input]:
+def inputs(seeds: Path) -> list[Input]:
+    """Every seed input: the samples, and a few made here into ``seeds`` (pprof profiles)."""
     found: list[Input] = []
     for d in sorted(p.parent for p in SAMPLES.glob("**/manifest.json")):
         found.append(Input("bundle", d))
@@ -236,7 +237,25 @@ def inputs() -> list[Input]:
     found.append(Input("perfdata", SAMPLES / "block" / "loop-fio.perf.data.gz"))
     for p in sorted((SAMPLES / "perf-stat").glob("*.csv")) + sorted(SAMPLES.glob("bcc/*.jsonl.gz")):
         found.append(Input("stacks", p))  # not stacks at all: every verb must say so in one line
+    for p in sorted((SAMPLES / "perf-stat").glob("*")):
+        if p.suffix in (".txt", ".csv"):
+            found.append(Input("stat", p))
+    for p in sorted((SAMPLES / "biosnoop").glob("*.txt")):
+        found.append(Input("biosnoop", p))
+    found.extend(Input("pprof", p) for p in _pprof_seeds(seeds))
     return found
+
+
+def _pprof_seeds(d: Path) -> tuple[Path, Path]:
+    """A pprof profile (the reader's own test encoder: two sample types, inlining, both repeated
+    encodings), plain and gzipped as Go serves it."""
+    from tests.test_inputs_pprof import profile_bytes
+
+    d.mkdir(parents=True, exist_ok=True)
+    plain, gz = d / "cpu.pb", d / "cpu.pb.gz"
+    plain.write_bytes(profile_bytes(padding=20))
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    return plain, gz
 
 
 def verbs_for(kind: str, target: str, out: Path) -> list[list[str]]:
@@ -255,7 +274,16 @@ def verbs_for(kind: str, target: str, out: Path) -> list[list[str]]:
             ["diff", target, target, "--folded"],
         ]
     if kind == "perfdata":
-        return [["heatmap", target, "--json"], ["heatmap", target, "--by", "op", "-o", str(out / "h.svg")]]
+        return [["heatmap", target, "--json"], ["heatmap", target, "--by", "op", "-o", str(out / "h.svg")],
+                ["flamegraph", target, "--folded"]]
+    if kind == "stat":
+        return [["stat", target], ["stat", target, "--json"]]
+    if kind == "biosnoop":
+        return [["heatmap", target, "--json"], ["heatmap", target, "--by", "comm", "-o", str(out / "h.svg")],
+                ["heatmap", target, "--by", "device", "--log", "--json"]]
+    if kind == "pprof":
+        return [["flamegraph", target, "--folded"], ["flamegraph", target, "-o", str(out / "f.svg")],
+                ["flamegraph", target, "--folded", "--event", "samples"], ["diff", target, target, "--folded"]]
     if kind in ("block", "pairs"):
         return [["heatmap", target, "--json"], ["heatmap", target, "--by", "op", "--log", "-o", str(out / "h.svg")],
                 ["heatmap", target, "--step-lat", "1", "-o", str(out / "h2.svg")]]
@@ -348,7 +376,7 @@ def problems(args: list[str], code: int | str, out: str, err: str) -> list[str]:
 
 def test_fuzz_every_reader_through_every_verb(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    pool = inputs()
+    pool = inputs(tmp_path / "seeds")
     assert len(pool) > 40, "the samples are the fuzzer's seeds"
     deadline = time.monotonic() + BUDGET
     failures: list[str] = []
@@ -364,14 +392,15 @@ def test_fuzz_every_reader_through_every_verb(tmp_path: Path) -> None:
         found = problems(args, code, out, err)
         verbs_seen.add(args[0])
         if found:
-            failures.append(f"seed {SEED} case {cases}: {inp.path.relative_to(SAMPLES)} [{done}] "
+            seed_name = inp.path.relative_to(SAMPLES) if inp.path.is_relative_to(SAMPLES) else inp.path.name
+            failures.append(f"seed {SEED} case {cases}: {seed_name} [{done}] "
                             f"profiler {' '.join(args)} -> {', '.join(found)}\n    {err.strip()[-600:]}")
         else:
             shutil.rmtree(case, ignore_errors=True)
         cases += 1
     assert not failures, f"{len(failures)} failing case(s) of {cases} (inputs kept in {tmp_path}):\n" + "\n".join(failures)
     assert cases >= 50, f"only {cases} cases in {BUDGET:.0f} s: the budget is too small to fuzz anything"
-    assert verbs_seen == {"analyze", "report", "flamegraph", "heatmap", "diff"}, verbs_seen
+    assert verbs_seen == {"analyze", "report", "flamegraph", "heatmap", "diff", "stat"}, verbs_seen
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -520,3 +520,98 @@ def test_a_member_that_is_a_directory_or_a_pipe_is_no_member(tmp_path: Path, cap
     doc = json.loads(out)
     assert code == 0 and doc["io"] is None
     assert run(capsys, "heatmap", str(cap))[0] == 4
+
+
+# --------------------------------------------------------------------------- inputs main gained since (issue 18 follow-up)
+
+BIOSNOOP = SAMPLES / "biosnoop" / "biosnoop.txt"
+STAT_TABLE = SAMPLES / "perf-stat" / "table-perf61.txt"
+STAT_CSV = SAMPLES / "perf-stat" / "csv-no-interval.csv"
+CONVOY = SAMPLES / "perf" / "fsync-writer-and-lock-convoy"
+
+
+@pytest.mark.parametrize("bad", ["99999999999999999999999", "inf", "nan", "-5", "1" * 5000])
+@pytest.mark.parametrize("column", [0, 2, 6, 7])  # TIME(s), PID, BYTES, LAT(ms)
+def test_biosnoop_lines_with_numbers_no_io_has_are_skipped_and_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                       bad: str, column: int) -> None:
+    lines = BIOSNOOP.read_text().splitlines()
+    fields = lines[1].split()
+    fields[column] = bad
+    lines[1] = " ".join(fields)
+    (tmp_path / "b.txt").write_text("\n".join(lines) + "\n")
+    code, out, err = run(capsys, "heatmap", str(tmp_path / "b.txt"), "--json", "--by", "comm")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["totals"]["ios"] == len(lines) - 2  # the header and the damaged line
+    assert "lines that are not IOs: 1 skipped" in err and doc["warnings"]
+
+
+@pytest.mark.parametrize("src", [STAT_TABLE, STAT_CSV])
+@pytest.mark.parametrize("bad", ["9" * 400, "1" * 5000, "99999999999999999999999", "1.2.3"])
+def test_perf_stat_values_no_counter_has_are_skipped_and_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 src: Path, bad: str) -> None:
+    text = src.read_text()
+    first = re.search(r"^\s*(\d[\d,.]*)", text.split("\n", 3)[3] if src.suffix == ".txt" else text, re.M)
+    assert first is not None
+    (tmp_path / src.name).write_text(text.replace(first.group(1), bad, 1))
+    code, out, err = run(capsys, "stat", str(tmp_path / src.name), "--json")
+    assert code == 0, err
+    doc = json.loads(out)  # no NaN or Infinity in it
+    assert doc["counters"] and "1 skipped" in " ".join(doc["warnings"]) and "warning" in err
+    code, out, err = run(capsys, "stat", str(tmp_path / src.name))
+    assert code == 0 and out
+
+
+def test_perf_stat_names_lose_terminal_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = STAT_CSV.read_text().replace("context-switches", "cs\x1b]0;pwned\x07\x1b[2J", 1)
+    (tmp_path / "s.csv").write_text(text)
+    code, out, err = run(capsys, "stat", str(tmp_path / "s.csv"))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    code, out, _ = run(capsys, "stat", str(tmp_path / "s.csv"), "--json")
+    assert code == 0 and "cs\x1b]0;pwned\x07\x1b[2J" in [c["event"] for c in json.loads(out)["counters"]]  # data kept
+
+
+def test_offcpu_switches_with_5000_digit_ids_are_skipped_and_counted(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    cap = bundle(tmp_path, CONVOY)
+    text = gzip.decompress((cap / "offcpu.perf.txt.gz").read_bytes()).decode()
+    text = re.sub(r"^(\s*\S+\s+)(\d+)/(\d+)", lambda m: m.group(1) + "9" * 5000 + "/" + m.group(3), text, count=3,
+                  flags=re.M)
+    (cap / "offcpu.perf.txt.gz").write_bytes(gzip.compress(text.encode()))
+    code, out, err = run(capsys, "report", str(cap), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["reading"]["offcpu.perf.txt.gz"]["skipped_lines"] == {"samples whose header could not be read": 3}
+    code, out, err = run(capsys, "flamegraph", str(cap), "--offcpu", "--folded")
+    assert code == 0 and len(out.splitlines()) > 50 and "3 skipped" in err
+
+
+def test_a_cut_gzipped_perf_data_is_read_to_the_cut_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = (SAMPLES / "block" / "loop-fio.perf.data.gz").read_bytes()
+    (tmp_path / "cut.perf.data.gz").write_bytes(data[:5000])
+    for verb in (["flamegraph"], ["heatmap"], ["heatmap", "--cpu"]):
+        code, _, err = run(capsys, *verb, str(tmp_path / "cut.perf.data.gz"), "-o", str(tmp_path / "o.svg"))
+        line = one_error_line(err)
+        assert code == 7 and "cut.perf.data.gz" in line and "cut off" in line and "profiler-unpacked" not in line
+    bomb = tmp_path / "bomb.perf.data.gz"  # PERFILE2 then zeros: stopped at the ratio limit, not a disk filled
+    bomb.write_bytes(gzip.compress(b"PERFILE2" + bytes(64 << 20)))
+    code, _, err = run(capsys, "flamegraph", str(bomb), "-o", str(tmp_path / "o.svg"))
+    assert code == 7 and "bomb" in err or "ratio" in err, err
+
+
+@pytest.mark.parametrize("rec", [
+    {"kind": "top", "t": 1.0, "dt": "abc", "procs": []},
+    {"kind": "top", "t": 1.0, "dt": 1.0, "procs": 5},
+    {"kind": "top", "t": 1.0, "dt": 1.0, "procs": [[1, "x", "inf"], ["1" * 50, "y", 1], [2, None, 3], "zz", [3]]},
+    {"kind": "host", "t": 1.0, "block_devices": ["vda"], "clk_tck": 100},
+    {"kind": "host", "t": 1.0, "block_devices": "vda"},
+])
+def test_procfs_records_of_the_wrong_shape_are_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         rec: dict[str, object]) -> None:
+    cap = bundle(tmp_path, CONVOY)
+    lines = gzip.decompress((cap / "proc.jsonl.gz").read_bytes()).decode().splitlines()
+    lines.insert(0 if rec["kind"] == "host" else 5, json.dumps(rec))
+    (cap / "proc.jsonl.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    code, out, err = run(capsys, "report", str(cap), "--format", "json")
+    assert code == 0, err
+    json.loads(out)

@@ -113,7 +113,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
         view.error = exc
     timed: list[tuple[float, float, str]] = []
     folder = offcpu.SwitchFolder(by_reason=True, pools=True, intervals=intervals, futex=True,
-                                 limit=OFFCPU_MAX_SWITCHES, on_interval=lambda lo, hi, key: timed.append((lo, hi, key)))
+                                 limit=OFFCPU_MAX_SWITCHES, on_interval=lambda lo, hi, key: timed.append((lo, hi, key)),
+                                 log=bundle.log(members.OFFCPU_STACKS))
     warnings: list[str] = []
     try:
         with bundle.open_binary(members.OFFCPU_STACKS) as fh:

@@ -89,7 +89,8 @@ class Bundle:
             return False
 
     def log(self, name: str) -> ReadLog:
-        """What reading the member tolerated so far (a fresh log if it was not read)."""
+        """What reading the member tolerated so far (a fresh log if it was not read; each read
+        starts it afresh, the object stays the same)."""
         log = self.reads.get(name)
         if log is None:
             log = self.reads[name] = ReadLog(name)
@@ -104,7 +105,10 @@ class Bundle:
             raw = open(p, "rb")  # noqa: SIM115 - handed to the caller inside the tolerant stream
         except OSError as exc:
             raise BundleError(f"cannot read {name} in {self.root}: {exc.strerror or exc}") from None
-        log = self.reads[name] = ReadLog(name)
+        # the same log object on every read (reset): a parser that took ``log(name)`` before the
+        # (lazy) open counts its skipped lines where the reading's damage is
+        log = self.log(name)
+        log.reset()
         return open_tolerant(raw, log, text=text)
 
     def open_text(self, name: str) -> IO[str]:

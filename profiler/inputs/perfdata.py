@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -106,6 +107,8 @@ def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], 
                 m = pdata.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples)
             except (pdata.PerfDataUnsupported, OSError):
                 pass
+            except (ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError):
+                pass  # a damaged file the direct reader trips on: perf script reads it as far as it can
             else:
                 if merged is not None:
                     merged.append(Merged(m.samples, m.written))

@@ -92,7 +92,7 @@ class Source:
                 raw = open(self.path, "rb")  # noqa: SIM115 - handed over inside the tolerant stream
             except OSError as exc:
                 raise InputError(f"cannot read {self.path}: {exc.strerror or exc}") from None
-        self.log = ReadLog(self.name)
+        self.log.reset()  # the same object: whoever took it before the open counts into it
         return open_tolerant(raw, self.log, text=not self.format.binary)
 
     def open_raw(self) -> IO[bytes]:

@@ -204,7 +204,7 @@ def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     """bcc biosnoop's own output: one record per IO, latency in ms, time in s (no --units needed)."""
     b = biosnoop.read_source(src)
     if not len(b.t):
-        raise InputError(f"{name}: biosnoop output with no IO lines")
+        raise InputError(f"{name}: biosnoop output with no IO lines{src.damage()}")
     n = len(b.t)
     if opts.by == "none":
         groups = {"all IOs": np.ones(n, bool)}
@@ -230,7 +230,8 @@ def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
                 f"max {lat_s(float(b.lat.max()))}")
     svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=subtitle, totals={"IOs": n}),
                                      heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    warnings = [f"{name}: {b.skipped_lines} lines that are not IOs skipped"] if b.skipped_lines else []
+    warnings = _warnings_of(src, None)
+    doc["warnings"] = warnings
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
@@ -239,7 +240,11 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
     if opts.by not in ("none", "op"):
         raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
                          "use --by op (its panels) or capture with --backend perf")
-    h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
+    try:
+        h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
+    except ValueError as exc:  # no header line: nothing can be read
+        raise InputError(f"{name}: {exc}" + (f" (read: {'; '.join(bundle.read_warnings())})"
+                                              if bundle.read_warnings() else "")) from None
     model = hist_heatmap.from_hist(h)
     if model is None:
         raise InputError(f"{name}: {members.BLOCK_HIST} holds no IOs")
@@ -247,7 +252,9 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
            "totals": {"ios": int(sum(s.count for s in h.slots))},
            "panels": [x.to_json() for x in model.panels]}
     svg = heatmap_svg.LATENCY.render(model, heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    return HeatmapResult(doc, svg, warnings=list(bundle.warnings))
+    warnings = bundle.read_warnings() + bundle.warnings + h.warnings
+    doc["warnings"] = warnings
+    return HeatmapResult(doc, svg, warnings=warnings)
 
 
 def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: HeatmapOptions) -> HeatmapResult:
