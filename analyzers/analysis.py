@@ -8,6 +8,7 @@ Every member of the bundle is read once (analyzers.views). ``to_dict()`` is the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ import numpy as np
 from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.load import analysis as loadmod
 from profiler.analyzers.series import timeline as tlmod
+from profiler.analyzers.server import report as server_report
+from profiler.analyzers.server.view import ServerStatusView
 from profiler.analyzers.stacks import flame, ranges, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
@@ -54,6 +57,7 @@ class Analysis:
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
     devices: dict[str, str] = field(default_factory=dict)  # 'major:minor' -> block device name (vda)
+    server: ServerStatusView | None = None  # what the targets' status ports said (analyzers/server)
     load: loadmod.LoadAnalysis | None = None  # the load next to the capture (docs/load.md)
     reading: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated
 
@@ -89,6 +93,7 @@ class Analysis:
             "warnings": self.warnings,
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
                            for k, t in sorted(vmod.THRESHOLDS.items())},
+            "server_status": server_report.summary(self.server, self.timeline.t0),
         })
         return out
 
@@ -99,7 +104,9 @@ def _manifest_summary(m: Manifest) -> dict[str, Any]:
         "host": {"hostname": m.host.hostname, "kernel": m.host.kernel, "cpus": m.host.cpus,
                  "memory_bytes": m.host.memory_bytes, "perf_version": m.host.perf_version},
         "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind, "exe": t.exe, "threads": len(t.threads),
-                     "container": t.container} for t in m.targets],
+                     "container": t.container, "runtime": t.runtime,
+                     "runtime_info": dataclasses.asdict(t.runtime_info) if t.runtime_info is not None else None}
+                    for t in m.targets],
         "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None),
         "options": m.options,
     }
@@ -355,13 +362,30 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
                  health=health, warnings=list(dict.fromkeys(warnings)), reading=dict(v.reads),
                  devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()},
                  load=la)
+    a.server = v.server
+    server_report.add_panels(tl, v.server)
     step(3)
     _artifacts(v, a)
+    _server_artifacts(v, a)
     step(4)
     _range_stacks(v, a)
     _dip_flame(v, a)
     step(len(STAGES))
     return a
+
+
+def _server_artifacts(v: BundleViews, a: Analysis) -> None:
+    """The goroutine view: goroutines' stacks rooted at what they wait for (analyzers/server/report.py)."""
+    try:
+        model = server_report.goroutine_flame(v.server)
+    except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
+        a.missing_artifacts["goroutine_flame"] = f"could not be built: {type(exc).__name__}: {exc}"
+        return
+    if model is not None:
+        a.artifacts["goroutine_flame"] = model
+    elif v.server is not None:  # (a capture without the collector has no goroutine view to miss)
+        a.missing_artifacts["goroutine_flame"] = ("no goroutine profile: " + (
+            v.server.reason or "the targets serve no /debug/pprof/ (not Go, or pprof not enabled)"))
 
 
 def _range_stacks(v: BundleViews, a: Analysis) -> None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
+from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
 from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
@@ -73,6 +74,7 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    server: ServerStatusView | None = None  # server-status: /metrics scrapes and Go profiles (analyzers/server)
     load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
     reads: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated (ReadLog)
@@ -147,6 +149,7 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     v.io = _guarded(bundle, members.BLOCK_TRACE, read_block_io)
     read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = _guarded(bundle, members.CPU_STACKS, read_cpu_stacks)
+    v.server = _guarded(bundle, members.SERVER_STATUS, read_server_status)
     read("the load's log", (members.LOAD_LOG,))
     v.load = _guarded(bundle, members.LOAD_LOG, read_load)
     read("done", ())

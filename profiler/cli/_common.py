@@ -90,6 +90,13 @@ def for_terminal(lines: list[str], output: Path | None) -> list[str]:
     return [sanitize(line.rstrip("\n"), newlines=False) + "\n" for line in lines]
 
 
+def write_bytes(data: bytes, output: Path | None, force: bool) -> None:
+    """A binary output (a gzipped pprof profile), by the same rules as ``write_output``
+    (profiler.files: stdout, devices and pipes written; a file through a fresh temporary name
+    renamed into place, never through a symbolic link)."""
+    files.write_output(output, data, force=force)
+
+
 def wrote(output: Path | None, what: str) -> None:
     """'profiler: wrote FILE (what)' on stderr, when the output went to a regular file."""
     if output is not None and files.output_kind(output) == "file":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
-from profiler.renderers import load_text
+from profiler.renderers import load_text, report_server
 from profiler.renderers.protocol import ReportOptions
 from profiler.untrusted import markdown, sanitize
 
@@ -88,6 +88,7 @@ def _render(a: Analysis) -> str:
         for g in m.io.groups[:8]:
             out.append(f"| {_cell(g.dev)} | {_cell(g.op)} | {g.count} | {g.iops:.0f} | {g.p50_ms:.2f} ms | {g.p99_ms:.2f} ms | {g.max_ms:.1f} ms | {fmt.pct(g.target_share)} |")
         out.append("")
+    out += report_server.markdown_lines(a)
     out += ["### Capture", "", "| collector | status | reason |", "| --- | --- | --- |"]
     for h in a.health:
         reason = "; ".join([h.reason or ""] + h.reading).strip("; ")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
-from profiler.renderers import load_text
+from profiler.renderers import load_text, report_server
 from profiler.renderers.protocol import ReportOptions
 from profiler.untrusted import sanitize
 
@@ -39,6 +39,7 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
         lines.append(f"  imbalance: {i.note}")
     if a.load is not None:
         lines.extend(f"  load: {x}" for x in load_text.lines(a.load, a.bundle))
+    lines += report_server.text_lines(a)
     if v.confidence_reasons:
         lines.append("  confidence: " + "; ".join(v.confidence_reasons))
     skipped = [f"{h.collector} {h.status}" + (f" ({h.reason})" if h.reason else "")

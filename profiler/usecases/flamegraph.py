@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
 from profiler.analyzers.stacks.folding import (
     PARALLEL_MIN_BYTES,
@@ -30,6 +31,7 @@ from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, p
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
+from profiler.renderers.registry import EXPORTS
 from profiler.tolerant import ReadLog
 
 Warn = Callable[[str], None]
@@ -241,6 +243,18 @@ def _damage(warnings: list[str]) -> str:
     return f" (read: {'; '.join(warnings)})" if warnings else ""
 
 
+def _check(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
+    """Say what was tolerated in the input (``warn``: before any error, so a damaged input's
+    warnings are never lost); no stacks at all is an error, in one line naming what reading
+    tolerated when that is why (a truncated file that yielded nothing)."""
+    for w in stacks.warnings:
+        if warn is not None:
+            warn(w)
+    if not stacks.counts:
+        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else "")
+                         + _damage(stacks.warnings))
+
+
 def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
     if title is None:
         title = "Off-CPU Flame Graph (time blocked, by wait reason)" if offcpu else "CPU Flame Graph"
@@ -262,19 +276,56 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
     """`profiler flamegraph`: the SVG (or folded lines) of one input. ``warn`` hears what was
     tolerated in the input (a truncated file...), before any error about the result."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
-    for w in stacks.warnings:
-        if warn is not None:
-            warn(w)
-    if not stacks.counts:
-        if folded_output and not stacks.seen and not stacks.warnings and not opts.window.bounded:
-            # perf script of a recording without events: nothing to fold, as inferno-collapse-perf
-            # prints nothing and succeeds (a graph of nothing is still an error, as in inferno-flamegraph)
-            return FlameGraphResult([], stacks)
-        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else "")
-                         + _damage(stacks.warnings))
+    if not stacks.counts and folded_output and not stacks.seen and not stacks.warnings and not opts.window.bounded:
+        # perf script of a recording without events: nothing to fold, as inferno-collapse-perf
+        # prints nothing and succeeds (a graph of nothing is still an error, as in inferno-flamegraph)
+        return FlameGraphResult([], stacks)
+    _check(stacks, opts, warn)
     if folded_output:
         return FlameGraphResult(list(format_folded(stacks.counts)), stacks)
     frac = svg.min_width / (svg.width - 20) if svg.min_width > 0 else 0.0
     graph = make_graph(stacks, title=title, subtitle=subtitle, offcpu=offcpu, min_fraction=frac)
     text = RENDERER.render(graph, svg)
     return FlameGraphResult(text, stacks, frames=text.count("<g data-i="))
+
+
+# --------------------------------------------------------------------------- stacks for other tools
+
+_UNIT_NAMES = {"ns": "nanoseconds", "us": "microseconds", "samples": "count"}
+EXPORT_FORMATS = tuple(f for r in EXPORTS for f in r.formats)
+
+
+def export_format(fmt: str | None, output: str | None) -> str | None:
+    """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    if fmt:
+        return fmt if fmt in EXPORT_FORMATS else None
+    if output:
+        low = output.lower()
+        for r in EXPORTS:
+            if any(low.endswith(ext) for ext in r.extensions):
+                return r.formats[0]
+    return None
+
+
+def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
+    """Folded stacks with what their values are, as pprof and speedscope name them."""
+    if stacks.event and "/" in stacks.event and " " not in stacks.event:  # a pprof input's own type
+        kind, _, unit = stacks.event.partition("/")
+    elif offcpu:
+        kind, unit = "offcpu", _UNIT_NAMES.get(stacks.unit, stacks.unit)
+    elif stacks.unit == "ns":
+        kind, unit = "cpu", "nanoseconds"
+    else:
+        kind, unit = (stacks.unit if stacks.unit != "samples" else "samples"), "count"
+    name = " · ".join(x for x in (stacks.source, stacks.event) if x)
+    return StackProfile(counts=dict(stacks.counts), sample_type=kind, unit=unit, name=name,
+                        comments=[f"profiler: {name}"] + stacks.notes[:3])
+
+
+def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
+           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
+    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
+    stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
+    _check(stacks, opts, warn)
+    writer = EXPORTS.pick(StackProfile, fmt)
+    return writer.render(stack_profile(stacks, offcpu)), stacks
