@@ -244,15 +244,15 @@ def _damage(warnings: list[str]) -> str:
 
 
 def _check(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
-    """Say what was tolerated in the input (``warn``: before any error, so a damaged input's
-    warnings are never lost); no stacks at all is an error, in one line naming what reading
-    tolerated when that is why (a truncated file that yielded nothing)."""
-    for w in stacks.warnings:
-        if warn is not None:
-            warn(w)
+    """Say what was tolerated in the input (``warn``); no stacks at all is an error instead, in
+    one line naming what reading tolerated when that is why (a truncated file that yielded
+    nothing)."""
     if not stacks.counts:
         raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else "")
                          + _damage(stacks.warnings))
+    for w in stacks.warnings:
+        if warn is not None:
+            warn(w)
 
 
 def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
