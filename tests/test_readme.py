@@ -13,10 +13,12 @@ print something when the README shows its output, and write the file it names wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, have_perf, is_root
@@ -120,8 +123,22 @@ def test_install_lines_are_what_ci_runs() -> None:
 
 
 def _spawn(argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
+    # its own session: fio forks its job, and the job must go with it (_stop kills the group)
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            **kw)  # type: ignore[call-overload]
+                            start_new_session=True, **kw)  # type: ignore[call-overload]
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    try:  # fio's job may leave its parent's process group: its descendants by name, then the group
+        kids = psutil.Process(p.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            k.kill()
+    p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -148,20 +165,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         procs.append(_mariadb(d))
     except BaseException:  # pytest.fail is not an Exception: the started targets must not outlive it
         for p in procs:
-            p.kill()
-            p.wait()
+            _stop(p)
         raise
     time.sleep(2)
     dead = [p.args for p in procs if p.poll() is not None]
     if dead:
         for p in procs:
-            p.kill()
-            p.wait()
+            _stop(p)
         pytest.fail(f"could not start the README's targets: {dead} (are ports 16379, 23791 and 23801 free?)")
     yield d
     for p in procs:
-        p.kill()
-        p.wait()
+        _stop(p)
+    SOCKET.unlink(missing_ok=True)  # our mariadbd's, killed: no stale socket for the next run
 
 
 SOCKET = Path("/run/mysqld/mysqld.sock")
@@ -197,8 +212,7 @@ def _mariadb(d: Path) -> subprocess.Popen[bytes]:
     deadline = time.monotonic() + 90
     while subprocess.run([*sql, "SELECT 1"], capture_output=True).returncode != 0:
         if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            p.wait()
+            _stop(p)
             pytest.fail(f"mariadbd did not start: {(d / 'mariadb.err').read_text(errors='replace')[-500:]}")
         time.sleep(0.3)
     subprocess.run([*sql, "CREATE DATABASE sbtest; CREATE USER 'sbtest'@'localhost'; "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import re
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import Manifest
-from profiler.capture.loadlog import LoadStart
+from profiler.capture.loadlog import LoadStart, parse_load_start
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
 from profiler.cli import _term
@@ -55,7 +54,6 @@ def default_output() -> Path:
 
 def status_options(urls: list[str] | None, interval: str, cpu_profile: bool) -> dict[str, object]:
     """--status-url [PID=]URL (repeatable), --status-interval, --no-server-cpu-profile."""
-    import re
 
     checked = []
     for u in urls or []:
@@ -85,51 +83,6 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
     for key, value in (status or {}).items():
         setattr(options, key, value)
     return options
-
-
-_OFFSET = re.compile(r"^([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
-
-
-def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: float | None = None) -> LoadStart | None:
-    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time."""
-    if text is None:
-        return None
-    t = text.strip()
-    wall_now = time.time() if now_wall is None else now_wall
-    mono_now = time.monotonic() if now_mono is None else now_mono
-    m = _OFFSET.match(t)
-    if m:
-        secs = parse_duration(m.group(2) + (m.group(3) or "s")) if float(m.group(2)) > 0 else 0.0
-        return LoadStart(text=t, offset=-secs if m.group(1) == "-" else secs)
-    if t.startswith("mono:"):
-        try:
-            return LoadStart(text=t, monotonic=float(t[5:]))
-        except ValueError:
-            raise UsageError(f"--load-start {text!r}: mono: wants CLOCK_MONOTONIC seconds, e.g. mono:12345.6") from None
-    wall: float | None = None
-    if t.startswith("@"):
-        try:
-            wall = float(t[1:])
-        except ValueError:
-            raise UsageError(f"--load-start {text!r}: @ wants Unix seconds, e.g. @1795490424.5") from None
-    elif (c := _CLOCK.match(t)) is not None:
-        today = datetime.datetime.fromtimestamp(wall_now).astimezone()
-        frac = float("0." + c.group(4)) if c.group(4) else 0.0
-        try:
-            when = today.replace(hour=int(c.group(1)), minute=int(c.group(2)), second=int(c.group(3) or 0),
-                                 microsecond=round(frac * 1e6) % 1000000)
-        except ValueError:
-            raise UsageError(f"--load-start {text!r} is not a time of day") from None
-        wall = when.timestamp()
-    else:
-        try:
-            dt = datetime.datetime.fromisoformat(t.replace(" ", "T", 1) if "T" not in t else t)
-        except ValueError:
-            raise UsageError(f"cannot read --load-start {text!r}: use a wall time (2026-11-24T10:15:30, 10:15:30, "
-                             "@1795490424.5), an offset from the capture start (-30s) or mono:SECONDS") from None
-        wall = (dt if dt.tzinfo else dt.astimezone()).timestamp()
-    return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))
 
 
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,

@@ -140,13 +140,14 @@ def context(a: Analysis) -> dict[str, Any]:
 def _health(a: Analysis) -> list[dict[str, Any]]:
     """The capture health table: one row per collector, and the evidence sources no collector
     stands for (an older bundle's), each once."""
-    rows = [fmt.health_row(h.collector, h.backend, h.status, h.reason, h.files, h.stats) for h in a.health]
+    rows = [fmt.health_row(h.collector, h.backend, h.status, h.reason, h.files, h.stats) | {"reading": list(h.reading)}
+            for h in a.health]
     covered = {h.collector for h in a.health} | {"offcpu" if "offcpu-stacks" in {h.collector for h in a.health} else ""}
     for name, status in sorted(a.metrics.sources.items()):
         if status != "ok" and name not in covered:
             word, _, why = status.partition(":")
             rows.append({"collector": name, "backend": "", "status": word, "reason": why.strip() or None,
-                         "captured": "nothing", "details": []})
+                         "captured": "nothing", "details": [], "reading": []})
     return rows
 
 
