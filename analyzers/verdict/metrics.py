@@ -44,9 +44,7 @@ def compute(views: BundleViews) -> Metrics:
     host_cpus = int(m.host.cpus or (pd.host.get("ncpu") if pd else 0) or 0)
     sources = {name: views.source_status(col, files) for name, (col, files) in SOURCES.items()}
     missing = [k for k, v in sources.items() if v != "ok" and not v.startswith("partial")]
-    warnings: list[str] = []
-    if pd is not None and pd.bad_lines:
-        warnings.append(f"{members.PROC}: {pd.bad_lines} malformed lines skipped")
+    warnings: list[str] = []  # (malformed proc.jsonl.gz lines are in the member's ReadLog: views.warnings)
     targets = []
     single = len(m.targets) == 1
     unsupported: list[str] = []

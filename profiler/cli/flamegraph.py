@@ -11,7 +11,14 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
-from profiler.cli._common import check_new_output, parse_window, write_bytes, write_output, wrote
+from profiler.cli._common import (
+    check_new_output,
+    for_terminal,
+    parse_window,
+    write_bytes,
+    write_output,
+    wrote,
+)
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.renderers.flamegraph_svg import FlameGraphOptions
@@ -120,7 +127,7 @@ def command(
         progress.done()
     st = result.stacks
     what = f"{st.samples:,} {'switches' if offcpu else 'samples'}" + (f" of {st.event}" if st.event else "")
-    write_output(result.output, output, force)
+    write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if folded:
         wrote(output, f"{len(st.counts):,} stacks, {what}")
     else:

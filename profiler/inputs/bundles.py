@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import csv
 import itertools
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from profiler.bundle import Bundle, members
 from profiler.inputs.source import BUNDLE
+from profiler.tolerant import ReadLog
 
 __all__ = [
     "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
-    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "read_intervals",
+    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "csv_rows",
+    "read_intervals",
 ]
 
 FORMAT = BUNDLE
@@ -88,32 +91,62 @@ def collector_note(bundle: Bundle, name: str) -> list[str]:
     return []
 
 
-def read_intervals(lines: Iterable[str]) -> dict[tuple[int, int], float]:
-    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped."""
+def csv_rows(lines: Iterable[str]) -> Iterator[dict[str, str] | None]:
+    """The rows of a CSV member as dicts (the first line names the columns); None for a row the
+    csv module refuses (a field over its 128 KiB limit, a NUL byte), and the reading goes on."""
+    reader = csv.DictReader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            yield None
+            continue
+        yield row
+
+
+def read_intervals(lines: Iterable[str], log: ReadLog | None = None) -> dict[tuple[int, int], float]:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped
+    (and counted in ``log``)."""
     out: dict[tuple[int, int], float] = {}
     it = iter(lines)
     header = next(it, None)
     if header is None:
         return out
     if header.rstrip("\r\n") != "tid,comm,off,on,state":
-        return _read_intervals_csv(itertools.chain([header], it))
+        return _read_intervals_csv(itertools.chain([header], it), log)
     # The collector's own layout: tid first, and off, on, state last never hold a comma, so a
     # row is cut from both ends whatever its (possibly quoted) comm holds: ~4x csv's speed.
+    bad = 0
     for line in it:
         try:
             tid = int(line[: line.index(",")])
-            _, off, on, _state = line.rsplit(",", 3)
-            out[(tid, round(float(off) * 1e6))] = float(on)
+            _, off_s, on_s, _state = line.rsplit(",", 3)
+            off, on = float(off_s), float(on_s)
+            if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                raise ValueError("not a time")
+            out[(tid, round(off * 1e6))] = on
         except ValueError:
-            continue
+            bad += 1 if line.strip() else 0
+    if log is not None:
+        log.skip(bad, "unreadable rows")
     return out
 
 
-def _read_intervals_csv(lines: Iterable[str]) -> dict[tuple[int, int], float]:
+def _read_intervals_csv(lines: Iterable[str], log: ReadLog | None) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
-    for row in csv.DictReader(lines):
+    bad = 0
+    for row in csv_rows(lines):
         try:
-            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
-        except (KeyError, TypeError, ValueError):
-            continue
+            if row is None:
+                raise ValueError("not CSV")
+            off, on = float(row["off"]), float(row["on"])
+            if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                raise ValueError("not a time")
+            out[(int(row["tid"]), round(off * 1e6))] = on
+        except (KeyError, TypeError, ValueError, OverflowError):
+            bad += 1
+    if log is not None:
+        log.skip(bad, "unreadable rows")
     return out
