@@ -144,7 +144,9 @@ def read_intervals(lines: Iterable[str]) -> Intervals:
             tids.append(np.asarray(t, np.int64))
             offs.append(np.round(np.asarray(o, np.float64) * 1e6).astype(np.int64))
             ons.append(np.asarray(n, np.float64))
-            t.clear(), o.clear(), n.clear()
+            t.clear()
+            o.clear()
+            n.clear()
 
     it = iter(lines)
     header = next(it, None)
