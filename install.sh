@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up profiler on a fresh Debian 12 host, as root: system packages, a venv in .venv, `profiler` on PATH.
 #   bash install.sh          what profiling needs (perf, tracefs, bcc where possible)
-#   bash install.sh --dev    also the test workloads (stress-ng, sysbench, fio, mariadb, redis, db_bench),
+#   bash install.sh --dev    also the test workloads (stress-ng, sysbench, fio, mariadb, redis, db_bench, postgresql,
+#                            etcd, nginx, memcached, wrk, sshd for the cluster tests' namespaces, Go if absent),
 #                            headless chromium for report checks, and the test tools
 # Output: one line per step; the tools' own output goes to install.log, shown only when a step fails.
 set -euo pipefail
@@ -33,7 +34,13 @@ quiet() {
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(linux-perf linux-libc-dev python3-venv python3-pip procps util-linux coreutils gzip)
 bcc_pkgs=(python3-bpfcc bpfcc-tools linux-headers-amd64)
-dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool)
+dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool
+          postgresql postgresql-contrib etcd-server etcd-client nginx memcached libmemcached-tools wrk
+          openssh-server openssh-client iproute2 git)
+# the Go test workloads are built with the host's Go toolchain; Debian's when there is none
+if [ $dev -eq 1 ] && ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
+  dev_pkgs+=(golang-go)
+fi
 [ $dev -eq 1 ] && pkgs+=("${dev_pkgs[@]}")
 step "apt packages (${#pkgs[@]}): ${pkgs[*]}"
 quiet apt-get update -qq
@@ -47,7 +54,7 @@ fi
 
 # Servers the test workloads need are started by the tests themselves, never as services.
 if [ $dev -eq 1 ]; then
-  for svc in mariadb redis-server; do
+  for svc in mariadb redis-server postgresql etcd nginx memcached; do  # never ssh: the host may be reached by it
     systemctl disable --now "$svc" >>"$log" 2>&1 || service "$svc" stop >>"$log" 2>&1 || true
   done
 fi

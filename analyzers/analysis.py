@@ -8,6 +8,7 @@ Every member of the bundle is read once (analyzers.views). ``to_dict()`` is the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,10 +17,12 @@ import numpy as np
 from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.load import analysis as loadmod
 from profiler.analyzers.series import timeline as tlmod
+from profiler.analyzers.server import report as server_report
+from profiler.analyzers.server.view import ServerStatusView
 from profiler.analyzers.stacks import flame, ranges, subsecond
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.verdict import rules as vmod
-from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, BundleViews, read_views
+from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
 from profiler.analyzers.views.window import cut
 
 from profiler import __version__
@@ -39,6 +42,7 @@ class Health:
     reason: str | None
     files: list[str]
     stats: dict[str, Any]
+    reading: list[str] = field(default_factory=list)  # what reading its members tolerated, one line each
 
 
 @dataclass
@@ -53,7 +57,14 @@ class Analysis:
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> model (flame, offcpu, io events)
     missing_artifacts: dict[str, str] = field(default_factory=dict)  # name -> why it is not there
     devices: dict[str, str] = field(default_factory=dict)  # 'major:minor' -> block device name (vda)
+    server: ServerStatusView | None = None  # what the targets' status ports said (analyzers/server)
     load: loadmod.LoadAnalysis | None = None  # the load next to the capture (docs/load.md)
+    reading: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated
+
+    @property
+    def reading_warnings(self) -> list[str]:
+        """One line per member whose reading tolerated something (a cut, bad CRC, lines skipped)."""
+        return [_read_summary(name, r) for name, r in sorted(self.reading.items()) if _damaged(r)]
 
     def target_verdict(self, label: str) -> vmod.Verdict | None:
         for v in self.verdict.per_target:
@@ -78,9 +89,11 @@ class Analysis:
             "timeline": self.timeline.to_dict(),
             "health": [vars(h) for h in self.health],
             "load": self.load.to_dict(self.bundle) if self.load is not None else None,
+            "reading": self.reading,
             "warnings": self.warnings,
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
                            for k, t in sorted(vmod.THRESHOLDS.items())},
+            "server_status": server_report.summary(self.server, self.timeline.t0),
         })
         return out
 
@@ -91,7 +104,9 @@ def _manifest_summary(m: Manifest) -> dict[str, Any]:
         "host": {"hostname": m.host.hostname, "kernel": m.host.kernel, "cpus": m.host.cpus,
                  "memory_bytes": m.host.memory_bytes, "perf_version": m.host.perf_version},
         "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind, "exe": t.exe, "threads": len(t.threads),
-                     "container": t.container} for t in m.targets],
+                     "container": t.container, "runtime": t.runtime,
+                     "runtime_info": dataclasses.asdict(t.runtime_info) if t.runtime_info is not None else None}
+                    for t in m.targets],
         "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None),
         "options": m.options,
     }
@@ -207,6 +222,27 @@ def _artifacts(v: BundleViews, a: Analysis) -> None:
             a.artifacts[name] = model
 
 
+# --------------------------------------------------------------------------- reading health
+
+
+def _damaged(r: dict[str, Any]) -> bool:
+    return bool(r.get("damage") or r.get("skipped_lines"))
+
+
+def _read_summary(name: str, r: dict[str, Any]) -> str:
+    parts = list(r.get("damage") or [])
+    parts += [f"{what}: {n:,} skipped" for what, n in (r.get("skipped_lines") or {}).items()]
+    return f"{name}: " + "; ".join(parts)
+
+
+def _members_of(collector: str, files: list[str]) -> list[str]:
+    """The members a collector's health line answers for: the files it lists, and the evidence
+    members the analysis knows it for (older bundles list fewer files)."""
+    known = [m for col, ms in SOURCES.values() if col == collector for m in ms]
+    extra = [members.OFFCPU_INTERVALS] if collector == "offcpu-stacks" else []
+    return list(dict.fromkeys(list(files) + known + extra))
+
+
 # --------------------------------------------------------------------------- the analysis
 
 
@@ -310,7 +346,10 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     if la is not None:
         _load_panels(tl, la)
         _per_transaction(v, la, met)
-    health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats)) for c in m.collectors]
+    health = [Health(c.name, c.backend, c.status, c.reason, list(c.files), dict(c.stats),
+                     reading=[_read_summary(f, v.reads[f]) for f in _members_of(c.name, c.files) if f in v.reads
+                              and _damaged(v.reads[f])])
+              for c in m.collectors]
     warnings = list(met.warnings)
     if m.status != "ok":
         warnings.insert(0, f"the capture is {m.status}" + (f": {m.reason}" if m.reason else ""))
@@ -320,16 +359,33 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
         elif la.exit_code:
             warnings.append(f"load: the load exited with code {la.exit_code}")
     a = Analysis(bundle=v.root, manifest=_manifest_summary(m), verdict=cv, metrics=met, timeline=tl,
-                 health=health, warnings=list(dict.fromkeys(warnings)),
+                 health=health, warnings=list(dict.fromkeys(warnings)), reading=dict(v.reads),
                  devices={str(k): str(n) for k, n in ((pd.host.get("block_devices") or {}) if pd else {}).items()},
                  load=la)
+    a.server = v.server
+    server_report.add_panels(tl, v.server)
     step(3)
     _artifacts(v, a)
+    _server_artifacts(v, a)
     step(4)
     _range_stacks(v, a)
     _dip_flame(v, a)
     step(len(STAGES))
     return a
+
+
+def _server_artifacts(v: BundleViews, a: Analysis) -> None:
+    """The goroutine view: goroutines' stacks rooted at what they wait for (analyzers/server/report.py)."""
+    try:
+        model = server_report.goroutine_flame(v.server)
+    except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
+        a.missing_artifacts["goroutine_flame"] = f"could not be built: {type(exc).__name__}: {exc}"
+        return
+    if model is not None:
+        a.artifacts["goroutine_flame"] = model
+    elif v.server is not None:  # (a capture without the collector has no goroutine view to miss)
+        a.missing_artifacts["goroutine_flame"] = ("no goroutine profile: " + (
+            v.server.reason or "the targets serve no /debug/pprof/ (not Go, or pprof not enabled)"))
 
 
 def _range_stacks(v: BundleViews, a: Analysis) -> None:

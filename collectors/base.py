@@ -47,6 +47,9 @@ class CaptureOptions:
     proc_hz: float = 20.0  # procfs sampler rate per thread (Hz)
     backend: str = "perf"  # perf | bcc | auto
     inline: bool = False  # resolve inlined frames in perf script (slow)
+    status_interval: float = 5.0  # server-status: seconds between /metrics scrapes
+    status_urls: list[str] = field(default_factory=list)  # server-status: [PID=]URL the user names
+    server_cpu_profile: bool = True  # server-status: also take the server's own CPU profile
 
 
 @dataclass

@@ -9,6 +9,7 @@ from profiler.collectors.cpu_stacks import CpuStacks
 from profiler.collectors.offcpu import OffCpu
 from profiler.collectors.perf_stat import PerfStat
 from profiler.collectors.procfs import ProcfsCollector
+from profiler.collectors.server_status import ServerStatus
 from profiler.collectors.syscalls import Syscalls
 
 
@@ -25,6 +26,7 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
         OffCpu(keep_perf_data),
         BlockIO(),
         Syscalls(keep_perf_data),
+        ServerStatus(),
     ]
     chosen, _used, _why = with_backend(perf, options.backend)
     return chosen

@@ -60,7 +60,14 @@ class OutputExists(ProfilerError):
     exit_code = 8
 
 
+class OutputError(ProfilerError):
+    """The output cannot be written: a missing directory, a directory, read-only, disk full."""
+
+    exit_code = 9
+
+
 class Interrupted(ProfilerError):
     """Ctrl-C; whatever was captured is kept and marked partial."""
 
     exit_code = 130
+

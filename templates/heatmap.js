@@ -53,38 +53,44 @@
         fmtLat(P.p50[c]) + ", p99 " + fmtLat(P.p99[c]) + ")");
   }
 
-  // sub-second CPU heatmap: cell (c, r) starts at t0 + c + r / rows seconds
+  // sub-second CPU heatmap: cell (c, r) starts at t0 + c * step + r / rows seconds (step is 1 s
+  // unless the capture was too long for a column per second)
   var pick = null;
+  var S = D.step || 1;
   function cellAt(evt) {
     var q = point(evt);
     var c = Math.floor((q.x - D.left) / D.cw);
     var r = Math.floor((q.y - D.top) / D.ch);
     if (c < 0 || c >= D.ncols || r < 0 || r >= D.rows) return null;
-    return {c: c, r: r, t: c + r / D.rows};
+    return {c: c, r: r, t: c * S + r / D.rows};
   }
   function subHover(evt) {
     var k = cellAt(evt);
     if (!k) return;
     box(D.left + k.c * D.cw, D.top + k.r * D.ch, D.cw, D.ch);
     var ms = 1000 / D.rows;
-    var text = "second " + k.c + ", offset " + Math.round(k.r * ms) + "-" + Math.round((k.r + 1) * ms) + "ms: " +
+    var text = (S === 1 ? "second " + k.c : "seconds " + k.c * S + "-" + (k.c + 1) * S) + ", offset " + Math.round(k.r * ms) + "-" + Math.round((k.r + 1) * ms) + "ms: " +
         D.counts[k.c][k.r] + " samples";
     if (pick) text += "  (click again to end the range started at " + fmtSec(pick.t) + ")";
     say(text);
   }
+  function cell(c, r, h) {
+    var e = svg.ownerDocument.createElementNS(NS, "rect");
+    e.setAttribute("x", D.left + c * D.cw);
+    e.setAttribute("y", D.top + r * D.ch);
+    e.setAttribute("width", D.cw);
+    e.setAttribute("height", h);
+    e.setAttribute("class", "sel");
+    selection.appendChild(e);
+  }
   function drawRange(a, b) {
     while (selection.firstChild) selection.removeChild(selection.firstChild);
     var per = D.rows;
-    for (var i = Math.round(a * per); i < Math.round(b * per); i++) {
-      var c = Math.floor(i / per), r = i % per;
-      var e = svg.ownerDocument.createElementNS(NS, "rect");
-      e.setAttribute("x", D.left + c * D.cw);
-      e.setAttribute("y", D.top + r * D.ch);
-      e.setAttribute("width", D.cw);
-      e.setAttribute("height", D.ch);
-      e.setAttribute("class", "sel");
-      selection.appendChild(e);
+    if (S !== 1) {  // wide columns: whole columns
+      for (var c = Math.floor(a / S); c <= Math.floor((b - 1e-9) / S) && c < D.ncols; c++) cell(c, 0, D.ch * per);
+      return;
     }
+    for (var i = Math.round(a * per); i < Math.round(b * per); i++) cell(Math.floor(i / per), i % per, D.ch);
   }
   function subClick(evt) {
     var k = cellAt(evt);

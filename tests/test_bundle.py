@@ -126,4 +126,6 @@ def test_truncated_gzip_member_keeps_what_was_read(tmp_path: Path) -> None:
     b = Bundle.open(root)
     lines = list(b.iter_lines("cpu.perf.txt.gz"))
     assert 0 < len(lines) < 20000
-    assert b.warnings and "truncated" in b.warnings[0]
+    assert lines[-2] == f"sample {len(lines) - 2}"  # every whole line up to the cut
+    warnings = b.read_warnings()
+    assert len(warnings) == 1 and warnings[0].startswith("cpu.perf.txt.gz: truncated")

@@ -16,9 +16,9 @@ from profiler.analyzers.stacks.folding import (
 )
 from profiler.analyzers.stacks.naming import fix_half_demangled_rust, tidy_args, tidy_args_perl
 
-from profiler.errors import InputError
 from profiler.inputs.folded import is_folded, parse_folded
 from profiler.inputs.window import TimeWindow
+from profiler.tolerant import ReadLog
 
 DIR = Path(__file__).resolve().parents[1] / "samples" / "perf-script"
 INPUTS = sorted(DIR.glob("*.txt"))
@@ -152,8 +152,9 @@ def test_parse_folded_roundtrip_and_errors() -> None:
     assert counts == {"a;b": 5, "c": 1}
     assert is_folded("a;b 3\nc 1\n")
     assert not is_folded((DIR / "mariadb-sysbench.txt").read_text())
-    with pytest.raises(InputError):
-        parse_folded(["not folded\n"])
+    log = ReadLog("x")  # a line that is not 'stack count' is skipped and counted, as inferno does
+    assert parse_folded(["not folded\n", "a 1\n", "b -2\n", "c nan\n"], log) == {"a": 1}
+    assert log.skipped == {"lines that are not 'stack count'": 3}
 
 
 @pytest.mark.parametrize("name", ["mariadb-sysbench.txt", "several-events.txt", "comm-with-spaces.txt", "blank-lines.txt"])

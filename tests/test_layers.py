@@ -2,7 +2,8 @@
 
 The layers, bottom to top (imports point down; two layers on one level do not import each other):
 
-    0  core         profiler (the package root), profiler.errors, profiler.knowledge
+    0  core         profiler (the package root), profiler.errors, profiler.knowledge, profiler.files (writing
+                    outputs), profiler.tolerant (reading damaged inputs), profiler.untrusted (printing names)
     1  bundle       profiler.bundle: the capture bundle (manifest, reader, writer, member names)
     2  inputs       profiler.inputs: one reader per input format; may import bundle
     2  collectors   profiler.collectors: capture-side evidence; may import bundle, core
@@ -40,6 +41,9 @@ LAYER_OF: dict[str, str] = {
     "profiler": "core",  # the package root only (every other module matches a longer prefix)
     "profiler.errors": "core",
     "profiler.knowledge": "core",
+    "profiler.files": "core",
+    "profiler.tolerant": "core",
+    "profiler.untrusted": "core",
     "profiler.bundle": "bundle",
     "profiler.inputs": "inputs",
     "profiler.collectors": "collectors",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from profiler.capture.loadlog import parse_load_start
 from profiler.cli import main
-from profiler.cli.attach import parse_load_start
 
 
 def _error(capsys: pytest.CaptureFixture[str]) -> str:

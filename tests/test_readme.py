@@ -5,7 +5,7 @@ in a fresh directory holding a `samples` link to the repository's samples (the R
 commands are run from a checkout), with the venv's `profiler` first on PATH; `sudo` is dropped
 (the tests run as root: blocks that need root, perf or live targets are `privileged`). The live
 targets the examples name are started here, real processes: a tikv-server (the TiKV-shaped
-workload), fio writing with fsync, a redis-server on port 16379, and a private mariadbd where
+workload), fio writing with fsync, a redis-server on port 16379, an etcd on 127.0.0.1:23791, and a private mariadbd where
 sysbench looks by default (/run/mysqld/mysqld.sock, user sbtest, database sbtest, prepared). Each command must exit 0,
 print something when the README shows its output, and write the file it names with -o.
 `bash install.sh ...` lines are what CI itself runs (.ci/run): checked there, not run twice.
@@ -13,9 +13,12 @@ print something when the README shows its output, and write the file it names wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, have_perf, is_root
@@ -116,16 +120,30 @@ def test_install_lines_are_what_ci_runs() -> None:
 
 
 def _spawn(argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
+    # its own session: fio forks its job, and the job must go with it (_stop kills the group)
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            **kw)  # type: ignore[call-overload]
+                            start_new_session=True, **kw)  # type: ignore[call-overload]
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    try:  # fio's job may leave its parent's process group: its descendants by name, then the group
+        kids = psutil.Process(p.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            k.kill()
+    p.wait()
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """tikv-server (TiKV-shaped), fio writing with fsync, redis-server on 16379."""
+    """tikv-server (TiKV-shaped), fio writing with fsync, redis-server on 16379, etcd on 23791."""
     if not (is_root() and have_perf()):
         pytest.skip("the live examples need root and perf (CI runs as root)")
-    for tool in ("fio", "redis-server", "redis-benchmark", "mariadbd", "mariadb-install-db", "mariadb", "sysbench"):
+    for tool in ("etcd", "fio", "redis-server", "redis-benchmark", "mariadbd", "mariadb-install-db", "mariadb", "sysbench"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (install.sh --dev installs it)")
     d = tmp_path_factory.mktemp("world")
@@ -135,34 +153,48 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 "--fsync=1", "--ioengine=psync", "--rate_iops=200", "--time_based", "--runtime=900"]),
         _spawn(["redis-server", "--port", "16379", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(d)]),
+        _spawn(["etcd", "--name", "readme", "--data-dir", str(d / "etcd"), "--enable-pprof",
+                "--listen-client-urls", "http://127.0.0.1:23791", "--advertise-client-urls", "http://127.0.0.1:23791",
+                "--listen-peer-urls", "http://127.0.0.1:23801", "--initial-advertise-peer-urls", "http://127.0.0.1:23801",
+                "--initial-cluster", "readme=http://127.0.0.1:23801"]),
     ]
     try:
         procs.append(_mariadb(d))
-    except Exception:
+    except BaseException:  # pytest.fail is not an Exception: the started targets must not outlive it
         for p in procs:
-            p.kill()
-            p.wait()
+            _stop(p)
         raise
     time.sleep(2)
     dead = [p.args for p in procs if p.poll() is not None]
     if dead:
         for p in procs:
-            p.kill()
-            p.wait()
-        pytest.fail(f"could not start the README's targets: {dead} (is port 16379 taken?)")
+            _stop(p)
+        pytest.fail(f"could not start the README's targets: {dead} (are ports 16379, 23791 and 23801 free?)")
     yield d
     for p in procs:
-        p.kill()
-        p.wait()
+        _stop(p)
+    SOCKET.unlink(missing_ok=True)  # our mariadbd's, killed: no stale socket for the next run
 
 
 SOCKET = Path("/run/mysqld/mysqld.sock")
 
 
+def _socket_answers(path: Path) -> bool:
+    """A socket file left by a MariaDB that died is not a server: only one that accepts counts."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def _mariadb(d: Path) -> subprocess.Popen[bytes]:
     """A private mariadbd (its own datadir) on sysbench's defaults: the default socket and port
     3306, user sbtest without a password, database sbtest with sysbench's table prepared."""
-    if SOCKET.exists():
+    if SOCKET.exists() and _socket_answers(SOCKET):
         pytest.fail(f"{SOCKET} exists: another MariaDB/MySQL runs here; the README's sysbench examples need its place")
     data = d / "mariadb"
     subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
@@ -177,8 +209,7 @@ def _mariadb(d: Path) -> subprocess.Popen[bytes]:
     deadline = time.monotonic() + 90
     while subprocess.run([*sql, "SELECT 1"], capture_output=True).returncode != 0:
         if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            p.wait()
+            _stop(p)
             pytest.fail(f"mariadbd did not start: {(d / 'mariadb.err').read_text(errors='replace')[-500:]}")
         time.sleep(0.3)
     subprocess.run([*sql, "CREATE DATABASE sbtest; CREATE USER 'sbtest'@'localhost'; "

@@ -111,6 +111,8 @@ def test_scoreboard_splits_quiet_and_noisy_and_scores_overlaps_by_either_cause()
     assert "| noisy | 2 | 1 | 50% | 0/0 | 0 | - | 2.0-4.0 (3.0) |" in md
     assert "| a | cpu | cpu | memory **WRONG** |" in md
     assert "| both | lock_contention+cpu | - | cpu (cpu 1.00, lock_contention 0.90) |" in md
+    assert "Confusion, noisy (rows: expected, columns: got):" in md
+    assert "| cpu | 1 | 0 | 1 | 0 | 0 | 0 |" in md  # the noisy cpu row: one right, one read as memory
 
 
 def test_ranked_reads_the_first_two_findings_and_the_runner_up() -> None:

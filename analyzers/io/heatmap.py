@@ -20,6 +20,7 @@ from profiler.analyzers.io.stats import IoAnalysis, group_percentiles
 
 from profiler.errors import UsageError
 
+MAX_ROWS = 2000  # latency rows (--rows allows as many; --step-lat is capped to it)
 NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 
 
@@ -133,7 +134,8 @@ def row_edges(lat: np.ndarray, *, rows: int = 50, log: bool = False, min_lat: fl
     if hi <= lo:
         hi = lo + (step_lat or 1e-3)
     if step_lat:
-        n = max(1, int(math.ceil((hi - lo) / step_lat - 1e-9)))
+        # rows from the data's span, capped: latencies above the last row count in it (above_max)
+        n = max(1, min(MAX_ROWS, int(math.ceil(min((hi - lo) / step_lat, 1e12) - 1e-9))))
         return lo + step_lat * np.arange(n + 1)
     hi = _nice_ceil(hi - lo) + lo if max_lat is None else hi
     return np.linspace(lo, hi, rows + 1)

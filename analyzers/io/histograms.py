@@ -26,6 +26,7 @@ from typing import Any
 
 from profiler.bundle import members
 
+MAX_ROWS = 2000  # rows of a linear heatmap (the latency heatmap's cap)
 MEMBER = members.BLOCK_HIST
 FORMAT = "profiler.block-hist"
 DEFAULT_QUANTILES = (50.0, 90.0, 99.0, 99.9)
@@ -125,7 +126,7 @@ def parse_block_hist(lines: Iterable[str]) -> BlockHist:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a cut line, a 5,000-digit number, deep nesting
             h.warnings.append(f"{MEMBER} line {n} is not JSON (cut off?); ignored")
             continue
         kind = obj.get("kind") if isinstance(obj, dict) else None
@@ -133,7 +134,7 @@ def parse_block_hist(lines: Iterable[str]) -> BlockHist:
             raise ValueError(f"{MEMBER} does not start with its header line")
         try:
             _take(h, kind, obj)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             if kind == "header":
                 raise ValueError(f"{MEMBER} header is malformed: {exc}") from None
             h.warnings.append(f"{MEMBER} line {n} ({kind}) is malformed ({exc}); ignored")
@@ -147,31 +148,65 @@ def parse_block_hist(lines: Iterable[str]) -> BlockHist:
     return h
 
 
+def _finite(v: Any, lo: float = -1e300, hi: float = 1e300) -> float:
+    """A number in [lo, hi] (ValueError otherwise: the line is malformed)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{v!r:.40} is not a number")
+    f = float(v)
+    if not (math.isfinite(f) and lo <= f <= hi):
+        raise ValueError(f"{v!r:.40} is out of range")
+    return f
+
+
+def _count(v: Any) -> int:
+    """A count, bytes or nanoseconds: a whole number, 0 <= v < 2^63."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 63):
+        raise ValueError(f"{v!r:.40} is not a count")
+    return v
+
+
 def _take(h: BlockHist, kind: Any, obj: dict[str, Any]) -> None:
     if kind == "header":
         if obj.get("format") != FORMAT:
             raise ValueError(f"{MEMBER} is not a {FORMAT} file")
-        h.t0 = float(obj.get("t0", 0.0))
-        h.slot_seconds = float(obj.get("slot_seconds", 1.0))
+        h.t0 = _finite(obj.get("t0", 0.0))
+        h.slot_seconds = _finite(obj.get("slot_seconds", 1.0), 1e-6, 1e6)
         b = obj.get("buckets") or {}
-        h.sub_bits = int(b.get("sub_bits", 4))
-        h.max_exp = int(b.get("max_exp", 40))
+        h.sub_bits = int(_finite(b.get("sub_bits", 4), 0, 10))
+        h.max_exp = int(_finite(b.get("max_exp", 40), h.sub_bits, 63))
         h.targets = list(obj.get("targets") or [])
     elif kind == "slot":
+        top = bucket_of((2 << h.max_exp) - 1, h.sub_bits, h.max_exp)
+        buckets: dict[int, int] = {}
+        for b, c in obj.get("hist", []):
+            i = _count(b)
+            if i > top:
+                raise ValueError(f"bucket {i} is past the last one ({top})")
+            buckets[i] = buckets.get(i, 0) + _count(c)
+        t = _finite(obj["t"])
         h.slots.append(SlotHist(
-            t=float(obj["t"]), end=float(obj.get("end", obj["t"] + h.slot_seconds)),
-            dev=str(obj["dev"]), op=str(obj["op"]), count=int(obj.get("count", 0)),
-            bytes=int(obj.get("bytes", 0)), sum_ns=int(obj.get("sum_ns", 0)), max_ns=int(obj.get("max_ns", 0)),
-            buckets={int(b): int(c) for b, c in obj.get("hist", [])},
+            t=t, end=_finite(obj.get("end", t + h.slot_seconds)),
+            dev=str(obj["dev"]), op=str(obj["op"]), count=_count(obj.get("count", 0)),
+            bytes=_count(obj.get("bytes", 0)), sum_ns=_count(obj.get("sum_ns", 0)), max_ns=_count(obj.get("max_ns", 0)),
+            buckets=buckets,
         ))
     elif kind == "task":
-        h.tasks.append({k: v for k, v in obj.items() if k != "kind"})
+        task = {k: v for k, v in obj.items() if k != "kind"}
+        for key in ("count", "bytes", "sum_ns"):
+            if key in task:
+                task[key] = _count(task[key])
+        for key in ("tid", "pid"):
+            if key in task:
+                task[key] = int(_finite(task[key], -(1 << 31), (1 << 31) - 1))
+        task["comm"] = str(task.get("comm", ""))
+        task["dev"], task["op"] = str(task.get("dev", "")), str(task.get("op", ""))
+        h.tasks.append(task)
     elif kind == "end":
         h.complete = True
-        h.ended = obj.get("ended")
-        h.counters = {str(k): int(v) for k, v in (obj.get("counters") or {}).items()}
-        h.devices = dict(obj.get("devices") or {})
-        h.in_flight_at_stop = int(obj.get("in_flight_at_stop", 0))
+        h.ended = _finite(obj["ended"]) if obj.get("ended") is not None else None
+        h.counters = {str(k): _count(v) for k, v in (obj.get("counters") or {}).items()}
+        h.devices = {str(k): str(v) for k, v in dict(obj.get("devices") or {}).items()}
+        h.in_flight_at_stop = _count(obj.get("in_flight_at_stop", 0))
 
 
 # --------------------------------------------------------------------------- summaries
@@ -316,7 +351,7 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
         if not row_us or row_us <= 0:
             raise ValueError("a linear heatmap needs row_us > 0")
         top = max_us or max((bucket_bounds(b, h.sub_bits)[1] / 1000.0 for b in used), default=row_us)
-        nrows = max(1, math.ceil(top / row_us))
+        nrows = max(1, min(MAX_ROWS, math.ceil(top / row_us)))  # capped: slower IOs count in the last row
         rows = [(i * row_us, (i + 1) * row_us) for i in range(nrows)]
         frac = [[0.0] * len(times) for _ in rows]
         top = rows[-1][1]

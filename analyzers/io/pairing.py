@@ -27,7 +27,8 @@ from profiler.inputs.blocktrace import (
     REQUEUE,
     CommTable,
 )
-from profiler.inputs.streams import iter_chunks, open_path
+from profiler.inputs.streams import iter_chunks, log_of, open_binary, open_path
+from profiler.tolerant import ReadLog
 
 # --------------------------------------------------------------------------- model
 
@@ -142,8 +143,8 @@ class BlockPairer:
         self.t_last: float | None = None
         self.warnings: list[str] = []
 
-    def feed(self, chunk: bytes) -> None:
-        ev, lost, skipped = blocktrace.parse_chunk(chunk, self.comms)
+    def feed(self, chunk: bytes, other: blocktrace.OtherLines | None = None) -> None:
+        ev, lost, skipped = blocktrace.parse_chunk(chunk, self.comms, other)
         self.counts.lost_events += lost
         self.counts.skipped_lines += skipped
         self.feed_events(ev)
@@ -172,6 +173,8 @@ class BlockPairer:
         if per_kind[MERGE]:
             ev = ev[kind != MERGE]
             owned = True
+            if not len(ev):  # a batch of merges only: nothing to pair
+                return
         nodata = ev["nr"] == 0
         if nodata.any():
             if not owned:
@@ -294,8 +297,6 @@ class BlockPairer:
         warnings = list(self.warnings)
         if c.lost_events:
             warnings.append(f"the trace reports {c.lost_events} lost events: some IOs are missing or unpaired")
-        if c.skipped_lines:
-            warnings.append(f"{c.skipped_lines} block event lines could not be read and were skipped")
         return BlockIO(ios=ios, counts=c, comms=list(self.comms.names), t_first=self.t_first, t_last=self.t_last, warnings=warnings)
 
 
@@ -307,21 +308,45 @@ def parse_block_chunks(chunks: Iterable[bytes]) -> BlockIO:
     return p.finish()
 
 
-def pair_stream(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
-    """Parse and pair a decompressed block trace stream (ftrace or perf script text), chunk by
-    chunk; ``on_chunk`` sees the pairer after each (for progress)."""
+SKIPPED_EVENTS = "block event lines that could not be read"
+OTHER_LINES = "lines that are no block event"
+
+
+def pair_stream(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None, *,
+                only_block_lines: bool = False) -> BlockIO:
+    """Parse and pair a block trace stream (ftrace or perf script text, gzip or plain), chunk by
+    chunk; ``on_chunk`` sees the pairer after each (for progress). Lines that could not be read
+    are counted in the stream's ReadLog (profiler.tolerant); with ``only_block_lines`` (a
+    bundle's block.trace.gz, where every line is a block event) so are lines of anything else.
+    A stream that is not tolerant yet is read through it, and what it tolerated joins the
+    result's warnings."""
     p = BlockPairer()
-    for chunk in iter_chunks(fh, warnings=p.warnings):
-        p.feed(chunk)
+    src = open_binary(fh, ReadLog("block trace"))
+    own = log_of(fh) is None
+    other = blocktrace.OtherLines() if only_block_lines else None
+    for chunk in iter_chunks(src):
+        p.feed(chunk, other)
         if on_chunk is not None:
             on_chunk(p)
-    return p.finish()
+    bio = p.finish()
+    log = log_of(src)
+    assert log is not None
+    log.skip(bio.counts.skipped_lines, SKIPPED_EVENTS)
+    if other is not None:
+        log.skip(other.lines, OTHER_LINES)
+    if own and (summary := log.summary()) is not None:
+        bio.warnings.append(summary)
+    return bio
 
 
 def read_block_trace(path: str | Path) -> BlockIO:
     """Parse and pair a block trace file (ftrace or perf script text, plain or gzip), streaming."""
-    with open_path(path) as fh:
-        return pair_stream(fh)
+    log = ReadLog(Path(path).name)
+    with open_path(path, log) as fh:
+        bio = pair_stream(fh)
+    if (summary := log.summary()) is not None:
+        bio.warnings.append(summary)
+    return bio
 
 
 def parse_block_text(text: str | bytes) -> BlockIO:

@@ -158,8 +158,12 @@ def _in_flight(t_issue: np.ndarray, t_complete: np.ndarray, edges: np.ndarray) -
     return mean, mx
 
 
+MAX_INTERVALS = 100_000  # a longer span gets wider intervals (the series' ``interval`` says how wide)
+
+
 def io_series(ios: np.ndarray, *, interval: float = 1.0, t0: float | None = None, t1: float | None = None) -> IoSeries:
-    """Per-interval statistics, bucketed by completion time."""
+    """Per-interval statistics, bucketed by completion time; at most MAX_INTERVALS intervals
+    (a longer span, e.g. two IOs a year apart, widens them: memory follows the IOs, not the span)."""
     if interval <= 0:
         raise ValueError("interval must be positive")
     tc = ios["t_complete"]
@@ -167,7 +171,10 @@ def io_series(ios: np.ndarray, *, interval: float = 1.0, t0: float | None = None
         t0 = float(ios["t_issue"].min()) if len(ios) else 0.0
     if t1 is None:
         t1 = float(tc.max()) if len(ios) else t0
-    k = max(1, int(math.floor((t1 - t0) / interval)) + 1)
+    span = t1 - t0 if math.isfinite(t1 - t0) else 0.0
+    if span / interval >= MAX_INTERVALS:
+        interval = math.ceil(span / (MAX_INTERVALS - 1) / interval) * interval
+    k = max(1, int(math.floor(span / interval)) + 1)
     edges = t0 + interval * np.arange(k + 1)
     idx = np.clip(((tc - t0) // interval).astype(np.int64), 0, k - 1) if len(ios) else np.zeros(0, np.int64)
     counts = np.bincount(idx, minlength=k)[:k] if len(idx) else np.zeros(k, np.int64)

@@ -194,7 +194,9 @@ def _flatten(prefix: str, obj: Any, out: dict[str, float]) -> None:
     elif isinstance(obj, bool):
         return
     elif isinstance(obj, int | float):
-        out[prefix] = float(obj)
+        f = float(obj)
+        if abs(f) < MAX_VALUE:
+            out[prefix] = f
 
 
 def _series(rows: list[dict[str, float]], ts: list[float]) -> Series:
@@ -215,46 +217,45 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     top: list[dict[str, Any]] = []
     bad = 0
     for line in lines:
-        if not line.strip():
+        if not line.startswith("{"):  # every record is an object: anything else is damage (cheaply)
+            if line.strip():
+                bad += 1
             continue
         try:
             rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise TypeError("not an object")
             kind = rec["kind"]
-            t = float(rec["t"])
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-            continue
-        if kind == "thread":
-            try:
-                per_thread.setdefault((int(rec["pid"]), int(rec["tid"])), []).append(rec)
-            except (KeyError, TypeError, ValueError):
-                bad += 1
-        elif kind == "process":
-            flat: dict[str, float] = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
-            rows, ts = proc_rows.setdefault(int(rec.get("pid", 0)), ([], []))
-            rows.append(flat)
-            ts.append(t)
-        elif kind == "system":
-            flat = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t")}, flat)
-            sys_rows[0].append(flat)
-            sys_rows[1].append(t)
-        elif kind == "cgroup":
-            flat = {}
-            _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
-            rows, ts = cg_rows.setdefault(int(rec.get("pid", 0)), ([], []))
-            rows.append(flat)
-            ts.append(t)
-        elif kind == "host":
-            if not host:
-                host = rec
-        elif kind == "event":
-            events.append(rec)
-        elif kind == "top":
-            top.append(rec)
-        else:
-            bad += 0  # an unknown kind from a newer writer: ignored on purpose
+            t = _finite(rec["t"])
+            if kind == "thread":
+                per_thread.setdefault((_id(rec["pid"]), _id(rec["tid"])), []).append(rec)
+            elif kind == "process":
+                flat: dict[str, float] = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+                rows, ts = proc_rows.setdefault(_id(rec.get("pid", 0)), ([], []))
+                rows.append(flat)
+                ts.append(t)
+            elif kind == "system":
+                flat = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t")}, flat)
+                sys_rows[0].append(flat)
+                sys_rows[1].append(t)
+            elif kind == "cgroup":
+                flat = {}
+                _flatten("", {k: v for k, v in rec.items() if k not in ("kind", "t", "pid")}, flat)
+                rows, ts = cg_rows.setdefault(_id(rec.get("pid", 0)), ([], []))
+                rows.append(flat)
+                ts.append(t)
+            elif kind == "host":
+                if not host:
+                    host = _host(rec)
+            elif kind == "event":
+                events.append(rec)
+            elif kind == "top":
+                top.append(_top(rec, t))
+            # an unknown kind from a newer writer: ignored on purpose
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            bad += 1  # not JSON, a cut line, a wrong type, an absurd number, deep nesting
     clk = int(host.get("clk_tck") or 100)
     names = {}
     for k, v in (host.get("syscall_names") or {}).items():
@@ -280,8 +281,71 @@ def parse_lines(lines: Iterable[str]) -> ProcData:
     )
 
 
+MAX_TIME = 1e10  # CLOCK_MONOTONIC seconds (since boot): three centuries is no uptime
+MAX_VALUE = float(1 << 63)  # counters are 64-bit: a larger number is damage
+
+
+def _finite(v: Any) -> float:
+    """A time: a number 0 <= t < MAX_TIME (ValueError otherwise: the record is damaged)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= float(v) < MAX_TIME:
+        raise ValueError("not a monotonic time")
+    return float(v)
+
+
+def _id(v: Any) -> int:
+    """A pid or tid: a whole number 0 <= v < 2^31 (ValueError otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 31):
+        raise ValueError("not a process id")
+    return v
+
+
+def _top(rec: dict[str, Any], t: float) -> dict[str, Any]:
+    """A ``top`` record (the busiest processes since the previous one) with its numbers checked:
+    ``dt`` a time, each of ``procs`` [pid, comm, ticks] with a process id and a finite tick count
+    (a damaged row is left out; a damaged ``dt`` or ``procs`` makes the record a bad line)."""
+    procs = rec.get("procs") or []
+    if not isinstance(procs, list):
+        raise TypeError("procs is not a list")
+    rows: list[list[Any]] = []
+    for row in procs:
+        if not isinstance(row, list) or len(row) < 3 or not isinstance(row[1], str):
+            continue
+        try:
+            ticks = _num(row[2])
+            if ticks >= 0:
+                rows.append([_id(row[0]), row[1], ticks])
+        except ValueError:
+            continue
+    return {"kind": "top", "t": t, "dt": _finite(rec.get("dt") or 0.0), "procs": rows}
+
+
+# the host record's numbers the analysis uses: key -> (lowest, highest)
+_HOST_NUMBERS = {"clk_tck": (1, 1e6), "page_size": (1, 1 << 30), "hz": (1e-3, 1e6), "slow_hz": (1e-3, 1e6),
+                 "ncpu": (1, 1 << 20), "task_delayacct": (0, 1)}
+
+
+def _host(rec: dict[str, Any]) -> dict[str, Any]:
+    """The host record with its numbers checked (an out-of-range one is dropped: defaults apply)."""
+    host = dict(rec)
+    for key, (lo, hi) in _HOST_NUMBERS.items():
+        v = host.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi):
+            del host[key]
+    if not isinstance(host.get("syscall_names"), dict):
+        host.pop("syscall_names", None)
+    if not isinstance(host.get("block_devices"), dict):
+        host.pop("block_devices", None)
+    return host
+
+
 def _num(v: Any) -> float:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        try:
+            f = float(v)
+        except OverflowError:
+            return np.nan
+        return f if abs(f) < MAX_VALUE else np.nan  # (NaN and infinities too)
+    return np.nan
 
 
 def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, names: dict[int, str]) -> ThreadSeries:
@@ -300,9 +364,9 @@ def _thread_series(key: tuple[int, int], recs: list[dict[str, Any]], clk: int, n
         t[i] = r["t"]
         cpu[i] = (_num(r.get("utime")) + _num(r.get("stime"))) / clk
         st = str(r.get("state") or "?")[:1]
-        state[i] = ord(st)
+        state[i] = ord(st) if st.isascii() else 63  # '?'
         s = r.get("syscall")
-        nr = int(s) if isinstance(s, int) else -2
+        nr = s if isinstance(s, int) and not isinstance(s, bool) and -(1 << 31) <= s < (1 << 31) else -2
         sc[i] = nr
         w = r.get("wchan")
         wchans.append(w if isinstance(w, str) else None)

@@ -24,8 +24,13 @@ _LEGACY_HASH = re.compile(r"^h[0-9a-f]{16}$")
 _HEXDIGITS = frozenset("0123456789abcdefABCDEF")
 
 
+MAX_SYMBOL = 16 << 10  # a longer "symbol" is left as it is (no demangling work on damage)
+
+
 def demangle(name: str) -> str:
     """Demangle a Rust symbol (v0 or legacy); anything else comes back unchanged."""
+    if len(name) > MAX_SYMBOL:
+        return name
     if name.startswith("_R"):
         return demangle_v0(name) or name
     if name.startswith(("_ZN", "__ZN")):
@@ -89,7 +94,7 @@ def demangle_legacy(name: str) -> str | None:
         j = i
         while j < n and s[j].isdigit():
             j += 1
-        if j == i:
+        if j == i or j - i > 9:  # no identifier is a billion characters long
             return None
         length = int(s[i:j])
         ident = s[j : j + length]
@@ -203,7 +208,7 @@ class _V0:
             return 0
         while self.i < len(self.s) and self.s[self.i].isdigit():
             self.i += 1
-        if j == self.i:
+        if j == self.i or self.i - j > 9:  # a length or version of a billion: not a real symbol
             raise _Invalid
         return int(self.s[j : self.i])
 
@@ -412,7 +417,7 @@ def demangle_v0(name: str) -> str | None:
         out = p.path(True)
         if p.peek() and p.peek().isupper():
             p.path(False)  # instantiating crate: not printed
-    except (_Invalid, IndexError, RecursionError):
+    except (_Invalid, IndexError, RecursionError, ValueError, OverflowError, MemoryError):
         return None
     tail = s[p.i :]
     if tail and tail[0] not in ".$":

@@ -96,13 +96,31 @@ def build_tree(
     try:
         if min_fraction > 0:
             items = list(counts.items() if isinstance(counts, dict) else counts)
-            if not any("\x00" in k or "\x01" in k for k, _ in items):  # the separator trick needs them free
+            # the separator trick needs "\x00" and "\x01" free, and costs depth x length per
+            # stack: a stack of thousands of frames (a damaged or recursive one) is built
+            # frame by frame, then pruned the same way
+            if not any("\x00" in k or "\x01" in k or len(k) > DEEP_STACK for k, _ in items):
                 return _build_pruned(items, root_name, min_fraction)
-            counts = items
+            root = _build(items, root_name)
+            _prune(root, min_fraction * root.total)
+            return root
         return _build(counts, root_name)
     finally:
         if was_enabled:
             gc.enable()
+
+
+DEEP_STACK = 16 << 10  # characters: longer stacks leave the pruned build (quadratic in their depth)
+
+
+def _prune(root: Node, min_count: float) -> None:
+    """Drop the frames holding less than ``min_count`` (what _build_pruned never builds)."""
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        for name in [n for n, c in node.children.items() if c.total < min_count]:
+            del node.children[name]
+        todo.extend(node.children.values())
 
 
 def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, min_fraction: float) -> Node:

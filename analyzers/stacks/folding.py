@@ -37,6 +37,8 @@ __all__ = [
 
 COMPAT_MODES = ("ours", "inferno", "perl")
 CACHE_CHARS = 64 << 20  # sample text held in the cache before it is started afresh
+BLOCK_LIMIT = 64 << 20  # a "sample" with no blank line in this much text is not one: skipped, counted
+HEADER_LIMIT = 64 << 10  # no event header line is longer (comm 16, event names, tracepoint payload)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Collapser:
         self._inferno = self.opts.compat == "inferno"
         self._pname_cache: dict[tuple[str, str | None, str], str] = {}
         self._rest = ""
+        self._oversized = False
 
     @property
     def event(self) -> str | None:
@@ -133,18 +136,33 @@ class Collapser:
     def feed(self, text: str) -> None:
         if self._rest:
             text = self._rest + text
+        if "\r" in text:  # CRLF text (the tolerant readers fold it already; the parallel path does not)
+            text = text.replace("\r\n", "\n")
+        if self._oversized:  # the rest of a sample too large to be one: skipped to its end
+            end = text.find("\n\n")
+            if end < 0:
+                self._rest = text[-1:]
+                return
+            text = text[end + 2 :]
+            self._oversized = False
         cut = text.rfind("\n\n")
         if cut < 0:
+            if len(text) > BLOCK_LIMIT:
+                self.weird += 1
+                self._oversized = True
+                self._rest = text[-1:]
+                return
             self._rest = text
             return
         self._rest = text[cut + 2 :]
         self._blocks(text[:cut])
 
     def close(self) -> dict[str, int]:
-        """Fold whatever is left (a last sample without its blank line counts, as in the reference)."""
+        """Fold whatever is left: a last sample without its blank line counts, as in inferno
+        (stackcollapse-perf.pl folds a sample only at a blank line: ``--compat perl`` drops it)."""
         rest, self._rest = self._rest, ""
         rest = rest.rstrip("\n")
-        if rest:
+        if rest and not self._oversized and not self._perl:
             self._blocks(rest)
         return self.counts
 
@@ -173,6 +191,9 @@ class Collapser:
             header, body = block, ""
         else:
             header, body = block[:nl], block[nl + 1 :]
+        if len(header) > HEADER_LIMIT:
+            self.weird += 1
+            return
         m = HEADER_LINE.match(header)
         if m is None:
             self.weird += 1
@@ -188,6 +209,9 @@ class Collapser:
             return
         if period is not None and self._inferno and gap != " ":
             period = None  # inferno reads the period only when one space precedes the event
+        if (period is not None and len(period) > 18) or len(tid) > 18 or (pid is not None and len(pid) > 18):
+            self.weird += 1  # no period or id is that long: a damaged header
+            return
         if event != self._last_event:
             ev = event_base(event)
             if self._event is None:

@@ -101,6 +101,9 @@ class FrameNamer:
         self.opts = opts
         self.tidy: Callable[[str], str] = tidy_args_perl if opts.compat == "perl" else tidy_args
         self.demangle = opts.compat == "ours"
+        # stackcollapse-perf.pl has no Rust knowledge at all: --compat perl leaves even the legacy
+        # names perf demangled half-way as perf printed them (inferno fixes those, and so do we)
+        self.fix_rust = opts.compat != "perl"
         self.cache: dict[str, str] = {}  # frame line -> its names joined by ';' (root-most first)
         self.cache_java: dict[str, str] = {}
 
@@ -125,7 +128,8 @@ class FrameNamer:
             return ()  # the reference skips these ("process names")
         if self.demangle and rawfunc.startswith(("_R", "_ZN")):
             rawfunc = demangle(rawfunc)
-        rawfunc = fix_half_demangled_rust(rawfunc)
+        if self.fix_rust:
+            rawfunc = fix_half_demangled_rust(rawfunc)
         opts = self.opts
         out: list[str] = []
         for func in rawfunc.split("->"):

@@ -17,12 +17,13 @@ from profiler.analyzers.stacks.naming import frame_name
 from profiler.inputs.perfscript import Sample, iter_samples, parse_frame, parse_header
 from profiler.inputs.window import WHOLE, TimeWindow
 from profiler.knowledge import pool_of
+from profiler.tolerant import ReadLog
 
 __all__ = ["FutexStacks", "OffCpuStats", "SwitchFolder", "WaitStacks", "fold_switch_text", "offcpu_by_reason", "offcpu_folded", "pool_roots",
            "wait_reason"]
 
-_PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d+) .*?prev_state=(?P<state>\S+)")
-_NEXT = re.compile(r"next_comm=(?P<comm>.*?) next_pid=(?P<pid>-?\d+)")
+_PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d{1,10}) .*?prev_state=(?P<state>\S+)")
+_NEXT = re.compile(r"next_comm=(?P<comm>.*?) next_pid=(?P<pid>-?\d{1,10})\b")
 
 # Wait reasons from the blocked thread's kernel stack (leaf first), first match wins.
 _REASONS: list[tuple[str, tuple[str, ...]]] = [
@@ -105,9 +106,11 @@ class _Stack:
 # (``-F comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso,trace``), in one search; any other
 # layout goes through the general parser (profiler.inputs.perfscript).
 _SWITCH = re.compile(
-    r"\s(?:-?\d+/)?(?P<tid>-?\d+)\s+(?:\[\d+\]\s+)?(?P<time>\d+\.\d+):\s+(?:\d+\s+)?sched:sched_switch:\s+"
-    r"prev_comm=(?P<comm>.*?) prev_pid=(?P<prev>-?\d+) .*?prev_state=(?P<state>\S+) ==> "
-    r"next_comm=.*? next_pid=(?P<next>-?\d+)")
+    r"\s(?:-?\d{1,10}/)?(?P<tid>-?\d{1,10})\s+(?:\[\d{1,6}\]\s+)?(?P<time>\d{1,12}\.\d{1,12}):\s+(?:\d{1,18}\s+)?"
+    r"sched:sched_switch:\s+prev_comm=(?P<comm>.*?) prev_pid=(?P<prev>-?\d{1,10}) .*?prev_state=(?P<state>\S+) ==> "
+    r"next_comm=.*? next_pid=(?P<next>-?\d{1,10})\b")
+# (digits bounded: a damaged header with a 5,000-digit id or a 400-digit time is no fast-path
+# sample; the general parser skips and counts it)
 CACHE_CHARS = 64 << 20  # frame text held in the stack cache before it is started afresh
 
 
@@ -131,17 +134,19 @@ class SwitchFolder:
     ``futex``: count, per thread, every switch-out's stack with its prev_state (``stacks``: the
     wait classification's evidence) and apart those passing through futex code (``futex``: the
     lock metrics'). ``on_interval`` sees each blocked interval counted: (from, to, folded stack).
+    ``log``: where samples whose header cannot be read are counted (profiler.tolerant.ReadLog).
     """
 
     def __init__(self, *, by_reason: bool = True, pools: bool = False, window: TimeWindow = WHOLE,
                  unit: float = 1e-6, intervals: Mapping[tuple[int, int], float] | None = None,
                  futex: bool = False, limit: int | None = None,
-                 on_interval: Callable[[float, float, str], None] | None = None) -> None:
+                 on_interval: Callable[[float, float, str], None] | None = None, log: ReadLog | None = None) -> None:
         self.stats = OffCpuStats()
         self.counts: dict[str, int] = {}
         self.futex: FutexStacks = {}
         self.stacks: WaitStacks = {}  # with futex: every sample's (prev_state, frame lines) per thread
         self.on_interval = on_interval
+        self.log = log  # samples the general parser cannot read are counted here
         self.by_reason = by_reason
         self.pools = pools
         self.unit = unit
@@ -256,7 +261,7 @@ class SwitchFolder:
         lines = block.split("\n")
         if self.count_futex:
             _count_futex_lines(self.futex, self.stacks, lines)
-        for s in iter_samples(lines):
+        for s in iter_samples(lines, self.log):
             if last and s.truncated:
                 s.truncated = False
             if self.limit is not None and self.stats.samples >= self.limit:
@@ -345,7 +350,7 @@ class SwitchFolder:
         return True
 
 
-_HEADER_TID = re.compile(r"\s(\d+)(?:/(\d+))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
+_HEADER_TID = re.compile(r"\s(\d{1,10})(?:/(\d{1,10}))?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
 
 
 _PREV_STATE = re.compile(r"prev_state=(\S+)")

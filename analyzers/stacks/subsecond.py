@@ -23,6 +23,7 @@ from profiler.bundle import Bundle
 from profiler.inputs.bundles import cpu_stacks
 from profiler.inputs.perfscript import iter_samples
 from profiler.inputs.streams import open_path
+from profiler.tolerant import ReadLog
 
 
 @dataclass
@@ -32,12 +33,13 @@ class SampleTimes:
     comm: list[str]  # per sample (small: sampled at ~100 Hz)
 
 
-def parse_sample_times(lines: Iterable[str]) -> SampleTimes:
-    """perf script text -> the time, tid and comm of every sample that has a time."""
+def parse_sample_times(lines: Iterable[str], log: ReadLog | None = None) -> SampleTimes:
+    """perf script text -> the time, tid and comm of every sample that has a time (samples whose
+    header does not parse are counted in ``log``)."""
     ts: list[float] = []
     tids: list[int] = []
     comms: list[str] = []
-    for s in iter_samples(lines):
+    for s in iter_samples(lines, log):
         if s.time is None:
             continue
         ts.append(s.time)
@@ -53,13 +55,20 @@ def read_sample_times(path: str | Path) -> SampleTimes:
         return parse_sample_times(text)
 
 
+MAX_COLUMNS = 7200  # two hours of one-second columns; a longer span gets wider columns (said in ``note``)
+
+
 @dataclass
 class SubsecondHeatmap:
-    """counts[col, row]: samples in second ``col`` at offset [row/rows, (row+1)/rows) of it."""
+    """counts[col, row]: samples in seconds [t0 + col*step, t0 + (col+1)*step) at offset
+    [row/rows, (row+1)/rows) of their second. ``step`` is 1 unless the span had more than
+    MAX_COLUMNS seconds (then ``note`` says so)."""
 
     t0: float
     rows: int
     counts: np.ndarray  # int64 (ncols, rows)
+    step: float = 1.0  # seconds per column
+    note: str | None = None
 
     @property
     def total(self) -> int:
@@ -72,7 +81,8 @@ class SubsecondHeatmap:
     def to_json(self) -> dict[str, Any]:
         return {
             "t0": self.t0,
-            "columns": {"count": self.ncols, "step": 1.0},
+            "columns": {"count": self.ncols, "step": self.step},
+            "note": self.note,
             "rows": {"count": self.rows, "step": 1.0 / self.rows},
             "counts": self.counts.tolist(),
             "total": self.total,
@@ -88,14 +98,23 @@ def subsecond_heatmap(t: np.ndarray, *, rows: int = 50, t0: float | None = None,
         t0 = float(t.min()) if len(t) else 0.0
     if t1 is None:
         t1 = float(t.max()) if len(t) else t0
-    ncols = max(1, int(math.floor(t1 - t0)) + 1)
+    t = t[np.isfinite(t)]
+    span = max(t1 - t0, 0.0) if math.isfinite(t1 - t0) else 0.0
+    seconds = int(math.floor(span)) + 1
+    step, note = 1, None
+    if seconds > MAX_COLUMNS:  # columns from the data's span, capped: a second per column no more
+        step = math.ceil(seconds / MAX_COLUMNS)
+        note = (f"the samples span {span:,.0f} s: each column is {step:,} s wide "
+                f"(at most {MAX_COLUMNS:,} columns)")
+    ncols = max(1, math.ceil(seconds / step))
     off = t - t0
-    keep = (off >= 0) & (off < ncols)
+    keep = (off >= 0) & (off < ncols * step)
     off = off[keep]
-    col = np.floor(off).astype(np.int64)
-    row = np.minimum(((off - col) * rows).astype(np.int64), rows - 1)
+    sec = np.floor(off)
+    col = (sec // step).astype(np.int64)
+    row = np.minimum(((off - sec) * rows).astype(np.int64), rows - 1)
     counts = np.bincount(col * rows + row, minlength=ncols * rows).reshape(ncols, rows)
-    return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64))
+    return SubsecondHeatmap(t0=float(t0), rows=rows, counts=counts.astype(np.int64), step=float(step), note=note)
 
 
 def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:

@@ -25,6 +25,7 @@ from profiler.analyzers.verdict.model import (
     TargetMetrics,
     jsonable,
 )
+from profiler.analyzers.verdict.server import server_evidence
 from profiler.analyzers.verdict.syscalls import syscall_metrics
 from profiler.analyzers.verdict.system import system_metrics
 from profiler.analyzers.verdict.target import target_metrics
@@ -43,9 +44,7 @@ def compute(views: BundleViews) -> Metrics:
     host_cpus = int(m.host.cpus or (pd.host.get("ncpu") if pd else 0) or 0)
     sources = {name: views.source_status(col, files) for name, (col, files) in SOURCES.items()}
     missing = [k for k, v in sources.items() if v != "ok" and not v.startswith("partial")]
-    warnings: list[str] = []
-    if pd is not None and pd.bad_lines:
-        warnings.append(f"{members.PROC}: {pd.bad_lines} malformed lines skipped")
+    warnings: list[str] = []  # (malformed proc.jsonl.gz lines are in the member's ReadLog: views.warnings)
     targets = []
     single = len(m.targets) == 1
     unsupported: list[str] = []
@@ -68,6 +67,10 @@ def compute(views: BundleViews) -> Metrics:
                 bcc_lock_metrics(views.waits, tm, t.pid, tids, comms if not single else None)
             except Exception as exc:  # noqa: BLE001 - a broken summary lowers confidence, never crashes
                 warnings.append(f"futex/off-CPU summaries could not be read: {_error(exc)}")
+        try:
+            tm.server = server_evidence(views.server, views.cpu, tm, comms | {t.comm})
+        except Exception as exc:  # noqa: BLE001 - what a server says is extra evidence, never a crash
+            warnings.append(f"server-status evidence could not be computed: {_error(exc)}")
         targets.append(tm)
     window = max((t.window for t in targets), default=0.0)
     if not window and m.ended and m.clock.monotonic_start:
@@ -94,6 +97,8 @@ def compute(views: BundleViews) -> Metrics:
             if disk_bps > 0 and tm.read_bps is not None and tm.write_bps is not None:
                 tm.disk_share = min(1.0, (tm.read_bps + tm.write_bps) / disk_bps)
     warnings.extend(views.warnings)
+    if views.server is not None:
+        warnings.extend(views.server.warnings)
     return Metrics(window=window, t0=pd.t0 if pd else None, targets=targets, system=sysm, io=iom, sources=sources,
                    missing=missing, unsupported_counters=unsupported, warnings=warnings,
                    proc_hz=float(pd.host["hz"]) if pd and pd.host.get("hz") else None,

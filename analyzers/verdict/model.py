@@ -161,6 +161,8 @@ class TargetMetrics:
     futex_wait_stacks: list[tuple[str, float]] = field(default_factory=list)  # (top frames, seconds waited)
     offcpu_states: dict[str, float] = field(default_factory=dict)  # runnable/sleep/disk/other thread-seconds
     exited: bool = False
+    # what the target's status port and the Go runtime say (analyzers.verdict.server.ServerEvidence)
+    server: Any = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from profiler.analyzers.verdict import rules_server
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
@@ -84,6 +85,10 @@ THRESHOLDS: dict[str, Threshold] = {
     "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
                           "below this, with little waiting, the target is not the bottleneck"),
 }
+
+# What servers and the Go runtime say about themselves: rules_server's thresholds, listed with ours.
+THRESHOLDS.update({k: Threshold(t.value, t.full, t.unit, t.source, t.meaning)
+                   for k, t in rules_server.THRESHOLDS.items()})
 
 
 def ramp(value: float | None, key: str) -> float:
@@ -499,6 +504,16 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
 RULES: list[Callable[[TargetMetrics, Metrics], Finding | None]] = [rule_cpu, rule_io_wait, rule_memory, rule_lock]
 
 
+def _server_ev(e: rules_server.ServerEv) -> Evidence:
+    return _ev(e.metric, e.value, e.threshold, e.note, e.unit)
+
+
+def server_findings(tm: TargetMetrics) -> list[Finding]:
+    """Findings from what the target's status port and the Go runtime say (analyzers.verdict.rules_server)."""
+    return [Finding(f.category, f.rule, f.score, f.title, f.sub_cause, [_server_ev(e) for e in f.evidence],
+                    f.recommendation, tm.label) for f in rules_server.findings(tm, tm.server)]
+
+
 def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> Finding:
     worst = max((f.score for f in others), default=0.0)
     ev = []
@@ -516,6 +531,10 @@ def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> 
         sub += f"; threads wait by design (idle, not held back): {by} of thread time"
         ev.append(Evidence("idle_by_design_share", float(sum(v for _, v in tm.idle_by_design)), None, "of thread time",
                            "pollers, reapers, parked runtime/pool threads, timers (profiler.knowledge.waits)"))
+    go_idle = rules_server.idle_goroutines(tm, tm.server)
+    if go_idle is not None:
+        ev.extend(_server_ev(e) for e in go_idle[0])
+        sub += f"; {go_idle[1]}"
     rec = "raise the load generator's concurrency, or profile the other tiers (TiDB, TiKV, PD, the client)"
     if tm.kind == "tikv":
         rec = TIKV_ADVICE["not_saturated"]
@@ -544,7 +563,7 @@ def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding,
         if tm.exited:
             c *= 0.85
             why.append("the target exited during the capture")
-    if primary.category == "lock_contention" and m.sources.get("offcpu") != "ok":
+    if primary.category == "lock_contention" and primary.rule != "go_lock_contention" and m.sources.get("offcpu") != "ok":
         c *= 0.85
         why.append("no off-CPU stacks: the contended lock is not named")
     if primary.category == "io_wait":
@@ -577,6 +596,7 @@ def _label(c: float) -> str:
 
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     found = [f for f in (r(tm, m) for r in RULES) if f is not None]
+    found.extend(server_findings(tm))
     found.append(rule_not_saturated(tm, m, found))
     found.sort(key=lambda f: (-round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]

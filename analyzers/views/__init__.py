@@ -19,11 +19,14 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from profiler.analyzers.load.view import LoadLog, read_load
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
+from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
 from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
@@ -71,8 +74,10 @@ class BundleViews:
     offcpu: OffCpu | None = None
     io: BlockIo | None = None
     waits: WaitTotals | None = None
+    server: ServerStatusView | None = None  # server-status: /metrics scrapes and Go profiles (analyzers/server)
     load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
     warnings: list[str] = field(default_factory=list)  # members cut off or corrupted, read up to the cut
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> what reading it tolerated (ReadLog)
 
     def has(self, member: str) -> bool:
         return member in self.present
@@ -92,9 +97,31 @@ class BundleViews:
         return "missing"
 
 
+T = TypeVar("T")
+
+
+def _guarded(bundle: Bundle, member: str, read: Callable[[Bundle], T | None]) -> T | None:
+    """One view, read; a member that cannot be parsed at all is a warning naming it, never the
+    end of the analysis (exit 70 is for bugs in the profiler, not damage in the data)."""
+    try:
+        return read(bundle)
+    except Exception as exc:  # noqa: BLE001 - the one net under every member's parser
+        bundle.warnings.append(f"{member} could not be read: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _read_proc(bundle: Bundle) -> ProcData | None:
+    if not bundle.has(members.PROC):
+        return None
+    pd = parse_lines(bundle.iter_lines(members.PROC))
+    bundle.log(members.PROC).skip(pd.bad_lines, "malformed JSON lines")
+    return pd
+
+
 def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
-    """Read every member an analysis uses, each once. Never raises on a missing or cut-off member;
-    a member that cannot be parsed keeps its error in its view (the report says why). ``progress``
+    """Read every member an analysis uses, each once. Never raises on a missing, cut-off or
+    damaged member: what reading tolerated is in ``reads`` and ``warnings``; a member that cannot
+    be parsed keeps its error in its view, or is a warning (the report says why). ``progress``
     hears each member read (bytes of the members, compressed, of their total)."""
     present = frozenset(m for m in _KNOWN + (members.OFFCPU_INTERVALS, members.FUTEX_SUMMARY, members.FUTEX_FOLDED,
                                              members.OFFCPU_SUMMARY) if bundle.has(m))
@@ -110,22 +137,24 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
         done += sum(sizes.get(m, 0) for m in member_names)
 
     read("procfs samples", (members.PROC,))
-    v.proc = parse_lines(bundle.iter_lines(members.PROC)) if members.PROC in present else None
+    v.proc = _guarded(bundle, members.PROC, _read_proc)
     read("off-CPU stacks", (members.OFFCPU_STACKS, members.OFFCPU_INTERVALS, members.OFFCPU_FOLDED))
-    v.offcpu = read_offcpu(bundle)
+    v.offcpu = _guarded(bundle, members.OFFCPU_STACKS, read_offcpu)
     read("syscalls and counters", (members.SYSCALLS, members.SYSCALLS_RATE, members.STAT, members.FUTEX_SUMMARY,
                                    members.FUTEX_FOLDED, members.OFFCPU_SUMMARY))
-    v.syscalls = read_syscalls(bundle)
-    v.stat = read_stat(bundle)
-    v.waits = read_wait_totals(bundle)
+    v.syscalls = _guarded(bundle, members.SYSCALLS, read_syscalls)
+    v.stat = _guarded(bundle, members.STAT, read_stat)
+    v.waits = _guarded(bundle, members.FUTEX_SUMMARY, read_wait_totals)
     read("block IO", (members.BLOCK_TRACE, members.BLOCK_HIST))
-    v.io = read_block_io(bundle)
+    v.io = _guarded(bundle, members.BLOCK_TRACE, read_block_io)
     read("CPU stacks", (members.CPU_STACKS,))
-    v.cpu = read_cpu_stacks(bundle)
+    v.cpu = _guarded(bundle, members.CPU_STACKS, read_cpu_stacks)
+    v.server = _guarded(bundle, members.SERVER_STATUS, read_server_status)
     read("the load's log", (members.LOAD_LOG,))
-    v.load = read_load(bundle)
+    v.load = _guarded(bundle, members.LOAD_LOG, read_load)
     read("done", ())
-    v.warnings = bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
+    v.warnings = bundle.read_warnings() + bundle.warnings[seen:] + (v.cpu.warnings if v.cpu is not None else [])
+    v.reads = {name: log.to_dict() for name, log in sorted(bundle.reads.items())}
     return v
 
 

@@ -61,7 +61,7 @@ def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
     if not bundle.has(members.BLOCK_TRACE):
         return None
     with bundle.open_binary(members.BLOCK_TRACE) as fh:
-        return pairing.pair_stream(fh)
+        return pairing.pair_stream(fh, only_block_lines=True)
 
 
 def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:
@@ -80,7 +80,13 @@ def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:
 def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> stats.IoAnalysis | None:
     """The IO analysis of a bundle's block trace, or None when it holds none."""
     bio = read_block_trace(bundle)
-    return stats.capture_io(bio, bundle.manifest, interval=interval) if bio is not None else None
+    if bio is None:
+        return None
+    res = stats.capture_io(bio, bundle.manifest, interval=interval)
+    summary = bundle.log(members.BLOCK_TRACE).summary()
+    if summary is not None:
+        res.warnings.append(summary)
+    return res
 
 
 def read_block_io(bundle: Bundle) -> BlockIo | None:

@@ -8,19 +8,21 @@ they took. A perf-backend bundle from an older version has syscalls-rate.csv ins
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 
 from profiler.analyzers.series import perfstat
 
 from profiler.bundle import Bundle, members
+from profiler.inputs.bundles import csv_rows
 
 
 def read_stat(bundle: Bundle) -> perfstat.PerfStat | None:
     """stat.csv (perf stat -I CSV), or None when the capture has none."""
     if not bundle.has(members.STAT):
         return None
-    return perfstat.parse(bundle.iter_lines(members.STAT))
+    st = perfstat.parse(bundle.iter_lines(members.STAT))
+    bundle.log(members.STAT).skip(st.bad_lines, "lines that are no perf stat row")
+    return st
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,10 @@ def _float(text: str | None, blank: float | None) -> float | None:
     if text == "":
         return blank
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         return None
+    return v if abs(v) < 1e18 else None  # NaN, infinities and absurd counts: the row is unreadable
 
 
 def _row(raw: dict[str, str]) -> SyscallRow:
@@ -68,7 +71,12 @@ def read_syscalls(bundle: Bundle) -> Syscalls | None:
     """The syscalls members the capture holds, or None when it has neither."""
     out = Syscalls()
     if bundle.has(members.SYSCALLS):
-        out.rows = [_row(r) for r in csv.DictReader(bundle.iter_lines(members.SYSCALLS))]
+        parsed = list(csv_rows(bundle.iter_lines(members.SYSCALLS)))
+        rows = [_row(r) for r in parsed if r is not None]
+        bad = len(parsed) - len(rows) + sum(1 for r in rows if r.time is None or r.count is None)
+        bundle.log(members.SYSCALLS).skip(bad, "unreadable rows")
+        out.rows = rows
     if bundle.has(members.SYSCALLS_RATE):
         out.rate = perfstat.parse(bundle.iter_lines(members.SYSCALLS_RATE))
+        bundle.log(members.SYSCALLS_RATE).skip(out.rate.bad_lines, "lines that are no perf stat row")
     return out if out.rows is not None or out.rate is not None else None

@@ -47,7 +47,7 @@ def read_wait_totals(bundle: Bundle) -> WaitTotals | None:
     for name in names:
         try:
             if name == members.FUTEX_FOLDED:
-                out.values[name] = folded.parse_folded(bundle.iter_lines(name))
+                out.values[name] = folded.parse_folded(bundle.iter_lines(name), bundle.log(name))
             else:
                 out.values[name] = _json(bundle, name)
         except Exception as exc:  # noqa: BLE001 - the verdict reports it, with lower confidence

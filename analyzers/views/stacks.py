@@ -68,6 +68,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
+    bundle.log(members.CPU_STACKS).skip(c.weird, "samples whose header could not be read")
     times = subsecond.SampleTimes(t=np.asarray(c.times, dtype=np.float64), tid=np.asarray(c.tids, dtype=np.int64),
                                   comm=c.comms)
     return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
@@ -106,12 +107,14 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
         # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled
         # (duty-cycled) capture from closing a switch-out with the next window's switch-out.
         if bundle.has(members.OFFCPU_INTERVALS):
-            intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS))
+            intervals = bundles.read_intervals(bundle.iter_lines(members.OFFCPU_INTERVALS),
+                                               bundle.log(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
     timed: list[tuple[float, float, str]] = []
     folder = offcpu.SwitchFolder(by_reason=True, pools=True, intervals=intervals, futex=True,
-                                 limit=OFFCPU_MAX_SWITCHES, on_interval=lambda lo, hi, key: timed.append((lo, hi, key)))
+                                 limit=OFFCPU_MAX_SWITCHES, on_interval=lambda lo, hi, key: timed.append((lo, hi, key)),
+                                 log=bundle.log(members.OFFCPU_STACKS))
     warnings: list[str] = []
     try:
         with bundle.open_binary(members.OFFCPU_STACKS) as fh:
@@ -140,7 +143,7 @@ def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
     view = OffCpu(source=members.OFFCPU_FOLDED)
     try:
         pooled: dict[str, int] = {}
-        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED)).items():
+        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED), bundle.log(members.OFFCPU_FOLDED)).items():
             comm, sep, rest = stack.partition(";")
             key = pool_of(comm).replace(" ", "_") + sep + rest
             pooled[key] = pooled.get(key, 0) + ns

@@ -24,6 +24,7 @@ from typing import Any
 
 from profiler import __version__
 from profiler.errors import BundleError
+from profiler.files import write_output
 
 SCHEMA = "profiler.cluster"
 VERSION = 1
@@ -223,11 +224,4 @@ def node_path(root: str | os.PathLike[str], node: NodeRecord) -> Path | None:
 
 def write_cluster_manifest(root: str | os.PathLike[str], manifest: ClusterManifest) -> None:
     """Rewrite DIR/cluster.json atomically (through a temporary name and a rename)."""
-    path = Path(root) / CLUSTER_MANIFEST
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(manifest.to_json().encode())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_output(Path(root) / CLUSTER_MANIFEST, manifest.to_json().encode(), force=True, fsync=True, special=False)

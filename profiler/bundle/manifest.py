@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +32,8 @@ VERSION = 3
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
     "pending", "running", "ok", "partial", "failed", "skipped",
 )
-STATUSES = (PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED)
+STATUSES = (PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED)  # a collector's
+BUNDLE_STATUSES = (RUNNING, OK, PARTIAL, FAILED)  # the capture's as a whole
 
 
 @dataclass
@@ -157,48 +161,209 @@ class Manifest:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
 
 
-# --------------------------------------------------------------------------- decoding
+# --------------------------------------------------------------------------- decoding and validation
+#
+# A manifest comes from another machine: every field is checked for its type and range on load
+# (a wrong one is a BundleError naming the field, exit code 4), so nothing downstream meets a
+# string where it expects a number. Unknown fields are ignored (a newer minor writer may add
+# them). Free-form objects (stats, options, capabilities, cgroup) hold any JSON up to
+# MAX_DEPTH levels; the keys the analysis reads in them are checked like fields.
+
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_DEPTH = 16  # nesting of free-form objects
+_INT_MAX = (1 << 63) - 1
+_ID_MAX = (1 << 31) - 1  # pids, tids
+_CPU_MAX = 1 << 20
+
+
+class _Huge:
+    """An integer literal too long to be a number we keep (validation names its field)."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+class _NonFinite:
+    """NaN or Infinity, which JSON does not have but Python's json reads."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_int(text: str) -> int | _Huge:
+    return int(text) if len(text) <= 40 else _Huge(len(text))
+
+
+def _parse_float(text: str) -> float | _NonFinite:
+    v = float(text)
+    return v if math.isfinite(v) else _NonFinite(text)
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, _Huge):
+        return f"a {v.digits:,}-digit number"
+    if isinstance(v, _NonFinite):
+        return v.text
+    if isinstance(v, int | float):
+        return "a number"
+    if isinstance(v, str):
+        return f"a string ({v[:20]!r})"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__  # pragma: no cover
+
+
+def _bad(where: str, want: str, v: Any) -> BundleError:
+    return BundleError(f"manifest field {where} should be {want}, not {_type_name(v)}")
+
+
+# (class, field) -> (lowest, highest) for numbers
+_RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("Manifest", "version"): (0, VERSION),
+    ("Manifest", "duration"): (0, 1e9),
+    ("HostInfo", "cpus"): (0, _CPU_MAX),
+    ("HostInfo", "memory_bytes"): (0, _INT_MAX),
+    ("HostInfo", "cgroup_version"): (0, 2),
+    ("TargetInfo", "pid"): (0, _ID_MAX),
+    ("ThreadInfo", "tid"): (0, _ID_MAX),
+    ("LoadInfo", "exit_code"): (-(1 << 31), (1 << 31) - 1),
+}
+_LIST_RANGES: dict[tuple[str, str], tuple[float, float]] = {("TargetInfo", "cpus_allowed"): (0, _CPU_MAX)}
+_STATUS_FIELDS = {("Manifest", "status"): BUNDLE_STATUSES, ("CollectorRecord", "status"): STATUSES}
+# keys the analysis reads inside free-form objects: key -> (types, lowest, highest)
+_NUM = (int, float)
+_KNOWN_KEYS: dict[tuple[str, str], dict[str, tuple[tuple[type, ...], float, float]]] = {
+    ("CollectorRecord", "stats"): {"sampled": ((bool,), 0, 1), "sampled_seconds": (_NUM, 0, 1e9),
+                                   "lost": ((int,), 0, _INT_MAX), "samples": ((int,), 0, _INT_MAX),
+                                   "events": ((int,), 0, _INT_MAX)},
+    ("Manifest", "options"): {"interval": (_NUM, 1e-3, 1e6), "frequency": (_NUM, 0, 1e9), "proc_hz": (_NUM, 0, 1e6),
+                              "duration": (_NUM, 0, 1e9)},
+    ("TargetInfo", "cgroup"): {"cpu_quota_us": ((int,), -1, _INT_MAX), "cpu_period_us": ((int,), 0, _INT_MAX),
+                               "memory_limit_bytes": ((int,), 0, _INT_MAX), "version": ((int,), 0, 2),
+                               "blkio_throttle": ((dict,), 0, 0), "path": ((dict,), 0, 0)},
+}
+
+
+def _check_json(v: Any, where: str, depth: int = 0) -> None:
+    """Any JSON value, bounded in depth, with no NaN, Infinity or absurd integers."""
+    if depth > MAX_DEPTH:
+        raise BundleError(f"manifest field {where} nests deeper than {MAX_DEPTH} levels")
+    if isinstance(v, _Huge | _NonFinite):
+        raise _bad(where, "a number in range", v)
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _INT_MAX:
+        raise _bad(where, "a number in range", v)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _check_json(x, f"{where}.{k}", depth + 1)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            _check_json(x, f"{where}[{i}]", depth + 1)
+
+
+def _check_number(v: Any, where: str, types: tuple[type, ...], lo: float, hi: float) -> None:
+    want = "an integer" if types == (int,) else "a number"
+    if isinstance(v, bool) or not isinstance(v, int | float) or not isinstance(v, types):
+        raise _bad(where, want, v)
+    if not lo <= v <= hi:
+        raise BundleError(f"manifest field {where} is out of range ({v!r} not in {_num(lo)}..{_num(hi)})")
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
+def _check_known(owner: tuple[str, str], value: dict[str, Any], where: str) -> None:
+    for key, (kinds, lo, hi) in _KNOWN_KEYS.get(owner, {}).items():
+        if key not in value or value[key] is None:
+            continue
+        v = value[key]
+        if kinds == (dict,):
+            if not isinstance(v, dict):
+                raise _bad(f"{where}.{key}", "an object", v)
+            if key == "blkio_throttle":
+                for kind, per_dev in v.items():
+                    if not isinstance(per_dev, dict):
+                        raise _bad(f"{where}.{key}.{kind}", "an object", per_dev)
+                    for dev, limit in per_dev.items():
+                        _check_number(limit, f"{where}.{key}.{kind}.{dev}", (int,), 0, _INT_MAX)
+            continue
+        if kinds == (bool,):
+            if not isinstance(v, bool):
+                raise _bad(f"{where}.{key}", "true or false", v)
+            continue
+        _check_number(v, f"{where}.{key}", kinds, lo, hi)
+
+
+def _value(owner: tuple[str, str], hint: Any, v: Any, where: str) -> Any:
+    """Check ``v`` against the field's type ``hint``; returns the value to store."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if v is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _value(owner, inner[0], v, where)
+    if dataclasses.is_dataclass(hint):
+        return _build(typing.cast(type, hint), v, where)
+    if origin is list:
+        if not isinstance(v, list):
+            raise _bad(where, "a list", v)
+        (item,) = args
+        out = [_value(owner, item, x, f"{where}[{i}]") for i, x in enumerate(v)]
+        if owner in _LIST_RANGES:
+            lo, hi = _LIST_RANGES[owner]
+            for i, x in enumerate(out):
+                _check_number(x, f"{where}[{i}]", (int,), lo, hi)
+        return out
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise _bad(where, "an object", v)
+        _check_json(v, where)
+        _check_known(owner, v, where)
+        return v
+    if hint is Any:
+        _check_json(v, where)
+        return v
+    if hint is bool:
+        if not isinstance(v, bool):
+            raise _bad(where, "true or false", v)
+        return v
+    if hint is int or hint is float:
+        types_ = (int,) if hint is int else _NUM
+        lo, hi = _RANGES.get(owner, (-1e300 if hint is float else -_INT_MAX, 1e300 if hint is float else _INT_MAX))
+        _check_number(v, where, types_, lo, hi)
+        return float(v) if hint is float else v
+    if hint is str:
+        if not isinstance(v, str):
+            raise _bad(where, "a string", v)
+        words = _STATUS_FIELDS.get(owner)
+        if words is not None and v not in words:
+            raise BundleError(f"manifest field {where} is an unknown status {v[:40]!r} (one of {', '.join(words)})")
+        return v
+    raise BundleError(f"manifest field {where} has an unexpected type")  # pragma: no cover - a model bug
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from a dict, filling defaults for missing fields.
-
-    Unknown keys are ignored (a newer minor writer may add fields); wrong types raise.
-    """
+    """Build dataclass ``cls`` from a dict, filling defaults for missing fields and checking every
+    field's type and range. Unknown keys are ignored (a newer minor writer may add fields)."""
     if not isinstance(data, dict):
-        raise BundleError(f"manifest field {where} should be an object")
+        raise _bad(where or "(the whole manifest)", "an object", data)
+    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    hints = [f.name for f in dataclasses.fields(cls)]
-    for name in hints:
-        if name not in data:
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise BundleError(f"manifest field {where + '.' if where else ''}{f.name} is missing")
             continue
-        value = data[name]
-        sub = _NESTED.get((cls.__name__, name))
-        if sub is not None and value is not None:
-            kind, subcls = sub
-            if kind == "list":
-                if not isinstance(value, list):
-                    raise BundleError(f"manifest field {where}.{name} should be a list")
-                value = [_build(subcls, v, f"{where}.{name}[{i}]") for i, v in enumerate(value)]
-            else:
-                value = _build(subcls, value, f"{where}.{name}")
-        kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # pragma: no cover - defensive
-        raise BundleError(f"manifest field {where} is malformed: {exc}") from None
-
-
-_NESTED: dict[tuple[str, str], tuple[str, type]] = {
-    ("Manifest", "clock"): ("one", ClockInfo),
-    ("Manifest", "host"): ("one", HostInfo),
-    ("Manifest", "targets"): ("list", TargetInfo),
-    ("Manifest", "collectors"): ("list", CollectorRecord),
-    ("Manifest", "load"): ("one", LoadInfo),
-    ("TargetInfo", "threads"): ("list", ThreadInfo),
-    ("TargetInfo", "runtime_info"): ("one", RuntimeInfo),
-}
-
+        kwargs[f.name] = _value((cls.__name__, f.name), hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
+    return cls(**kwargs)
 
 # Upgrades from older manifest versions, applied in order: version N -> N+1.
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
@@ -229,13 +394,17 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
     if not text.strip():
         raise BundleError(f"{where} is empty: the capture was cut off before it wrote anything")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_NonFinite)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{where} is truncated or corrupted ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise BundleError(f"{where} nests objects too deeply to be a manifest") from None
+    except ValueError as exc:  # pragma: no cover - parse hooks take the numbers
+        raise BundleError(f"{where} is corrupted ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BundleError(f"{where} is not a profiler bundle manifest (schema is not {SCHEMA!r})")
     version = data.get("version")
-    if not isinstance(version, int) or version < 0:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise BundleError(f"{where} has no valid version number")
     if version > VERSION:
         raise BundleError(
@@ -249,10 +418,8 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
         data = step(data)
         version += 1
     data["version"] = VERSION
-    manifest: Manifest = _build(Manifest, data, "manifest")
+    manifest: Manifest = _build(Manifest, data, "")
     for rec in manifest.collectors:
-        if rec.status not in STATUSES:
-            raise BundleError(f"collector {rec.name!r} has an unknown status {rec.status!r}")
         for name in rec.files:
             check_member_name(name)
     if manifest.load:

@@ -37,12 +37,32 @@ SYSCALLS_RATE = "syscalls-rate.csv"
 FUTEX_FOLDED = "futex.folded.gz"
 FUTEX_SUMMARY = "futex.summary.json"
 
+# server-status: every request to the targets' HTTP status ports (index, JSON lines) ...
+SERVER_STATUS = "server-status.jsonl"
+# ... their /metrics scrapes (JSON lines: pid, t0, t1, url, body) ...
+SERVER_METRICS = "server-metrics.jsonl.gz"
+# ... and their Go profiles, one file each (see server_profile)
+
 # the load: `profiler run`'s load command output, or the log `profiler attach --load-log` followed
 LOAD_LOG = "load.log"
 # ... and when the profiler read each of its lines (CSV `line,t`: CLOCK_MONOTONIC seconds)
 LOAD_TIMES = "load.times.csv.gz"
 # the report `profiler attach` / `profiler analyze` writes beside the evidence
 REPORT = "report.html"
+
+
+def server_profile(pid: int, kind: str, tag: str, gzipped: bool = True) -> str:
+    """A pprof profile a server served, as it came: ``server-4242-goroutine-1.pb.gz``,
+    ``server-4242-mutex-start.pb.gz``, ``server-4242-cpu-window.pb.gz``."""
+    return f"server-{int(pid)}-{kind}-{tag}.pb" + (".gz" if gzipped else "")
+
+
+def server_goroutine_text(pid: int, tag: str) -> str:
+    """A Go goroutine dump in text (``?debug=2``), where the server gave no pprof."""
+    return f"server-{int(pid)}-goroutine-{tag}.txt"
+
+
+SERVER_PROFILE_PREFIX = "server-"
 
 
 def perf_data(collector: str) -> str:

@@ -1,25 +1,34 @@
 """Reading a capture bundle (bundle layer): containment of paths and symlinks, tolerant reading.
 
 :class:`Bundle` opens a bundle directory, validates its manifest, and hands out its members:
-names (and symlinks) that would leave the directory are refused; ``.gz`` members are
-decompressed transparently; a member cut off or corrupted mid-way (a capture killed while
-writing) is read up to the cut, with a warning in ``Bundle.warnings`` instead of an error.
+names (and symlinks) that would leave the directory are refused; gzip members are
+decompressed transparently (by magic); every member is read through ``profiler.tolerant``: a
+member cut off or corrupted mid-way (a capture killed while writing) is read as far as it can
+be, and what was tolerated is written down in the member's :class:`~profiler.tolerant.ReadLog`
+(``Bundle.reads``), which the analysis turns into warnings and the report's capture health.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
-import gzip
 import io
 import os
-import zlib
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
-from profiler.bundle.manifest import OK, Manifest, check_member_name, parse_manifest
+from profiler.bundle.manifest import (
+    MAX_MANIFEST_BYTES,
+    OK,
+    Manifest,
+    check_member_name,
+    parse_manifest,
+)
 from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
+from profiler.tolerant import ReadLog, open_tolerant, squeeze_blank_lines
 
 
 class Bundle:
@@ -28,7 +37,8 @@ class Bundle:
     def __init__(self, root: Path, manifest: Manifest) -> None:
         self.root = root
         self.manifest = manifest
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # problems met beyond reading (a member that could not be parsed)
+        self.reads: dict[str, ReadLog] = {}  # member -> what reading it tolerated (the last read)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Bundle:
@@ -38,14 +48,23 @@ class Bundle:
         if not root.is_dir():
             raise BundleError(f"{root} is a file, not a capture bundle directory")
         mpath = root / MANIFEST
-        if not mpath.is_file():
-            if not any(root.iterdir()):
-                raise BundleError(f"{root} is empty: not a capture bundle")
-            raise BundleError(f"{root} is not a capture bundle (no {MANIFEST})")
         try:
-            text = mpath.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BundleError(f"cannot read {mpath}: {exc}") from None
+            if not mpath.is_file():
+                if not any(root.iterdir()):
+                    raise BundleError(f"{root} is empty: not a capture bundle")
+                raise BundleError(f"{root} is not a capture bundle (no {MANIFEST})")
+            if mpath.is_symlink() and not mpath.resolve().is_relative_to(root.resolve()):
+                raise BundleError(f"{mpath} points outside the bundle")
+            with open(mpath, "rb") as fh:
+                data = fh.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            raise BundleError(f"cannot read {mpath}: {exc.strerror or exc}") from None
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise BundleError(f"{mpath} is larger than {MAX_MANIFEST_BYTES >> 20} MiB: not a manifest")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BundleError(f"{mpath} is not UTF-8 text (byte {exc.start})") from None
         return cls(root, parse_manifest(text, str(mpath)))
 
     @property
@@ -62,34 +81,65 @@ class Bundle:
         return p
 
     def has(self, name: str) -> bool:
-        return self.path(name).is_file()
+        """Whether the bundle holds the member as a regular file (a directory or a device by that
+        name is no member)."""
+        try:
+            return stat.S_ISREG(os.stat(self.path(name)).st_mode)
+        except OSError:
+            return False
 
-    def open_binary(self, name: str) -> IO[bytes]:
-        """Open a member for reading bytes; ``.gz`` members are decompressed transparently."""
+    def log(self, name: str) -> ReadLog:
+        """What reading the member tolerated so far (a fresh log if it was not read; each read
+        starts it afresh, the object stays the same)."""
+        log = self.reads.get(name)
+        if log is None:
+            log = self.reads[name] = ReadLog(name)
+        return log
+
+    def open_binary(self, name: str, *, text: bool = True) -> IO[bytes]:
+        """Open a member for reading its bytes, decompressed (gzip by magic), tolerantly: damage
+        ends the stream early and is written down in ``reads[name]``. ``text=False`` for binary
+        members (no CRLF folding, no line limit)."""
         p = self.path(name)
         try:
-            if name.endswith(".gz"):
-                return cast(IO[bytes], gzip.open(p, "rb"))
-            return open(p, "rb")
+            raw = open(p, "rb")  # noqa: SIM115 - handed to the caller inside the tolerant stream
         except OSError as exc:
             raise BundleError(f"cannot read {name} in {self.root}: {exc.strerror or exc}") from None
+        # the same log object on every read (reset): a parser that took ``log(name)`` before the
+        # (lazy) open counts its skipped lines where the reading's damage is
+        log = self.log(name)
+        log.reset()
+        return open_tolerant(raw, log, text=text)
 
     def open_text(self, name: str) -> IO[str]:
-        return io.TextIOWrapper(self.open_binary(name), encoding="utf-8", errors="replace", newline="")
+        return io.TextIOWrapper(self.open_binary(name), encoding="utf-8", errors="replace", newline="\n")
 
     def iter_lines(self, name: str) -> Iterator[str]:
-        """Yield the member's lines (without newline); a truncated file ends early with a warning."""
-        n = 0
-        try:
-            with self.open_text(name) as fh:
-                for line in fh:
-                    n += 1
-                    yield line.rstrip("\r\n")
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            self.warnings.append(f"{name} is truncated or corrupted after {n} lines ({exc}); using what was read")
+        """Yield the member's lines (without newline), as far as they can be read (see ``reads``).
+        Runs of blank lines come as two at most (no reader tells two from two hundred, and a
+        member of nothing but newlines must not cost a Python step per line)."""
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        rest = ""
+        with self.open_binary(name) as fh:
+            while True:
+                data = fh.read(1 << 20)
+                text = dec.decode(data, final=not data)
+                if "\n\n\n" in text:
+                    text = squeeze_blank_lines(text)
+                lines = (rest + text).split("\n")
+                rest = lines.pop()
+                yield from lines
+                if not data:
+                    break
+        if rest:
+            yield rest
 
     def read_text(self, name: str) -> str:
         return "\n".join(self.iter_lines(name))
+
+    def read_warnings(self) -> list[str]:
+        """One line per member whose reading tolerated something (cut, bad CRC, lines skipped)."""
+        return [s for log in self.reads.values() if (s := log.summary()) is not None]
 
 
 def looks_like_bundle(path: str | os.PathLike[str]) -> bool:

@@ -1,7 +1,7 @@
 """Writing a capture bundle (bundle layer): the directory, members and manifest, all atomic.
 
-Collectors write members through :meth:`BundleWriter.open_member` (a temporary name renamed
-into place on close, so a reader never sees half a member under its final name, though a
+Collectors write members through :meth:`BundleWriter.open_member` (a fresh temporary name
+renamed into place on close, through profiler.files, so a reader never sees half a member under its final name, though a
 capture cut mid-way keeps what it wrote); the session records each collector's state with
 :meth:`BundleWriter.record`, which rewrites ``manifest.json`` atomically.
 """
@@ -20,16 +20,13 @@ from typing import IO, cast
 from profiler.bundle.manifest import CollectorRecord, Manifest, check_member_name
 from profiler.bundle.members import MANIFEST
 from profiler.errors import OutputExists
+from profiler.files import open_output, write_output
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` to ``path`` through a fresh temporary name and a rename (profiler.files:
+    created exclusively, never through a symbolic link; only a regular file is ever written)."""
+    write_output(path, data, force=True, fsync=True, special=False)
 
 
 class BundleWriter:
@@ -86,21 +83,14 @@ class BundleWriter:
         what it has), and the exception propagates.
         """
         final = self.path(name)
-        tmp = final.with_name(f".{final.name}.tmp")
         gz = name.endswith(".gz") if compress is None else compress
-        raw = open(tmp, "wb")
-        fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)) if gz else raw
-        try:
-            yield fh
-        finally:
+        with open_output(final, force=True, fsync=True, keep_partial=True, special=False) as raw:
+            fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)) if gz else raw
             try:
+                yield fh
+            finally:
                 if fh is not raw:
                     fh.close()
-                raw.flush()
-                os.fsync(raw.fileno())
-            finally:
-                raw.close()
-                os.replace(tmp, final)
 
     def finish(self, status: str, reason: str | None = None) -> None:
         self.manifest.status = status

@@ -13,7 +13,9 @@ clock without trusting the tool's own (docs/load.md). The times go to ``load.tim
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from profiler.bundle import BundleWriter, members
+from profiler.errors import UsageError
 
 CHUNK = 1 << 16  # longest piece read at once (a longer line is copied in pieces, counted once)
 FOLLOW_EVERY = 0.1  # s between looks at a followed file
@@ -172,3 +175,49 @@ def write_times(writer: BundleWriter, times: list[tuple[int, float]]) -> str | N
         fh.write(b"line,t\n")
         fh.write("".join(f"{n},{t:.6f}\n" for n, t in times).encode())
     return members.LOAD_TIMES
+
+
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_OFFSET = re.compile(r"^([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
+
+
+def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: float | None = None) -> LoadStart | None:
+    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time."""
+    if text is None:
+        return None
+    t = text.strip()
+    wall_now = time.time() if now_wall is None else now_wall
+    mono_now = time.monotonic() if now_mono is None else now_mono
+    m = _OFFSET.match(t)
+    if m:
+        secs = float(m.group(2)) * _UNIT_SECONDS[m.group(3) or "s"]
+        return LoadStart(text=t, offset=-secs if m.group(1) == "-" else secs)
+    if t.startswith("mono:"):
+        try:
+            return LoadStart(text=t, monotonic=float(t[5:]))
+        except ValueError:
+            raise UsageError(f"--load-start {text!r}: mono: wants CLOCK_MONOTONIC seconds, e.g. mono:12345.6") from None
+    wall: float | None = None
+    if t.startswith("@"):
+        try:
+            wall = float(t[1:])
+        except ValueError:
+            raise UsageError(f"--load-start {text!r}: @ wants Unix seconds, e.g. @1795490424.5") from None
+    elif (c := _CLOCK.match(t)) is not None:
+        today = datetime.datetime.fromtimestamp(wall_now).astimezone()
+        frac = float("0." + c.group(4)) if c.group(4) else 0.0
+        try:
+            when = today.replace(hour=int(c.group(1)), minute=int(c.group(2)), second=int(c.group(3) or 0),
+                                 microsecond=round(frac * 1e6) % 1000000)
+        except ValueError:
+            raise UsageError(f"--load-start {text!r} is not a time of day") from None
+        wall = when.timestamp()
+    else:
+        try:
+            dt = datetime.datetime.fromisoformat(t.replace(" ", "T", 1) if "T" not in t else t)
+        except ValueError:
+            raise UsageError(f"cannot read --load-start {text!r}: use a wall time (2026-11-24T10:15:30, 10:15:30, "
+                             "@1795490424.5), an offset from the capture start (-30s) or mono:SECONDS") from None
+        wall = (dt if dt.tzinfo else dt.astimezone()).timestamp()
+    return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))

@@ -16,6 +16,7 @@ import typer
 
 from profiler import __version__
 from profiler.errors import Interrupted, ProfilerError
+from profiler.untrusted import sanitize
 
 app = typer.Typer(
     name="profiler",
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except ProfilerError as exc:
-        typer.echo(f"profiler: error: {exc}", err=True)
+        typer.echo(f"profiler: error: {sanitize(str(exc), newlines=False)}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         typer.echo("profiler: interrupted", err=True)
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("PROFILER_DEBUG"):
             raise
         typer.echo(
-            f"profiler: internal error: {type(exc).__name__}: {exc} (set PROFILER_DEBUG=1 for a traceback)",
+            f"profiler: internal error: {type(exc).__name__}: {sanitize(str(exc), newlines=False)} "
+            "(set PROFILER_DEBUG=1 for a traceback)",
             err=True,
         )
         return 70

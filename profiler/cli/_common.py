@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
 
-from profiler.errors import OutputExists, UsageError
+from profiler import files
+from profiler.errors import UsageError
 from profiler.inputs.window import TimeWindow
+from profiler.untrusted import sanitize
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
@@ -27,9 +28,10 @@ def parse_duration(text: str) -> float:
 
 
 def check_output(path: Path, force: bool) -> Path:
-    """Refuse to overwrite an existing file unless --force."""
-    if path.exists() and not force:
-        raise OutputExists(f"{path} exists: pass --force to overwrite it")
+    """Refuse early (before the work) an output that would be refused at the end: an existing
+    regular file or symbolic link without --force (exit 8), a directory or a missing directory
+    (exit 9). Standard output, devices and pipes are always written into (docs/cli.md#outputs)."""
+    files.check_writable(path, force)
     return path
 
 
@@ -68,34 +70,35 @@ def parse_window(t_from: str | None, t_to: str | None) -> TimeWindow:
 
 
 def check_new_output(output: Path | None, force: bool) -> None:
-    """Refuse an existing regular file early (before the work), unless --force; stdout ('-' or
-    none) and devices or pipes (/dev/null, a fifo) are always written into."""
-    if output is not None and str(output) != "-" and (output.is_file() or not output.exists()):
+    """check_output for an optional output (None: standard output)."""
+    if output is not None:
         check_output(output, force)
 
 
 def write_output(text: str | list[str], output: Path | None, force: bool) -> None:
-    """Write to stdout, into a device or pipe, or atomically (a temporary file renamed) to a file."""
-    chunks = [text] if isinstance(text, str) else text
-    if output is None or str(output) == "-":
-        sys.stdout.writelines(chunks)
-        sys.stdout.flush()
-        return
-    if output.exists() and not output.is_file():
-        with open(output, "w", encoding="utf-8") as fh:  # never replace a device or a fifo
-            fh.writelines(chunks)
-        return
-    check_output(output, force)
-    tmp = output.with_name(f".{output.name}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(chunks)
-        os.replace(tmp, output)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    """Write to standard output ('-' or none), into a device or pipe, or to a file through a fresh
+    temporary name renamed into place (profiler.files: never through a symbolic link)."""
+    files.write_output(output, text, force=force)
+
+
+def for_terminal(lines: list[str], output: Path | None) -> list[str]:
+    """Data lines (folded stacks) bound for a terminal lose their control characters: a frame
+    named with an escape sequence must not drive the terminal. Files and pipes get them as they
+    are (folded stacks are a data format; inferno keeps them too)."""
+    if files.output_kind(output) not in ("stdout", "fd") or not sys.stdout.isatty():
+        return lines
+    return [sanitize(line.rstrip("\n"), newlines=False) + "\n" for line in lines]
+
+
+def write_bytes(data: bytes, output: Path | None, force: bool) -> None:
+    """A binary output (a gzipped pprof profile), by the same rules as ``write_output``
+    (profiler.files: stdout, devices and pipes written; a file through a fresh temporary name
+    renamed into place, never through a symbolic link)."""
+    files.write_output(output, data, force=force)
 
 
 def wrote(output: Path | None, what: str) -> None:
-    """'profiler: wrote FILE (what)' on stderr, when the output went to a file."""
-    if output is not None and str(output) != "-" and output.is_file():
-        sys.stderr.write(f"profiler: wrote {output} ({what})\n")
+    """'profiler: wrote FILE (what)' on stderr, when the output went to a regular file."""
+    if output is not None and files.output_kind(output) == "file":
+        sys.stderr.write(f"profiler: wrote {sanitize(str(output))} ({what})\n")
+

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from profiler.untrusted import sanitize
+
 
 def _rate(done: float, secs: float, unit: str) -> str:
     r = done / secs if secs > 0 else 0.0
@@ -64,12 +66,16 @@ class Bars:
         self._last = now
         bars = self._start()
         if task not in self._tasks:
-            self._tasks[task] = (bars.add_task(task, total=total, amount="", rate=""), now)
+            from rich.markup import escape
+
+            # a task names files and targets: no escape sequences, no rich markup from their names
+            self._tasks[task] = (bars.add_task(escape(sanitize(task)), total=total, amount="", rate=""), now)
         tid, t0 = self._tasks[task]
         amount = _amount(done, unit) + (f" of {_amount(total, unit)}" if total else "")
         bars.update(tid, completed=done, total=total, amount=amount, rate=_rate(done, now - t0, unit))
 
     def warn(self, msg: str) -> None:
+        msg = sanitize(msg)  # names from an input reach the terminal without escape sequences
         if self._bars is not None:
             self._bars.console.print(f"profiler: warning: {msg}", highlight=False, markup=False)
         else:

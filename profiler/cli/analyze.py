@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from profiler import files
 from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli import _term
 from profiler.cli._common import check_output
@@ -23,6 +24,11 @@ and print the verdict summary.
     profiler analyze cap/ -o /tmp/cap.html     # the HTML report elsewhere
 
     profiler analyze samples/io-fsync-fio/ --no-html
+
+BUNDLE/report.html is the tool's own file, rewritten on each analysis; only a regular file is
+ever written there (a symbolic link or device by that name is replaced, never followed). With
+-o, an existing file needs --force. On a read-only bundle the summary is still printed and the
+exit code is 9: pass -o FILE or --no-html.
 """
 
 def command(
@@ -31,17 +37,25 @@ def command(
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),
 ) -> None:
-    if output:
+    if output is not None and not no_html:
         check_output(output, force)
     if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)
-        typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html), nl=False)
+        typer.echo(cluster_report.default_report(bundle, output, write_html=not no_html, force=force), nl=False)
         return
     bars = Bars()
     try:
-        text = default_report(bundle, output, write_html=not no_html, progress=bars)
+        res = default_report(bundle, output, write_html_report=not no_html, force=force, progress=bars)
     finally:
         bars.done()
-    _term.report_text(text)
+    if res.replaced is not None:
+        bars.warn(f"{bundle / REPORT_NAME} was {res.replaced}: replaced by the report "
+                  "(never followed or written into)")
+    if output is not None and not no_html and files.output_kind(output) in ("stdout", "fd"):
+        typer.echo(res.summary, nl=False, err=True)  # the HTML report is on standard output: out of its way
+    else:
+        _term.report_text(res.summary)
+    if res.error is not None:
+        raise res.error
 
 
 def register(app: typer.Typer) -> None:

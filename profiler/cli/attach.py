@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import re
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import Manifest
-from profiler.capture.loadlog import LoadStart
+from profiler.capture.loadlog import LoadStart, parse_load_start
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
 from profiler.cli import _term
@@ -35,6 +34,7 @@ bundle is kept either way (marked partial when it is not complete).
 
     profiler attach --pid 4242 --call-graph dwarf -o cap    # Rust built without frame pointers
 
+    profiler attach --pid tidb-server --status-url http://127.0.0.1:10080 -o cap   # name the status port
     profiler attach --pid mariadbd -d 30s --load-log sb.log -o cap   # a load started elsewhere, on the timeline
 
 A load started elsewhere (--load-log FILE: sysbench, go-ycsb or go-tpc output) is followed while the
@@ -53,7 +53,23 @@ def default_output() -> Path:
     return Path(time.strftime("profiler-%Y%m%d-%H%M%S"))
 
 
-def make_options(duration: float | None, frequency: int, call_graph: str, interval: str, backend: str) -> CaptureOptions:
+def status_options(urls: list[str] | None, interval: str, cpu_profile: bool) -> dict[str, object]:
+    """--status-url [PID=]URL (repeatable), --status-interval, --no-server-cpu-profile."""
+
+    checked = []
+    for u in urls or []:
+        m = re.fullmatch(r"(?:(\d+)=)?(https?://[^/\s]+)/?", u.strip())
+        if m is None:
+            raise UsageError(f"--status-url {u!r}: use http://HOST:PORT, or PID=http://HOST:PORT for one target")
+        checked.append(u.strip().rstrip("/"))
+    iv = parse_duration(interval)
+    if iv < 0.5:
+        raise UsageError("--status-interval must be at least 500ms")
+    return {"status_urls": checked, "status_interval": iv, "server_cpu_profile": cpu_profile}
+
+
+def make_options(duration: float | None, frequency: int, call_graph: str, interval: str, backend: str,
+                 status: dict[str, object] | None = None) -> CaptureOptions:
     if call_graph not in CALL_GRAPHS:
         raise UsageError(f"--call-graph {call_graph!r}: use one of {', '.join(CALL_GRAPHS)}")
     if backend not in BACKENDS:
@@ -63,53 +79,11 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
     iv = parse_duration(interval)
     if iv < 0.01:
         raise UsageError("--interval must be at least 10ms")
-    return CaptureOptions(duration=duration, frequency=frequency, call_graph=call_graph,
-                          interval=iv, backend=backend)
-
-
-_OFFSET = re.compile(r"^([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
-
-
-def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: float | None = None) -> LoadStart | None:
-    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time."""
-    if text is None:
-        return None
-    t = text.strip()
-    wall_now = time.time() if now_wall is None else now_wall
-    mono_now = time.monotonic() if now_mono is None else now_mono
-    m = _OFFSET.match(t)
-    if m:
-        secs = parse_duration(m.group(2) + (m.group(3) or "s")) if float(m.group(2)) > 0 else 0.0
-        return LoadStart(text=t, offset=-secs if m.group(1) == "-" else secs)
-    if t.startswith("mono:"):
-        try:
-            return LoadStart(text=t, monotonic=float(t[5:]))
-        except ValueError:
-            raise UsageError(f"--load-start {text!r}: mono: wants CLOCK_MONOTONIC seconds, e.g. mono:12345.6") from None
-    wall: float | None = None
-    if t.startswith("@"):
-        try:
-            wall = float(t[1:])
-        except ValueError:
-            raise UsageError(f"--load-start {text!r}: @ wants Unix seconds, e.g. @1795490424.5") from None
-    elif (c := _CLOCK.match(t)) is not None:
-        today = datetime.datetime.fromtimestamp(wall_now).astimezone()
-        frac = float("0." + c.group(4)) if c.group(4) else 0.0
-        try:
-            when = today.replace(hour=int(c.group(1)), minute=int(c.group(2)), second=int(c.group(3) or 0),
-                                 microsecond=round(frac * 1e6) % 1000000)
-        except ValueError:
-            raise UsageError(f"--load-start {text!r} is not a time of day") from None
-        wall = when.timestamp()
-    else:
-        try:
-            dt = datetime.datetime.fromisoformat(t.replace(" ", "T", 1) if "T" not in t else t)
-        except ValueError:
-            raise UsageError(f"cannot read --load-start {text!r}: use a wall time (2026-11-24T10:15:30, 10:15:30, "
-                             "@1795490424.5), an offset from the capture start (-30s) or mono:SECONDS") from None
-        wall = (dt if dt.tzinfo else dt.astimezone()).timestamp()
-    return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))
+    options = CaptureOptions(duration=duration, frequency=frequency, call_graph=call_graph,
+                             interval=iv, backend=backend)
+    for key, value in (status or {}).items():
+        setattr(options, key, value)
+    return options
 
 
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
@@ -221,9 +195,12 @@ def command(
     backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
+    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
     load_log: Path = typer.Option(None, "--load-log", help="The output of a load started elsewhere (sysbench, go-ycsb, go-tpc): followed during the capture and put on its timeline."),
     load_start: str = typer.Option(None, "--load-start", help="When that load started, if its log has no absolute times: 2026-11-24T10:15:30, 10:15:30, @UNIX_SECONDS, -30s (before the capture start) or mono:SECONDS."),
+    status_url: list[str] = typer.Option(None, "--status-url", help="The target's HTTP status port, when profiler cannot find it or it is on another host: http://HOST:PORT, or PID=http://HOST:PORT (repeatable)."),
+    status_interval: str = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics."),
+    no_server_cpu_profile: bool = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile over the window."),
 ) -> None:
     if load_start is not None and load_log is None:
         raise UsageError("--load-start goes with --load-log (the load's output file)")
@@ -231,7 +208,8 @@ def command(
         raise InputError(f"--load-log {load_log}: no such file" if not load_log.exists() else
                          f"--load-log {load_log} is not a regular file")
     start = parse_load_start(load_start)
-    options = make_options(parse_duration(duration), frequency, call_graph, interval, backend)
+    options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
+                           status_options(status_url, status_interval, not no_server_cpu_profile))
     capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
             collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import FoldOptions
-from profiler.cli._common import check_new_output, write_output, wrote
+from profiler.cli._common import check_new_output, for_terminal, write_output, wrote
+from profiler.cli._progress import Bars
 from profiler.cli.flamegraph import svg_options
 from profiler.errors import UsageError
 from profiler.renderers.flamegraph_svg import format_amount
@@ -61,7 +62,10 @@ def command(
     check_new_output(output, force)
     result = diff(before, after, svg_options(width, min_width, inverted), opts=FoldOptions(pools=pools),
                   throughput=parse_throughput(throughput), offcpu=offcpu, title=title, folded_output=folded)
-    write_output(result.output, output, force)
+    warn = Bars().warn
+    for w in result.warnings:
+        warn(w)
+    write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if not folded:
         wrote(output, result.graph.subtitle or "")
     if result.per_1000 is not None:

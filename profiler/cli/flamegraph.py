@@ -11,11 +11,18 @@ from pathlib import Path
 import typer
 
 from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
-from profiler.cli._common import check_new_output, parse_window, write_output, wrote
+from profiler.cli._common import (
+    check_new_output,
+    for_terminal,
+    parse_window,
+    write_bytes,
+    write_output,
+    wrote,
+)
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.renderers.flamegraph_svg import FlameGraphOptions
-from profiler.usecases.flamegraph import flamegraph
+from profiler.usecases.flamegraph import EXPORT_FORMATS, export, export_format, flamegraph
 
 HELP = """Draw a flame graph (SVG) or write folded stacks.
 
@@ -38,6 +45,10 @@ stackcollapse-perf.pl line for line; see docs/flamegraph.md for the few delibera
     profiler flamegraph cap/ --from 10s --to 20s -o spike.svg
 
     profiler flamegraph cpu.pb.gz -o go.svg               # curl host:6060/debug/pprof/profile > cpu.pb.gz
+
+    profiler flamegraph cap/ -o cpu.pb.gz                 # for go tool pprof (--format pprof)
+
+    profiler flamegraph cap/ --offcpu --format speedscope -o offcpu.speedscope.json
 
     perf script | profiler flamegraph - --folded > out.folded
 """
@@ -75,6 +86,7 @@ def command(
     min_width: float = typer.Option(0.1, "--min-width", help="Leave out frames narrower than this many pixels."),
     width: int = typer.Option(1200, "--width", help="Image width in pixels."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
+    fmt: str = typer.Option(None, "--format", help="svg (default), folded, pprof (gzipped profile.proto for go tool pprof) or speedscope; by default from -o's extension (.pb.gz, .speedscope.json)."),
 ) -> None:
     if by not in GROUPINGS:
         raise UsageError(f"--by {by!r}: use one of {', '.join(GROUPINGS)}")
@@ -84,6 +96,10 @@ def command(
     pid, tid = by == "process", by == "thread"
     if compat not in COMPAT_MODES:
         raise UsageError(f"--compat must be one of {', '.join(COMPAT_MODES)}")
+    if fmt is not None and fmt not in ("svg", "folded", *EXPORT_FORMATS):
+        raise UsageError(f"--format {fmt!r}: use svg, folded, {', '.join(EXPORT_FORMATS)}")
+    folded = folded or fmt == "folded"
+    exporting = None if folded or fmt == "svg" else export_format(fmt, str(output) if output else None)
     svg = svg_options(width, min_width, inverted)
     check_new_output(output, force)
     opts = FoldOptions(
@@ -92,6 +108,18 @@ def command(
         pid_filter=frozenset(only_pid) if only_pid else None, tid_filter=frozenset(only_tid) if only_tid else None,
     )
     progress = Bars()
+    if exporting is not None:
+        try:
+            data, st = export(input, opts, exporting, offcpu=offcpu, progress=progress, warn=progress.warn)
+        finally:
+            progress.done()
+        if isinstance(data, bytes):
+            write_bytes(data, output, force)
+        else:
+            write_output(data, output, force)
+        wrote(output, f"{exporting}: {len(st.counts):,} unique stacks, {st.samples:,} "
+                      f"{'switches' if offcpu else 'samples'}" + (f" of {st.event}" if st.event else ""))
+        return
     try:
         result = flamegraph(input, opts, svg, offcpu=offcpu, folded_output=folded, title=title, subtitle=subtitle,
                             progress=progress, warn=progress.warn)
@@ -99,7 +127,7 @@ def command(
         progress.done()
     st = result.stacks
     what = f"{st.samples:,} {'switches' if offcpu else 'samples'}" + (f" of {st.event}" if st.event else "")
-    write_output(result.output, output, force)
+    write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if folded:
         wrote(output, f"{len(st.counts):,} stacks, {what}")
     else:

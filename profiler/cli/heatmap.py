@@ -86,7 +86,7 @@ def command(
         progress.warn(w)
     text = json.dumps(result.doc, sort_keys=True, allow_nan=False, default=_jsonable)
     if output is not None:
-        write_output(text + "\n" if output.suffix == ".json" else result.svg, output, force=True)
+        write_output(text + "\n" if output.suffix == ".json" else result.svg, output, force)
     if as_json:
         typer.echo(text)
     elif output is None:

@@ -8,11 +8,11 @@ import typer
 
 from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli import _term
-from profiler.cli._common import check_output
+from profiler.cli._common import check_output, write_output, wrote
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.usecases import cluster as cluster_report
-from profiler.usecases.report import default_report, pick_format, report
+from profiler.usecases.report import analysis_of, default_report, pick_format, render
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
@@ -33,10 +33,12 @@ def render_after_capture(bundle_dir: Path) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
     bars = Bars()
     try:
-        text = default_report(bundle_dir, progress=bars)
+        res = default_report(bundle_dir, progress=bars)
     finally:
         bars.done()
-    _term.report_text(text)
+    _term.report_text(res.summary)
+    if res.error is not None:
+        raise res.error
 
 
 def command(
@@ -51,20 +53,26 @@ def command(
             raise UsageError(f"--json and --format {format} disagree: give one of them")
         format = "json"
     fmt = pick_format(format, output)
-    if output:
+    if output is not None:
         check_output(output, force)
     bars = Bars()
-    try:
-        text = cluster_report.report(bundle, fmt) if is_cluster_bundle(bundle) else report(bundle, fmt, progress=bars)
-    finally:
-        bars.done()
-    if output:
-        output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output}", err=True)
-    elif fmt == "text":
+    if is_cluster_bundle(bundle):
+        text = cluster_report.report(bundle, fmt)
+    else:
+        try:
+            analysis = analysis_of(bundle, bars)
+        finally:
+            bars.done()
+        text = render(analysis, fmt)
+        if fmt not in ("text", "txt", "terminal") or output is not None:
+            # the text summary lists them already; other formats (and files) get them on stderr
+            for w in analysis.reading_warnings:
+                bars.warn(w)
+    if output is None and fmt == "text":
         _term.report_text(text)
     else:
-        typer.echo(text, nl=False)
+        write_output(text, output, force)
+    wrote(output, fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import capture, make_options
+from profiler.cli.attach import capture, make_options, status_options
 from profiler.errors import UsageError
 
 HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle (load.log) and its exit code passed through.
@@ -37,10 +37,14 @@ def command(
     no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
     keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
     collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable); syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
+    status_url: list[str] = typer.Option(None, "--status-url", help="The target's HTTP status port: http://HOST:PORT, or PID=http://HOST:PORT (repeatable)."),
+    status_interval: str = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics."),
+    no_server_cpu_profile: bool = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile."),
 ) -> None:
     if not load:
         raise UsageError("no load command: put it after --, e.g. profiler run --pid tikv -o cap -- sysbench ... run")
-    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend)
+    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend,
+                           status_options(status_url, status_interval, not no_server_cpu_profile))
     result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
                      collectors=collectors or None, load=list(load), report=not no_report)
     code = result.load_exit_code

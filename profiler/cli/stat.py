@@ -7,6 +7,7 @@ import json
 import typer
 
 from profiler.cli import _term
+from profiler.untrusted import sanitize
 from profiler.usecases.stat import summarize
 
 HELP = """Read a saved `perf stat` output (its table, or `perf stat -x,` CSV, with or without -I) and
@@ -26,18 +27,22 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print the counters and findings as JSON."),
 ) -> None:
     s = summarize(input)
+    for w in s.warnings:
+        typer.echo(f"profiler: warning: {sanitize(w)}", err=True)
     if json_out:
         typer.echo(json.dumps(s.to_json(), indent=2, sort_keys=True))
         return
+    # names from the file (events, units, perf's metric text, the target) lose terminal escapes
     head = f"{s.input}: {s.format}" + (f", {s.target}" if s.target else "") + (f", {s.elapsed:.1f} s" if s.elapsed else "")
-    _term.line(head, style="bold")
+    _term.line(sanitize(head), style="bold")
     rows = []
     for r in s.rows:
         value = "-" if r.value is None else (f"{r.value:,.3f}" if r.value != int(r.value) else f"{int(r.value):,}")
-        rows.append([r.event, value + (f" {r.unit}" if r.unit and r.value is not None else ""), r.status, r.meaning])
+        rows.append([sanitize(c) for c in (r.event, value + (f" {r.unit}" if r.unit and r.value is not None else ""),
+                                            r.status, r.meaning)])
     _term.table(["counter", "value", "status", "what it means"], rows, status_col=2, right=(1,))
     for f in s.findings:
-        _term.line("  " + f)
+        _term.line("  " + sanitize(f))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,8 @@ PACKAGES = (
     ("profiler.capture", True),
     ("profiler.collectors", True),
 )
-TOP_MODULES = ("__init__.py", "errors.py", "knowledge.py", "bundle.py")  # whichever are modules, not packages
+TOP_MODULES = ("__init__.py", "errors.py", "knowledge.py", "bundle.py", "files.py", "tolerant.py",
+               "untrusted.py")  # whichever are modules, not packages
 CLUSTER_MODULES = ("__init__.py", "agent.py")
 DATA_SUFFIXES = (".py", ".c", ".h")
 _MAIN = (

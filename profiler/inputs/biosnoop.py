@@ -53,6 +53,27 @@ class Biosnoop:
     columns: list[str] = field(default_factory=list)
 
 
+MAX_TIME = 1e10  # seconds (a time or a latency): three centuries is no IO
+
+
+def _time(text: str) -> float:
+    """A time or latency: finite, 0 <= v < MAX_TIME (ValueError otherwise)."""
+    v = float(text)
+    if not 0 <= v < MAX_TIME:  # also NaN
+        raise ValueError(f"not a time: {text[:40]}")
+    return v
+
+
+def _whole(text: str, limit: int) -> int:
+    """A pid or a byte count: digits only, below ``limit`` (ValueError otherwise)."""
+    if not text.isdigit() or len(text) > 20:
+        raise ValueError(f"not a count: {text[:40]}")
+    v = int(text)
+    if v >= limit:
+        raise ValueError(f"not a count: {text[:40]}")
+    return v
+
+
 def parse_biosnoop(lines: Iterable[str]) -> Biosnoop:
     cols: list[str] | None = None
     t: list[float] = []
@@ -86,18 +107,19 @@ def parse_biosnoop(lines: Iterable[str]) -> Biosnoop:
                 rec["PID"], name = head[-1], " ".join(head[1:-1])
             else:  # TIME(s) PID COMM
                 rec["PID"], name = head[1], " ".join(head[2:])
-            ts, lt, p = float(head[0]), float(rec["LAT(ms)"]) / 1e3, int(rec["PID"])
-            q = float(rec["QUE(ms)"]) / 1e3 if "QUE(ms)" in rec else None
-            size = int(rec["BYTES"])
+            ts, lt, p = _time(head[0]), _time(rec["LAT(ms)"]) / 1e3, _whole(rec["PID"], 1 << 31)
+            q = _time(rec["QUE(ms)"]) / 1e3 if "QUE(ms)" in rec else None
+            size = _whole(rec["BYTES"], 1 << 40)
+            kind, dev = rec["T"], rec["DISK"]
         except (ValueError, IndexError, KeyError):
-            skipped += 1
+            skipped += 1  # a cut or damaged line, numbers no IO has (negative, NaN, 5,000 digits)
             continue
         t.append(ts)
         lat.append(lt)
         if q is not None:
             que.append(q)
-        op.append(rec["T"])
-        disk.append(rec["DISK"])
+        op.append(kind)
+        disk.append(dev)
         comm.append(name)
         pid.append(p)
         nbytes.append(size)
@@ -110,8 +132,11 @@ def parse_biosnoop(lines: Iterable[str]) -> Biosnoop:
 
 
 def read_source(src: Source) -> Biosnoop:
+    """The IOs of ``src``; lines that are no IO are counted in its ReadLog."""
     with src.open_raw() as fh:
-        return parse_biosnoop(_lines(iter_decoded(fh)))
+        b = parse_biosnoop(_lines(iter_decoded(fh)))
+    src.log.skip(b.skipped_lines, "lines that are not IOs")
+    return b
 
 
 def _lines(chunks: Iterable[str]) -> Iterator[str]:

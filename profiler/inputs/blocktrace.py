@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +42,7 @@ from profiler.inputs.streams import iter_chunks, open_path
 __all__ = [
     "FORMAT", "EVENT_DTYPE", "ISSUE", "COMPLETE", "REQUEUE", "MERGE", "OP_READ", "OP_WRITE", "OP_FLUSH",
     "OP_DISCARD", "OP_OTHER", "OP_NAMES", "FLAG_SYNC", "FLAG_META", "FLAG_FUA", "FLAG_PREFLUSH", "FLAG_AHEAD",
-    "FLAG_NAMES", "CommTable", "dev_name", "op_name", "parse_chunk", "parse_line", "iter_events", "read_events",
+    "FLAG_NAMES", "CommTable", "OtherLines", "dev_name", "op_name", "parse_chunk", "parse_line", "iter_events", "read_events",
 ]
 
 
@@ -136,7 +137,7 @@ _U8 = np.uint8
 _ANCHOR = np.frombuffer(b"block_rq_", _U8)
 _POW10F = np.array([10.0**i for i in range(20)])
 _NAME_LEN = {ISSUE: 5, COMPLETE: 8, REQUEUE: 7, MERGE: 5}
-_LOST = re.compile(rb"\[LOST (\d+) EVENTS\]")
+_LOST = re.compile(rb"\[LOST (\d{1,18}) EVENTS\]")
 _SLOW = re.compile(
     rb"^\s*(?P<prefix>.*?)\s(?P<ts>\d+\.\d+):\s+(?:block:)?block_rq_(?P<ev>issue|complete|requeue|merge):\s+"
     rb"(?P<maj>\d+),(?P<min>\d+)\s+(?P<rwbs>\S*)\s+(?:(?P<bytes>\d+)\s+)?\((?P<cmd>.*?)\)\s+"
@@ -265,13 +266,32 @@ def _number_fwd(u: np.ndarray, start: np.ndarray, maxw: int) -> tuple[np.ndarray
 _BLOCK_RQ = int.from_bytes(b"block_rq", "little")
 
 
-def parse_chunk(buf: bytes, comms: CommTable) -> tuple[np.ndarray, int, int]:
-    """One chunk of whole lines -> (events, lost events reported, lines skipped).
+@dataclass
+class OtherLines:
+    """Lines that are neither a block_rq_ event, a comment, a blank line nor ftrace's LOST notice
+    (in a block.trace.gz member, where every line should be one of those, they are damage)."""
+
+    lines: int = 0
+
+
+def _other_lines(b: np.ndarray, nl: np.ndarray, anchored: int, lost_lines: int) -> int:
+    starts = np.empty(len(nl), np.int64)
+    starts[0] = _PAD
+    starts[1:] = nl[:-1] + 1
+    blank = int(np.count_nonzero(starts == nl))
+    comment = int(np.count_nonzero(b[starts] == 35))  # '#'
+    return max(len(nl) - anchored - blank - comment - lost_lines, 0)
+
+
+def parse_chunk(buf: bytes, comms: CommTable, other: OtherLines | None = None) -> tuple[np.ndarray, int, int]:
+    """One chunk of whole lines -> (events, lost events reported, lines skipped); ``other`` counts
+    the lines that are no block event at all.
 
     Three passes over the bytes find the newlines, the ``block_rq_`` anchors and the ``+``
     between sector and length; every field is then read at known offsets eight bytes at a time.
     """
-    lost = sum(int(m.group(1)) for m in _LOST.finditer(buf)) if b"LOST" in buf else 0
+    lost_found = list(_LOST.finditer(buf)) if b"LOST" in buf else []
+    lost = sum(int(m.group(1)) for m in lost_found)
     n = len(buf)
     b = np.zeros(n + 2 * _PAD, dtype=_U8)
     b[_PAD : _PAD + n] = np.frombuffer(buf, _U8)
@@ -286,11 +306,15 @@ def parse_chunk(buf: bytes, comms: CommTable) -> tuple[np.ndarray, int, int]:
     c = us - 5
     c = c[(u[c] == _U64(_BLOCK_RQ)) & (b[c + 8] == 95)]
     if not len(c):
+        if other is not None:
+            other.lines += _other_lines(b, nl, 0, len(lost_found))
         return empty, lost, 0
     li = np.searchsorted(nl, c)
     keep = np.ones(len(c), bool)
     keep[1:] = li[1:] != li[:-1]
     c, li = c[keep], li[keep]
+    if other is not None:
+        other.lines += _other_lines(b, nl, len(c), len(lost_found))
     # --- event kind
     e1, e2, e3 = b[c + 9], b[c + 10], b[c + 11]
     kind = np.zeros(len(c), _U8)
@@ -344,10 +368,10 @@ def parse_chunk(buf: bytes, comms: CommTable) -> tuple[np.ndarray, int, int]:
     # --- payload: "254,0 RM 4096 () 23435232 + 8 be,0,4 [mandb]"
     major, nmaj = _number_fwd(u, ps, 8)
     comma = ps + nmaj
-    ok &= (nmaj >= 1) & (b[comma] == 44)
+    ok &= (nmaj >= 1) & (b[comma] == 44) & (major <= _U64(_MAJOR_MAX))
     minor, nmin = _number_fwd(u, comma + 1, 8)
     sp1 = comma + 1 + nmin
-    ok &= (nmin >= 1) & (b[sp1] == 32)
+    ok &= (nmin >= 1) & (b[sp1] == 32) & (minor <= _U64(_MINOR_MAX))
     rw = u[sp1 + 1]
     rl = _low_run(~_range(rw, 65, 90) & _HI)  # rwbs: capital letters
     sp2 = sp1 + 1 + rl
@@ -355,16 +379,19 @@ def parse_chunk(buf: bytes, comms: CommTable) -> tuple[np.ndarray, int, int]:
     has_bytes = (kind == ISSUE) | (kind == MERGE)
     nbytes, nby = _number_fwd(u, sp2 + 1, 11)
     paren = np.where(has_bytes, sp2 + 2 + nby, sp2 + 1)
-    ok &= np.where(has_bytes, (nby >= 1) & (b[sp2 + 1 + nby] == 32), True) & (b[paren] == 40)
+    ok &= np.where(has_bytes, (nby >= 1) & (nby <= 10) & (nbytes <= _U64(_U32_MAX)) & (b[sp2 + 1 + nby] == 32), True)
+    ok &= b[paren] == 40
     pluses = np.flatnonzero(b == 43)
     k = np.searchsorted(pluses, paren)
     plus = pluses[np.minimum(k, len(pluses) - 1)] if len(pluses) else paren
     ok &= (k < len(pluses)) & (plus < le) & (b[plus - 1] == 32) & (b[plus + 1] == 32)
     sector, nsec = _number_back(u, plus - 1, 20)
     ok &= (nsec >= 1) & (b[plus - 2 - nsec] == 32) & (b[plus - 3 - nsec] == 41)  # ") 123 + 8"
+    # 20 digits may exceed 2^64 (read wrapped): only a flush completion's 2^64-1 is taken here
+    ok &= (nsec < 20) | (sector == _U64(_U64_MAX))
     nr, nnr = _number_fwd(u, plus + 2, 11)
     after = plus + 2 + nnr
-    ok &= (nnr >= 1) & ((b[after] == 32) | (after == le))
+    ok &= (nnr >= 1) & (nnr <= 10) & (nr <= _U64(_U32_MAX)) & ((b[after] == 32) | (after == le))
 
     # --- rwbs -> op and flags
     rwv = rw & _KEEP_LOW[np.clip(rl, 0, 8)]
@@ -431,6 +458,10 @@ def parse_chunk(buf: bytes, comms: CommTable) -> tuple[np.ndarray, int, int]:
     return ev, lost, skipped
 
 
+_U32_MAX = 0xFFFFFFFF
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+_MAJOR_MAX = 0xFFF  # dev_t: 12 bits of major, 20 of minor
+_MINOR_MAX = 0xFFFFF
 _NAMELEN = np.zeros(5, np.int64)
 for _k, _v in _NAME_LEN.items():
     _NAMELEN[_k] = _v
@@ -440,8 +471,8 @@ _OPCHARS = np.frombuffer(b"WDEFRN", _U8)
 def parse_line(line: bytes, comms: CommTable) -> tuple[Any, ...] | None:
     """The regular-expression path for lines the vectorised reader refused."""
     m = _SLOW.match(line)
-    if not m:
-        return None
+    if not m or any(len(m.group(g) or b"") > 20 for g in ("ts", "maj", "min", "bytes", "sector", "nr")):
+        return None  # no field of a block event has that many digits: a damaged line
     kind = {b"issue": ISSUE, b"complete": COMPLETE, b"requeue": REQUEUE, b"merge": MERGE}[m.group("ev")]
     rwbs = m.group("rwbs").decode("ascii", "replace")
     pre_flush = len(rwbs) >= 2 and rwbs[0] == "F" and rwbs[1] in "WDEFRN"
@@ -451,15 +482,18 @@ def parse_line(line: bytes, comms: CommTable) -> tuple[Any, ...] | None:
     flags |= FLAG_PREFLUSH if pre_flush else 0
     flags |= FLAG_FUA if "F" in rwbs[1 + pre_flush :] else 0
     tm = _SLOW_TID.search(m.group("prefix") + b" ")
-    tid = int(tm.group(1)) if tm else -1
+    tid = int(tm.group(1)) if tm and len(tm.group(1)) <= 10 else -1
     comm = 0
     rest = m.group("rest")
     if kind in (ISSUE, MERGE):
         lb, rb = rest.rfind(b"["), rest.rfind(b"]")
         if 0 <= lb < rb:
             comm = comms.intern(rest[lb + 1 : rb][:16])
-    sector = int(m.group("sector")) & 0xFFFFFFFFFFFFFFFF
-    return (
-        float(m.group("ts")), kind, (int(m.group("maj")) << 20) | (int(m.group("min")) & 0xFFFFF), op, flags,
-        int(m.group("bytes") or 0) & 0xFFFFFFFF, sector, int(m.group("nr")) & 0xFFFFFFFF, comm, tid,
-    )
+    sector, nbytes, nr = int(m.group("sector")), int(m.group("bytes") or 0), int(m.group("nr"))
+    major, minor = int(m.group("maj")), int(m.group("min"))
+    if sector > _U64_MAX or nbytes > _U32_MAX or nr > _U32_MAX or major > _MAJOR_MAX or minor > _MINOR_MAX:
+        return None  # no block device has such numbers: a damaged line
+    if not -(1 << 31) <= tid < (1 << 31):
+        tid = -1
+    # in EVENT_DTYPE's field order: t, sector, dev, bytes, nr, tid, comm, kind, op, flags
+    return (float(m.group("ts")), sector, (major << 20) | minor, nbytes, nr, tid, comm, kind, op, flags)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -24,10 +25,12 @@ import numpy as np
 
 from profiler.bundle import Bundle, members
 from profiler.inputs.source import BUNDLE
+from profiler.tolerant import ReadLog
 
 __all__ = [
     "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
-    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "read_intervals", "Intervals",
+    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "csv_rows",
+    "read_intervals", "Intervals",
 ]
 
 FORMAT = BUNDLE
@@ -90,6 +93,21 @@ def collector_note(bundle: Bundle, name: str) -> list[str]:
     return []
 
 
+def csv_rows(lines: Iterable[str]) -> Iterator[dict[str, str] | None]:
+    """The rows of a CSV member as dicts (the first line names the columns); None for a row the
+    csv module refuses (a field over its 128 KiB limit, a NUL byte), and the reading goes on."""
+    reader = csv.DictReader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            yield None
+            continue
+        yield row
+
+
 class Intervals(Mapping[tuple[int, int], float]):
     """{(tid, off time in µs): on time} over sorted numpy columns: ~24 bytes an interval where a
     dict of tuples takes ~200 (a lock storm writes a million intervals; the folder looks up only
@@ -129,9 +147,9 @@ class Intervals(Mapping[tuple[int, int], float]):
 _BATCH = 1 << 16
 
 
-def read_intervals(lines: Iterable[str]) -> Intervals:
-    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped.
-    A later row with the same key wins, as in a dict."""
+def read_intervals(lines: Iterable[str], log: ReadLog | None = None) -> Intervals:
+    """offcpu.csv.gz (``tid,comm,off,on,state``) -> {(tid, off in µs): on}; bad rows are skipped
+    (and counted in ``log``). A later row with the same key wins, as in a dict."""
     tids: list[np.ndarray] = []
     offs: list[np.ndarray] = []
     ons: list[np.ndarray] = []
@@ -151,25 +169,31 @@ def read_intervals(lines: Iterable[str]) -> Intervals:
     it = iter(lines)
     header = next(it, None)
     if header is not None and header.rstrip("\r\n") != "tid,comm,off,on,state":
-        rows = _read_intervals_csv(itertools.chain([header], it))
+        rows = _read_intervals_csv(itertools.chain([header], it), log)
         t.extend(k[0] for k in rows)
         o.extend(k[1] / 1e6 for k in rows)
         n.extend(rows.values())
     elif header is not None:
         # The collector's own layout: tid first, and off, on, state last never hold a comma, so a
         # row is cut from both ends whatever its (possibly quoted) comm holds: ~4x csv's speed.
+        bad = 0
         for line in it:
             try:
                 tid = int(line[: line.index(",")])
-                _, off, on, _state = line.rsplit(",", 3)
-                o.append(float(off))
-                n.append(float(on))
-                t.append(tid)
+                _, off_s, on_s, _state = line.rsplit(",", 3)
+                off, on = float(off_s), float(on_s)
+                if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                    raise ValueError("not a time")
             except ValueError:
-                del o[len(t):], n[len(t):]
+                bad += 1 if line.strip() else 0
                 continue
+            t.append(tid)
+            o.append(off)
+            n.append(on)
             if len(t) >= _BATCH:
                 flush()
+        if log is not None:
+            log.skip(bad, "unreadable rows")
     flush()
     if not tids:
         return Intervals(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
@@ -187,11 +211,19 @@ def read_intervals(lines: Iterable[str]) -> Intervals:
     return Intervals(tid_a[last], off_a[last], on_a[last], ordered=True)
 
 
-def _read_intervals_csv(lines: Iterable[str]) -> dict[tuple[int, int], float]:
+def _read_intervals_csv(lines: Iterable[str], log: ReadLog | None) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
-    for row in csv.DictReader(lines):
+    bad = 0
+    for row in csv_rows(lines):
         try:
-            out[(int(row["tid"]), round(float(row["off"]) * 1e6))] = float(row["on"])
-        except (KeyError, TypeError, ValueError):
-            continue
+            if row is None:
+                raise ValueError("not CSV")
+            off, on = float(row["off"]), float(row["on"])
+            if not (math.isfinite(off) and math.isfinite(on) and abs(off) < 1e12):
+                raise ValueError("not a time")
+            out[(int(row["tid"]), round(off * 1e6))] = on
+        except (KeyError, TypeError, ValueError, OverflowError):
+            bad += 1
+    if log is not None:
+        log.skip(bad, "unreadable rows")
     return out

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from profiler.errors import InputError, UsageError
+from profiler.errors import UsageError
 from profiler.inputs.source import Format, Source
 from profiler.inputs.streams import iter_chunks, open_path
 
@@ -58,23 +58,46 @@ def parse_pairs(chunks: Iterable[bytes], *, units_time: str = "s", units_latency
             nl = chunk.find(b"\n")
             if _LETTER.search(chunk[: nl if nl >= 0 else len(chunk)]):
                 chunk = chunk[nl + 1 :] if nl >= 0 else b""
-        if _LETTER.search(chunk) or b"," in chunk:
+        vals = _fast(chunk)
+        if vals is None:  # some line is not two numbers: line by line, skipping and counting those
             good = []
             for line in chunk.splitlines():
                 f = line.split()
-                if len(f) >= 2 and not _LETTER.search(f[0] + f[1]):
+                if len(f) == 2 and _number(f[0]) and _number(f[1]):
                     good.append(f[0] + b" " + f[1])
                 elif line.strip():
                     skipped += 1
-            chunk = b"\n".join(good)
-        vals = np.array(chunk.split(), dtype=np.float64) if chunk.strip() else np.zeros(0)
-        if len(vals) % 2:
-            raise InputError("time/latency input: every line needs two numbers (time latency)")
+            vals = np.array(b" ".join(good).split(), dtype=np.float64) if good else np.zeros(0)
         parts.append(vals)
     allv = np.concatenate(parts) if parts else np.zeros(0)
     pairs = allv.reshape(-1, 2)
+    finite = np.isfinite(pairs).all(axis=1)
+    if not finite.all():  # nan, inf, 1e999: no time or latency
+        skipped += int(np.count_nonzero(~finite))
+        pairs = pairs[finite]
     return Pairs(t=pairs[:, 0] * TIME_UNITS[units_time], lat=pairs[:, 1] * TIME_UNITS[units_latency],
                  latency_unit=units_latency, skipped_lines=skipped)
+
+
+def _fast(chunk: bytes) -> np.ndarray | None:
+    """All the numbers of a chunk of whole lines, when every line is exactly two numbers."""
+    if _LETTER.search(chunk) or b"," in chunk:
+        return None
+    tokens = chunk.split()
+    if len(tokens) != 2 * (chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)):
+        return None
+    try:
+        return np.array(tokens, dtype=np.float64)
+    except ValueError:
+        return None
+
+
+def _number(tok: bytes) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
 
 
 def read_pairs(path: str | Path, **kw: Any) -> Pairs:
@@ -83,9 +106,12 @@ def read_pairs(path: str | Path, **kw: Any) -> Pairs:
 
 
 def read_source(src: Source, **kw: Any) -> Pairs:
-    """The pairs of a detected input (``units_time``, ``units_latency`` as for :func:`parse_pairs`)."""
+    """The pairs of a detected input (``units_time``, ``units_latency`` as for :func:`parse_pairs`);
+    the lines skipped are counted in ``src.log``."""
     with src.open() as fh:
-        return parse_pairs(iter_chunks(fh), **kw)
+        p = parse_pairs(iter_chunks(fh), **kw)
+    src.log.skip(p.skipped_lines, "lines that are not 'time latency'")
+    return p
 
 
 def looks_like_pairs(head: bytes) -> bool:

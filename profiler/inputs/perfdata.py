@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -80,13 +81,25 @@ class Merged:
 
 
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
-                     merge: Merge | None = None, merged: list[Merged] | None = None) -> T:
+                     merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None) -> T:
     """``consume(stdout of perf script -i perf_data)``; with ``fields``, perf's default fields
-    when it refuses those. Raises InputError when perf fails.
+    when it refuses those. Raises InputError when perf fails (naming ``name``, the input as the
+    user gave it, when perf_data is a decompressed copy).
 
     ``merge``: symbolize a copy of perf.data whose identical stacks are merged (perf script's
     cost grows with the samples it reads; a profile repeats its stacks thousands of times);
     ``merged`` then receives the counts. A file that cannot be merged is read as it is."""
+    try:
+        return _read_perf_script(perf_data, consume, fields, merge, merged)
+    except InputError as exc:
+        if name is None:
+            raise
+        text, prefix = str(exc), f"perf script failed on {perf_data}: "
+        raise InputError(f"perf script failed on {name}: {text.removeprefix(prefix)}") from None
+
+
+def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None,
+                      merge: Merge | None, merged: list[Merged] | None) -> T:
     if merge is not None:
         with tempfile.TemporaryDirectory(prefix="profiler-merge-") as tmp:
             copy = Path(tmp) / "merged.perf.data"
@@ -94,10 +107,12 @@ def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], f
                 m = pdata.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples)
             except (pdata.PerfDataUnsupported, OSError):
                 pass
+            except (ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError):
+                pass  # a damaged file the direct reader trips on: perf script reads it as far as it can
             else:
                 if merged is not None:
                     merged.append(Merged(m.samples, m.written))
-                return read_perf_script(copy, consume, fields)
+                return read_perf_script(copy, consume, fields, name=str(perf_data))
     if fields:
         try:
             return _run(perf_script_argv(perf_data, fields), perf_data, consume)

@@ -11,7 +11,9 @@ call chains) raises :class:`PerfDataUnsupported` and the caller falls back to `p
 
 from __future__ import annotations
 
+import os
 import re
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,17 +77,38 @@ def read_block_events(path: str | Path, comms: CommTable | None = None) -> tuple
 def iter_block_events(path: str | Path, comms: CommTable, lost_box: list[int], *, chunk: int = 4 << 20) -> Iterator[np.ndarray]:
     """Block events of a perf.data in time-ordered batches (streaming; ``lost_box[0]`` counts LOST).
 
+    A damaged file (cut off, sizes or offsets that point nowhere, records that do not parse)
+    raises PerfDataUnsupported like any file this reader does not handle: the caller reads it
+    through `perf script` instead, which reads a damaged file as far as it can.
+    """
+    try:
+        yield from _iter_block_events(path, comms, lost_box, chunk)
+    except (PerfDataUnsupported, InputError):
+        raise
+    except (struct.error, ValueError, OverflowError, IndexError, KeyError, OSError, MemoryError, UnicodeError) as exc:
+        raise PerfDataUnsupported(f"damaged perf.data ({type(exc).__name__}: {exc})") from None
+
+
+def _iter_block_events(path: str | Path, comms: CommTable, lost_box: list[int], chunk: int) -> Iterator[np.ndarray]:
+    """iter_block_events' reading; any exception means a damaged file.
+
     perf writes its per-CPU buffers in rounds ended by FINISHED_ROUND records; an event written
     after round R is never older than the newest event of round R-1 (the rule perf script's
     own ordering relies on). So once R rounds are read, everything up to the newest time of
     rounds <= R-2 is final: it is sorted and handed on, the rest waits.
     """
-    import struct
-
     try:
         fh = open(path, "rb")
+        fsize = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+    def section(off: int, sz: int) -> bytes:
+        if off < 0 or sz < 0 or off + sz > fsize:
+            raise PerfDataUnsupported("a section points past the end of the file (cut off?)")
+        fh.seek(off)
+        return fh.read(sz)
+
     with fh:
         head = fh.read(104)
         if len(head) < 104 or head[:8] != MAGIC:
@@ -95,16 +118,12 @@ def iter_block_events(path: str | Path, comms: CommTable, lost_box: list[int], *
             raise PerfDataUnsupported("unexpected perf.data header")
         flags = struct.unpack_from("<4Q", head, 72)
         bits = [b for b in range(256) if (flags[b // 64] >> (b % 64)) & 1]
-        fh.seek(data_off + data_sz)
-        secs = {b: struct.unpack_from("<QQ", fh.read(16)) for b in bits}
+        feats = section(data_off + data_sz, 16 * len(bits))
+        secs = {b: struct.unpack_from("<QQ", feats, 16 * i) for i, b in enumerate(bits)}
         if _FEAT_TRACING_DATA not in secs or _FEAT_EVENT_DESC not in secs:
             raise PerfDataUnsupported("no tracing data or event names in this perf.data")
-        off, sz = secs[_FEAT_TRACING_DATA]
-        fh.seek(off)
-        fmts = _tp_formats(fh.read(sz))
-        off, sz = secs[_FEAT_EVENT_DESC]
-        fh.seek(off)
-        desc = fh.read(sz)
+        fmts = _tp_formats(section(*secs[_FEAT_TRACING_DATA]))
+        desc = section(*secs[_FEAT_EVENT_DESC])
         kind_of_id: dict[int, int] = {}
         nr, asz = struct.unpack_from("<II", desc, 0)
         p = 8

@@ -69,6 +69,7 @@ from typing import IO
 
 from profiler.inputs.source import Format, Source
 from profiler.inputs.streams import open_binary
+from profiler.tolerant import ReadLog
 
 __all__ = [
     "FORMAT", "HEADER_LINE", "FRAME_LINE", "Frame", "Sample", "event_base", "iter_samples", "open_lines",
@@ -92,7 +93,7 @@ def open_lines(stream: IO[bytes]) -> IO[str]:
 def source_samples(src: Source) -> Iterator[Sample]:
     """The samples of a detected perf script input."""
     with src.open() as fh:
-        yield from iter_samples(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+        yield from iter_samples(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"), src.log)
 
 
 @dataclass(slots=True)
@@ -165,8 +166,21 @@ def _is_comment(line: str) -> bool:
     return line.startswith("#")
 
 
+LINE_LIMIT = 64 << 10  # longer lines are neither headers nor frames (and the regexes stay linear)
+MAX_FRAMES = 1 << 16  # frames kept per sample (perf's deepest call chain is perf_event_max_stack, <= 65535)
+
+
+def _int(text: str) -> int:
+    """A pid, tid, cpu or period: at most 18 digits (ValueError otherwise, as for a bad line)."""
+    if len(text) > 18:
+        raise ValueError("number too long")
+    return int(text)
+
+
 def parse_frame(text: str) -> Frame | None:
     """Parse one frame line (variant 5); None when the line is not a frame."""
+    if len(text) > LINE_LIMIT:
+        return None
     m = FRAME_LINE.match(text)
     if m is None:
         return None
@@ -176,11 +190,23 @@ def parse_frame(text: str) -> Frame | None:
     if om is not None:
         sym = sym[: om.start()]
         offset = int(om.group(1), 16) if om.group(1) else 0
-    return Frame(addr=int(m.group("addr"), 16), symbol=sym, dso=m.group("dso"), offset=offset)
+    addr = m.group("addr")
+    if len(addr) > 16 or (om is not None and len(om.group(1)) > 16):
+        return None
+    return Frame(addr=int(addr, 16), symbol=sym, dso=m.group("dso"), offset=offset)
 
 
 def parse_header(text: str, line: int = 0) -> Sample | None:
     """Parse one event header line (variants 3 and 4); None when it is not one."""
+    if len(text) > LINE_LIMIT:
+        return None
+    try:
+        return _parse_header(text, line)
+    except ValueError:  # a number too long to be a pid, tid, cpu or period
+        return None
+
+
+def _parse_header(text: str, line: int) -> Sample | None:
     m = HEADER_LINE.match(text)
     if m is None:
         m = _SIDEBAND.match(text)
@@ -189,9 +215,9 @@ def parse_header(text: str, line: int = 0) -> Sample | None:
         g = m.group
         return Sample(
             comm=g("comm").strip(),
-            pid=int(g("pid")) if g("pid") is not None else None,
-            tid=int(g("tid")),
-            cpu=int(g("cpu")) if g("cpu") is not None else None,
+            pid=_int(g("pid")) if g("pid") is not None else None,
+            tid=_int(g("tid")),
+            cpu=_int(g("cpu")) if g("cpu") is not None else None,
             time=float(g("time")),
             period=None,
             event=g("event"),
@@ -205,11 +231,11 @@ def parse_header(text: str, line: int = 0) -> Sample | None:
     period = g("period")
     s = Sample(
         comm=g("comm").strip(),
-        pid=int(pid) if pid is not None else None,
-        tid=int(g("tid")),
-        cpu=int(cpu) if cpu is not None else None,
+        pid=_int(pid) if pid is not None else None,
+        tid=_int(g("tid")),
+        cpu=_int(cpu) if cpu is not None else None,
         time=float(t) if t is not None else None,
-        period=int(period) if period is not None else None,
+        period=_int(period) if period is not None else None,
         event=g("event"),
         line=line,
     )
@@ -223,12 +249,26 @@ def parse_header(text: str, line: int = 0) -> Sample | None:
     return s
 
 
-def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
+def iter_samples(lines: Iterable[str], log: ReadLog | None = None) -> Iterator[Sample]:
     """Yield one Sample per event in `perf script` text, streaming.
 
     Lines may keep their newline. Headers that do not parse start no sample: their frame
-    lines are skipped up to the next blank line.
+    lines are skipped up to the next blank line (counted in ``log`` when the input ends).
     """
+    unread = 0
+    try:
+        for s in _samples(lines):
+            if s is None:
+                unread += 1
+                continue
+            yield s
+    finally:
+        if log is not None:
+            log.skip(unread, "samples whose header could not be read")
+
+
+def _samples(lines: Iterable[str]) -> Iterator[Sample | None]:
+    """iter_samples' loop: yields None for each sample skipped because its header did not parse."""
     current: Sample | None = None
     skipping = False
     for n, raw in enumerate(lines, 1):
@@ -247,6 +287,7 @@ def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
             current = parse_header(line, n)
             if current is None:
                 skipping = True
+                yield None
             elif current.frames or (current.event or "").startswith("PERF_RECORD_"):
                 # variant 4: a sample without call chain is one line, and perf prints no
                 # blank line after it; variant 8 is one line too
@@ -255,7 +296,8 @@ def iter_samples(lines: Iterable[str]) -> Iterator[Sample]:
             continue
         frame = parse_frame(line) if line[0] in " \t" else None
         if frame is not None:
-            current.frames.append(frame)
+            if len(current.frames) < MAX_FRAMES:  # a deeper "stack" is damage: memory stays bounded
+                current.frames.append(frame)
             continue
         # A header with no blank line before it: stack-less tracepoint samples and side-band
         # records come one per line (padded comms start with spaces), and cut-and-pasted files

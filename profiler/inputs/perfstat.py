@@ -70,8 +70,15 @@ class PerfStatOutput:
         return None
 
 
+MAX_VALUE = 1e20  # a 64-bit counter holds at most 1.8e19: a larger (or infinite, NaN) value is damage
+
+
 def _num(text: str) -> float:
-    return float(text.replace(",", ""))
+    """A counter value, time or share: finite and below MAX_VALUE (ValueError otherwise)."""
+    v = float(text.replace(",", ""))
+    if not abs(v) < MAX_VALUE:  # also NaN
+        raise ValueError(f"not a counter value: {text[:40]}")
+    return v
 
 
 def parse_table(lines: Iterable[str]) -> PerfStatOutput:
@@ -85,7 +92,10 @@ def parse_table(lines: Iterable[str]) -> PerfStatOutput:
             continue
         m = _ELAPSED.match(line)
         if m:
-            out.elapsed = float(m.group("s"))
+            try:
+                out.elapsed = _num(m.group("s"))
+            except ValueError:
+                out.skipped_lines += 1
             continue
         if re.match(r"^\s*[0-9.]+\s+seconds (user|sys)\s*$", line):
             continue
@@ -100,9 +110,14 @@ def parse_table(lines: Iterable[str]) -> PerfStatOutput:
             event, unit = um.group(1), um.group(2)
         raw = m.group("value")
         status = raw.strip("<>") if raw.startswith("<") else "ok"
-        out.counters.append(Counter(event=event, value=None if status != "ok" else _num(raw), unit=unit, status=status,
-                                    metric=(m.group("metric") or "").strip(),
-                                    counted_pct=float(m.group("pct")) if m.group("pct") else None))
+        try:
+            value = None if status != "ok" else _num(raw)
+            pct = _num(m.group("pct")) if m.group("pct") else None
+        except ValueError:
+            out.skipped_lines += 1  # a number no counter has (or "1.2.3")
+            continue
+        out.counters.append(Counter(event=event, value=value, unit=unit, status=status,
+                                    metric=(m.group("metric") or "").strip(), counted_pct=pct))
     if not out.counters:
         raise InputError("perf stat output: no counter lines found")
     return out
@@ -118,7 +133,11 @@ def parse_csv(lines: Iterable[str]) -> PerfStatOutput:
         f = [x.strip() for x in line.split(",")]
         interval = None
         if len(f) >= 4 and re.fullmatch(r"[0-9]+\.[0-9]+", f[0]) and re.fullmatch(r"[0-9.]+|<not \w+>", f[1]):
-            interval, f = float(f[0]), f[1:]  # -I: the interval's end first, then the value
+            try:
+                interval, f = _num(f[0]), f[1:]  # -I: the interval's end first, then the value
+            except ValueError:
+                out.skipped_lines += 1
+                continue
         if len(f) < 3 or not f[2]:
             out.skipped_lines += 1
             continue
@@ -126,12 +145,12 @@ def parse_csv(lines: Iterable[str]) -> PerfStatOutput:
         pct = None
         if len(f) > 4 and f[4]:
             try:
-                pct = float(f[4])
+                pct = _num(f[4])
             except ValueError:
                 pct = None
         status = value.strip("<>") if value.startswith("<") else "ok"
         try:
-            v = None if status != "ok" else float(value)
+            v = None if status != "ok" else _num(value)
         except ValueError:
             out.skipped_lines += 1
             continue

@@ -308,6 +308,7 @@ def sniff(head: bytes) -> bool:
     fields 4 to 15 with the wrong wire types, and lengths that overshoot."""
     pos = 0
     n = 0
+    first = -1
     try:
         while pos < len(head):
             key, pos = _varint(head, pos)
@@ -315,6 +316,8 @@ def sniff(head: bytes) -> bool:
             expected = _PROFILE_WIRE.get(num, _ANY if num > 15 else None)  # later fields need 2-byte keys
             if expected is None or (wire != expected and not (isinstance(expected, tuple) and wire in expected)):
                 return False
+            if first < 0:
+                first = num
             if wire == _VARINT:
                 _, pos = _varint(head, pos)
             elif wire == _LEN:
@@ -325,7 +328,11 @@ def sniff(head: bytes) -> bool:
             n += 1
     except _Malformed:
         pos = len(head) + 1  # cut inside a number
-    return n > 0 and (pos == len(head) or len(head) >= HEAD_SIZE)
+    if n > 0 and (pos == len(head) or len(head) >= HEAD_SIZE):
+        return True
+    # A whole file cut short (a truncated download): it still opens with the sample types, as
+    # every producer writes them, and walks as Profile fields up to the cut.
+    return first == 1 and n >= 3 and pos > len(head)
 
 
 FORMAT = Format("pprof", "a pprof profile", sniff, binary=True)

@@ -9,11 +9,9 @@ or stdin once, tries the formats a verb accepts in the order given, and returns 
 from __future__ import annotations
 
 import atexit
-import gzip
 import shutil
 import sys
 import tempfile
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +24,10 @@ from profiler.inputs.streams import (
     HEAD_SIZE,
     gunzip_head,
     is_binary,
-    open_binary,
     prefixed,
     read_head,
 )
+from profiler.tolerant import LINE_LIMIT, ReadLog, open_tolerant
 
 
 def _never(head: bytes) -> bool:
@@ -60,10 +58,14 @@ class Source:
     name: str  # the path as given, or "stdin"
     format: Format
     path: Path | None  # a regular file or a bundle directory; None for stdin and pipes
-    head: bytes = b""  # the first HEAD_SIZE bytes, decompressed
+    head: bytes = b""  # the first HEAD_SIZE bytes (or the whole first line), decompressed
     compressed: bool = False
     _stream: IO[bytes] | None = field(default=None, repr=False)
     unpacked: Path | None = None  # a gzipped perf.data, decompressed here (removed at close or exit)
+    log: ReadLog = field(default_factory=lambda: ReadLog("input"))  # what reading it tolerated
+
+    def __post_init__(self) -> None:
+        self.log.name = self.name
 
     @property
     def file(self) -> Path:
@@ -79,21 +81,29 @@ class Source:
         return self.path is not None and self._stream is None
 
     def open(self) -> IO[bytes]:
-        """The input's bytes from the start, decompressed."""
-        return open_binary(self.open_raw())
+        """The input's bytes from the start, decompressed and read tolerantly (profiler.tolerant):
+        damage ends the stream early and is written down in ``log``."""
+        if self._stream is not None:
+            raw, self._stream = self._stream, None
+        elif self.path is None:
+            raise InputError(f"{self.name} can be read only once")
+        else:
+            try:
+                raw = open(self.path, "rb")  # noqa: SIM115 - handed over inside the tolerant stream
+            except OSError as exc:
+                raise InputError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        self.log.reset()  # the same object: whoever took it before the open counts into it
+        return open_tolerant(raw, self.log, text=not self.format.binary)
 
     def open_raw(self) -> IO[bytes]:
-        """The input's bytes from the start as they are stored (gzip stays gzip), for readers
-        that decompress themselves and note a truncated file instead of failing on it."""
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            return stream
-        if self.path is None:
-            raise InputError(f"{self.name} can be read only once")
-        try:
-            return open(self.path, "rb")
-        except OSError as exc:
-            raise InputError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        """Kept for the readers that asked for the stored bytes: the same tolerant stream as
+        :meth:`open` (gzip is decompressed there, and damage noted, once for all readers)."""
+        return self.open()
+
+    def damage(self) -> str:
+        """' (what reading tolerated)' for an error message, or ''."""
+        summary = self.log.summary()
+        return f" ({summary.split(': ', 1)[1]})" if summary else ""
 
     def bundle(self) -> Bundle:
         if self.path is None or not self.format.directory:
@@ -109,20 +119,44 @@ class Source:
             self.unpacked = None
 
 
-def _gunzip_to_file(name: str, raw: IO[bytes]) -> Path:
-    """Decompress a gzipped input into a private temporary file (perf script needs a file)."""
+def _gunzip_to_file(name: str, raw: IO[bytes], log: ReadLog) -> Path:
+    """Decompress a gzipped input into a private temporary file (perf script needs a file), read
+    tolerantly: a cut or corrupt stream gives what inflates before the damage, a bomb stops at
+    the ratio limit (profiler.tolerant), noted in ``log``."""
     d = Path(tempfile.mkdtemp(prefix="profiler-unpacked-"))
     atexit.register(shutil.rmtree, d, True)
-    out = d / (Path(name).name.removesuffix(".gz") or "input")
+    out = d / "perf.data"  # never a name from the input
     try:
-        with gzip.GzipFile(fileobj=raw) as gz, open(out, "wb") as fh:
-            shutil.copyfileobj(gz, fh, 1 << 20)
-    except (OSError, EOFError, zlib.error) as exc:
+        with open_tolerant(raw, log, text=False) as src, open(out, "xb") as fh:
+            shutil.copyfileobj(src, fh, 1 << 20)
+    except OSError as exc:
         shutil.rmtree(d, ignore_errors=True)
-        raise InputError(f"{name}: cannot decompress: {exc}") from None
+        raise InputError(f"{name}: cannot decompress: {exc.strerror or exc}") from None
     finally:
         raw.close()
     return out
+
+
+def _whole_first_line(raw: bytes, compressed: bool, more_of: IO[bytes] | None) -> tuple[bytes, bytes]:
+    """Read on from ``more_of`` (the rest of the input after ``raw``) until the decompressed head
+    holds one whole line, or LINE_LIMIT bytes; returns (raw, head)."""
+    parts = [raw]
+    size = len(raw)
+    while more_of is not None:
+        try:
+            more = more_of.read(1 << 20)
+        except OSError:
+            break
+        if not more:
+            break
+        parts.append(more)
+        size += len(more)
+        if not compressed and (b"\n" in more or size >= LINE_LIMIT):
+            break
+        if compressed and (size >= LINE_LIMIT or b"\n" in gunzip_head(b"".join(parts), LINE_LIMIT)):
+            break
+    raw = b"".join(parts)
+    return raw, gunzip_head(raw, LINE_LIMIT) if compressed else raw[:LINE_LIMIT]
 
 
 def _alternatives(accept: Sequence[Format]) -> str:
@@ -133,48 +167,70 @@ def _alternatives(accept: Sequence[Format]) -> str:
 def detect(input: str, accept: Sequence[Format], *, stdin: IO[bytes] | None = None) -> Source:
     """Open ``input`` (a path, or ``-`` for stdin) and tell which of ``accept`` it is, trying them
     in order; a one-line InputError (BundleError for a directory that is no bundle) otherwise."""
-    stream: IO[bytes] | None = None
+    pipe: IO[bytes] | None = None  # stdin, a named pipe or a device: read once
     path: Path | None = None
     if input == "-":
         name = "stdin"
-        raw_in = stdin if stdin is not None else sys.stdin.buffer
-        raw = read_head(raw_in)
-        stream = prefixed(raw, raw_in)
+        pipe = stdin if stdin is not None else sys.stdin.buffer
+        try:
+            raw = read_head(pipe)
+        except OSError as exc:
+            raise InputError(f"cannot read stdin: {exc.strerror or exc}") from None
     else:
         name = input
         p = Path(input)
-        if p.is_dir():
+        try:
+            is_dir = p.is_dir()
+            exists = is_dir or p.exists()
+        except OSError as exc:
+            raise InputError(f"cannot read {input}: {exc.strerror or exc}") from None
+        if is_dir:
             bundle = next((f for f in accept if f.directory), None)
-            if bundle is None:
-                raise InputError(f"{input} is a directory, not {_alternatives(accept)}")
-            if not looks_like_bundle(p):
+            try:
+                is_bundle = looks_like_bundle(p)
+            except OSError as exc:
+                raise BundleError(f"cannot read {input}: {exc.strerror or exc}") from None
+            if not is_bundle:
+                # the same answer from every verb: a directory is meant as a bundle (exit 4)
                 raise BundleError(f"{input} is a directory but not a capture bundle (no manifest.json)")
+            if bundle is None:
+                raise InputError(f"{input} is a capture bundle, not {_alternatives(accept)}")
             return Source(name, bundle, p)
-        if not p.exists():
+        if not exists:
             raise InputError(f"no such file: {input}")
         try:
             fh = open(p, "rb")  # noqa: SIM115 - kept open for a pipe
+            raw = read_head(fh)
         except OSError as exc:
             raise InputError(f"cannot read {input}: {exc.strerror or exc}") from None
-        raw = read_head(fh)
         if p.is_file():
-            fh.close()
             path = p
         else:  # a named pipe or a device: what was read is put back in front
-            stream = prefixed(raw, fh)
+            pipe = fh
     compressed = raw[:2] == GZIP_MAGIC
     head = gunzip_head(raw) if compressed else raw[:HEAD_SIZE]
+    if b"\n" not in head and (len(head) >= HEAD_SIZE or len(raw) >= HEAD_SIZE) and not is_binary(head):
+        # The first line is longer than the head (a folded stack of 20,000 frames): read on to
+        # its end, so that sniffing sees one whole line.
+        raw, head = _whole_first_line(raw, compressed, pipe if pipe is not None else fh)
+    if path is not None:
+        fh.close()
+    stream = prefixed(raw, pipe) if pipe is not None else None
     binary = is_binary(head)
     for fmt in accept:
         if fmt.directory or (binary and not fmt.binary):
             continue
         if fmt.sniff(head):
             if fmt.plain_only and compressed:  # perf.data.gz: perf script reads a file
-                src = stream if stream is not None else open(path, "rb")  # type: ignore[arg-type]
-                unpacked = _gunzip_to_file(name, src)
-                return Source(name, fmt, path, head, False, None, unpacked)
+                log = ReadLog(name)
+                try:
+                    src = stream if stream is not None else open(path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
+                except OSError as exc:
+                    raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
+                unpacked = _gunzip_to_file(name, src, log)
+                return Source(name, fmt, path, head, False, None, log=log, unpacked=unpacked)
             if fmt.needs_file and path is None:
-                if stream is not None:
+                if stream is not None and input != "-":
                     stream.close()
                 raise InputError(f"{name}: {fmt.what} must be read from a file, not a pipe (perf script -i seeks in it)")
             return Source(name, fmt, path, head, compressed, stream)

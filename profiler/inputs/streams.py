@@ -1,22 +1,31 @@
 """Byte streams every reader shares (inputs layer): gzip by magic, a head read without losing it,
 text decoded in large chunks, bytes cut at line ends.
 
+Every stream is read through ``profiler.tolerant`` (the one tolerant, accounted reading path:
+cut or corrupt gzip, trailing garbage, CRLF, over-long lines, decompression bombs; see its
+docstring). A stream that is already tolerant (a Source's or a bundle member's) is used as it
+is, so its damage lands in its owner's ReadLog; any other is wrapped, and what was tolerated
+is appended to the ``warnings`` list the caller gives.
+
 Nothing here seeks, so stdin, named pipes and `perf script` pipes read the same way as files.
 """
 
 from __future__ import annotations
 
 import codecs
-import gzip
 import io
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from profiler.errors import InputError
+from profiler.tolerant import GZIP_MAGIC, ReadLog, TolerantReader, open_tolerant
 
-GZIP_MAGIC = b"\x1f\x8b"
+__all__ = [
+    "GZIP_MAGIC", "HEAD_SIZE", "Prefixed", "gunzip_head", "is_binary", "iter_chunks", "iter_decoded", "log_of",
+    "open_binary", "open_path", "prefixed", "read_head",
+]
+
 HEAD_SIZE = 64 << 10  # what sniffing looks at (decompressed)
 
 
@@ -51,23 +60,28 @@ def prefixed(head: bytes, stream: IO[bytes], buffer: int = 1 << 20) -> IO[bytes]
     return out
 
 
-def open_binary(stream: IO[bytes]) -> IO[bytes]:
-    """The same stream, decompressed when it starts with the gzip magic."""
-    head = stream.read(2)
-    rest = prefixed(head, stream)
-    if head == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[return-value]
-    return rest
+def log_of(stream: IO[bytes]) -> ReadLog | None:
+    """The ReadLog of a tolerant stream (None for any other stream)."""
+    raw = getattr(stream, "raw", stream)
+    return raw.log if isinstance(raw, TolerantReader) else None
 
 
-def open_path(path: str | Path) -> IO[bytes]:
+def open_binary(stream: IO[bytes], log: ReadLog | None = None, *, text: bool = True) -> IO[bytes]:
+    """The same stream, decompressed when it starts with the gzip magic, read tolerantly
+    (a stream that already is tolerant is returned as it is)."""
+    if log_of(stream) is not None:
+        return stream
+    return open_tolerant(stream, log if log is not None else ReadLog("input"), text=text)
+
+
+def open_path(path: str | Path, log: ReadLog | None = None) -> IO[bytes]:
     """Open a plain or gzip file (by magic, not by name) for reading bytes; a FIFO works too."""
     p = Path(path)
     try:
         fh = open(p, "rb")  # noqa: SIM115 - handed to the caller
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
-    return open_binary(fh)
+    return open_binary(fh, log if log is not None else ReadLog(p.name))
 
 
 def read_head(stream: IO[bytes], size: int = HEAD_SIZE) -> bytes:
@@ -84,60 +98,61 @@ def read_head(stream: IO[bytes], size: int = HEAD_SIZE) -> bytes:
 
 
 def gunzip_head(data: bytes, size: int = HEAD_SIZE) -> bytes:
-    """The first ``size`` decompressed bytes of the start of a gzip stream (what can be had)."""
-    try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, size)
-    except zlib.error:
-        return b""
+    """The first ``size`` decompressed bytes of the start of a gzip stream (what can be had,
+    tolerantly: a cut or corrupt start gives what inflates before the damage)."""
+    out = open_tolerant(io.BytesIO(data), ReadLog("head"), text=False).read(size)
+    return bytes(out)
+
+
+def _report(log: ReadLog, warnings: list[str] | None, own: bool) -> None:
+    """Hand what a stream we wrapped ourselves tolerated to the caller's warnings list."""
+    if own and warnings is not None:
+        summary = log.summary()
+        if summary is not None:
+            warnings.append(summary)
 
 
 def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22, warnings: list[str] | None = None) -> Iterator[str]:
     """Decode a binary stream (gzip or plain) in large chunks; invalid UTF-8 becomes U+FFFD as in
-    inferno and stackcollapse-perf.pl. A truncated gzip member is read up to the cut and noted in
-    ``warnings``."""
+    inferno and stackcollapse-perf.pl. Damage is tolerated (see the module docstring)."""
+    own = log_of(stream) is None
+    src = open_binary(stream, ReadLog("input"))
+    log = log_of(src)
+    assert log is not None
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        src = open_binary(stream)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        if warnings is not None:
-            warnings.append(f"compressed input is truncated or corrupt ({exc}); read up to the cut")
-        return
     while True:
-        try:
-            data = src.read(chunk_size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            if warnings is not None:
-                warnings.append(f"compressed input is truncated or corrupt ({exc}); read up to the cut")
-            data = b""
+        data = src.read(chunk_size)
         if not data:
             tail = dec.decode(b"", final=True)
             if tail:
                 yield tail
+            _report(log, warnings, own)
             return
         yield dec.decode(data)
 
 
 def iter_chunks(fh: IO[bytes], size: int = 2 << 20, warnings: list[str] | None = None) -> Iterator[bytes]:
-    """Chunks of whole lines (each ending in a newline); a truncated gzip ends early, noted in ``warnings``."""
+    """Chunks of whole lines (each ending in a newline), read tolerantly (a line longer than the
+    line limit ends the input, noted in the stream's ReadLog)."""
+    own = log_of(fh) is None
+    src = open_binary(fh, ReadLog("input"))
+    log = log_of(src)
+    assert log is not None
     rest = b""
     while True:
-        try:
-            data = fh.read(size)
-        except (EOFError, OSError) as exc:
-            if warnings is not None:
-                warnings.append(f"input is truncated or corrupted ({exc}); using what was read")
-            data = b""
+        data = src.read(size)
         if not data:
             break
-        data = rest + data
+        data = rest + data if rest else data
         cut = data.rfind(b"\n")
         if cut < 0:
-            rest = data
+            rest = data  # bounded: the tolerant text stream stops at a line over LINE_LIMIT
             continue
         rest = data[cut + 1 :]
         yield data[: cut + 1]
     if rest.strip():
         yield rest + b"\n"
+    _report(log, warnings, own)
 
 
 def is_binary(head: bytes) -> bool:

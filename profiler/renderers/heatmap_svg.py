@@ -253,11 +253,13 @@ def _draw_subsecond(h: SubsecondHeatmap, *, title: str = "CPU samples: sub-secon
     cols, rws = np.nonzero(h.counts)
     cells = [(f"{left + c * cw:.1f}", f"{top + r * ch:.1f}", _ramp(float(lv[c, r]))) for c, r in zip(cols.tolist(), rws.tolist(), strict=True)]
     yt = [(f"{top + (ms / 1000.0) * gh:.1f}", f"{ms}ms") for ms in range(0, 1001, 200)]
-    xt = [(f"{left + (v + 0.5) * cw:.1f}", fmt_time(v)) for v in _nice_ticks(0.0, float(ncols - 1), max(1, min(10, int(gw // 60))))
+    xt = [(f"{left + (v + 0.5) * cw:.1f}", fmt_time(v * h.step)) for v in _nice_ticks(0.0, float(ncols - 1), max(1, min(10, int(gw // 60))))
           if v <= ncols - 1 and float(v).is_integer()]
+    if h.note:
+        subtitle = f"{subtitle} ({h.note})" if subtitle else h.note
     height = top + gh + 34 + 44 + 30
     legend = [(_ramp(0.08 + 0.92 * i / 9), i) for i in range(10)]
-    data = {"left": left, "top": top, "cw": cw, "ch": ch, "ncols": ncols, "rows": rows, "t0": h.t0,
+    data = {"left": left, "top": top, "cw": cw, "ch": ch, "ncols": ncols, "rows": rows, "t0": h.t0, "step": h.step,
             "counts": h.counts.tolist(), "source": source}
     return jinja_env.render(
         "heatmap.svg.j2",

@@ -8,12 +8,28 @@ The report formats come first, in the order an unknown-format message lists them
 
 from __future__ import annotations
 
-from profiler.renderers import cluster, report_html, report_json, report_markdown, report_text
-from profiler.renderers.protocol import Registry
+from typing import Any
 
-REPORTS = Registry(report_text.RENDERER, report_json.RENDERER, report_markdown.RENDERER, report_html.RENDERER)
+from profiler.renderers import (
+    cluster,
+    pprof_out,
+    report_html,
+    report_json,
+    report_markdown,
+    report_text,
+    speedscope,
+)
+from profiler.renderers.protocol import BinaryRenderer, Registry, Renderer
+
+REPORTS: Registry[Renderer[Any, Any]] = Registry(report_text.RENDERER, report_json.RENDERER, report_markdown.RENDERER,
+                                                 report_html.RENDERER)
 PICTURES = report_html.PICTURES  # the SVGs the HTML report embeds: flame graphs, latency and sub-second heatmaps
 
-CLUSTER = Registry(cluster.TEXT, cluster.JSON, cluster.MARKDOWN, cluster.HTML)  # a cluster bundle's report
+CLUSTER: Registry[Renderer[Any, Any]] = Registry(cluster.TEXT, cluster.JSON, cluster.MARKDOWN,
+                                                 cluster.HTML)  # a cluster bundle's report
+
+# Stacks for other tools (`profiler flamegraph --format pprof|speedscope`): a StackProfile as a
+# gzipped pprof profile (binary) or a speedscope JSON file.
+EXPORTS: Registry[Renderer[Any, Any] | BinaryRenderer[Any, Any]] = Registry(pprof_out.WRITER, speedscope.WRITER)
 
 REGISTRY = REPORTS + PICTURES + CLUSTER

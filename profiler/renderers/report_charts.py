@@ -51,6 +51,8 @@ def timeline(t: list[float], series: dict[str, list[float | None]], unit: str, *
         return _empty(h, "no data")
     step = (t[1] - t[0]) if len(t) > 1 else 1.0
     x_max = t_max if t_max else t[-1] + step
+    if not (math.isfinite(x_max) and x_max > 0):
+        x_max = 1.0
     xs = [PAD_L + pw * (ti + step / 2) / x_max for ti in t]
     if stacked:
         acc = [0.0] * len(t)
@@ -75,7 +77,9 @@ def timeline(t: list[float], series: dict[str, list[float | None]], unit: str, *
         gy = y(gv)
         parts.append(f'<line x1="{PAD_L}" x2="{PAD_L + pw}" y1="{gy:.1f}" y2="{gy:.1f}" class="grid"/>')
         parts.append(f'<text x="{PAD_L - 6}" y="{gy + 4:.1f}" class="tick" text-anchor="end">{escape(_fmt_tick(gv))}</text>')
-    tick = next((s for s in (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600) if x_max / s <= 10), 3600.0)
+    # at most ~10 ticks whatever the span (a damaged timestamp can make it years long)
+    tick = next((s for s in (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600) if x_max / s <= 10),
+                max(3600.0, _nice_max(x_max / 10)))
     k = 0
     while k * tick <= x_max + 1e-9:
         xv = k * tick

@@ -16,10 +16,10 @@ from markupsafe import Markup, escape
 
 from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.stacks import ranges, subsecond
-from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env
+from profiler.renderers import flamegraph_svg, heatmap_svg, jinja_env, report_server
 from profiler.renderers import formatting as fmt
 from profiler.renderers import report_charts as charts
-from profiler.renderers.protocol import Registry, ReportOptions
+from profiler.renderers.protocol import Registry, Renderer, ReportOptions
 
 # The timeline's panels in this order; panels others add (load, server metrics) follow by key.
 PANEL_ORDER = ("load_tps", "load_latency", "cpu", "states", "host_cpu", "io_iops", "io_latency", "disk_iops",
@@ -36,7 +36,7 @@ MAX_HEATMAP_COLUMNS = 900  # seconds of the CPU sub-second heatmap drawn in the 
 UNKNOWN_SHARE = 0.05  # advise about [unknown] frames when this share of a graph's stacks hold one
 
 # The pictures a report embeds, found by the model each artifact holds.
-PICTURES = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
+PICTURES: Registry[Renderer[Any, Any]] = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
 
 
 def _artifact_svg(a: Analysis, name: str) -> tuple[Markup | None, str | None]:
@@ -113,6 +113,8 @@ def context(a: Analysis) -> dict[str, Any]:
                        "unknown": unknown_advice(a, a.artifacts.get(rng))})
     page = page_data(a)
     data = a.to_dict()
+    gflame, gwhy = _artifact_svg(a, "goroutine_flame")
+    server = report_server.html_context(a, gflame, gwhy)
     load = None
     if a.load is not None:
         dip_svg, dip_why = _artifact_svg(a, "load_dip_flame") if a.load.phases.dips else (None, None)
@@ -121,7 +123,7 @@ def context(a: Analysis) -> dict[str, Any]:
         "load": load,
         "a": a, "v": v, "m": m, "cap": a.manifest,
         "title": fmt.CATEGORY_TITLES[v.category], "colour": CATEGORY_COLOURS[v.category],
-        "panels": panels, "targets": targets, "comparison": comparison, "pictures": pictures, "flames": flames,
+        "panels": panels, "targets": targets, "server": server, "comparison": comparison, "pictures": pictures, "flames": flames,
         "cpu_heatmap_why": None if "cpu_heatmap" in a.artifacts else a.missing_artifacts.get("cpu_heatmap", "not captured"),
         "page": page,
         "devs": a.devices,
@@ -137,13 +139,14 @@ def context(a: Analysis) -> dict[str, Any]:
 def _health(a: Analysis) -> list[dict[str, Any]]:
     """The capture health table: one row per collector, and the evidence sources no collector
     stands for (an older bundle's), each once."""
-    rows = [fmt.health_row(h.collector, h.backend, h.status, h.reason, h.files, h.stats) for h in a.health]
+    rows = [fmt.health_row(h.collector, h.backend, h.status, h.reason, h.files, h.stats) | {"reading": list(h.reading)}
+            for h in a.health]
     covered = {h.collector for h in a.health} | {"offcpu" if "offcpu-stacks" in {h.collector for h in a.health} else ""}
     for name, status in sorted(a.metrics.sources.items()):
         if status != "ok" and name not in covered:
             word, _, why = status.partition(":")
             rows.append({"collector": name, "backend": "", "status": word, "reason": why.strip() or None,
-                         "captured": "nothing", "details": []})
+                         "captured": "nothing", "details": [], "reading": []})
     return rows
 
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
-from profiler.renderers import load_text
+from profiler.renderers import load_text, report_server
 from profiler.renderers.protocol import ReportOptions
+from profiler.untrusted import markdown, sanitize
 
 
 def _cell(text: object) -> str:
-    """Table cells hold untrusted text (thread names, frames): keep it from breaking the table."""
-    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+    """Untrusted text (thread names, frames, paths, host names): rendered as the characters it
+    is, never as HTML, Markdown markup or terminal escapes, and never breaking its table row."""
+    return markdown(text)
+
+
+def _code(text: object) -> str:
+    """Untrusted text inside a fenced code block: no control characters, no fence of its own."""
+    return sanitize(str(text), newlines=False).replace("`", "'")
 
 
 def _render(a: Analysis) -> str:
@@ -44,7 +51,7 @@ def _render(a: Analysis) -> str:
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
         st = tm.active_states or {}
-        out.append(f"| {_cell(tm.label)} | {tv.category} | {tv.score:.2f} | {fmt.cores(tm.cpu_cores, tm.cpu_available)} | "
+        out.append(f"| {_cell(tm.label)} | {_cell(tv.category)} | {tv.score:.2f} | {fmt.cores(tm.cpu_cores, tm.cpu_available)} | "
                    f"{tm.active_threads}/{tm.threads} | {fmt.pct(tm.runq_share)} | {fmt.pct(st.get('io'))} | "
                    f"{fmt.pct(st.get('futex'))} | {fmt.mib(tm.rss)} |")
     out.append("")
@@ -69,9 +76,9 @@ def _render(a: Analysis) -> str:
         out.append(f"CPUs {s.ncpu}: busy {fmt.pct(s.cpu_util)}, iowait {fmt.pct(s.iowait)}, steal {fmt.pct(s.steal)}; "
                    f"runnable tasks {s.procs_running or 0:.1f}, blocked (D) {s.procs_blocked or 0:.1f}")
         if s.psi:
-            out.append("PSI some (% of time): " + ", ".join(f"{k.split('_')[0]} {v:.1f}" for k, v in sorted(s.psi.items()) if k.endswith("some")))
+            out.append("PSI some (% of time): " + ", ".join(f"{_code(k.split('_')[0])} {v:.1f}" for k, v in sorted(s.psi.items()) if k.endswith("some")))
         for d in s.disks[:3]:
-            out.append(f"{d.name}: {d.iops:.0f} IOPS (r {d.read_iops:.0f} / w {d.write_iops:.0f}), "
+            out.append(f"{_code(d.name)}: {d.iops:.0f} IOPS (r {d.read_iops:.0f} / w {d.write_iops:.0f}), "
                        f"{(d.read_bps + d.write_bps) / 1048576:.1f} MiB/s, await {d.await_ms or 0:.2f} ms, "
                        f"util {fmt.pct(d.util)}, queue {d.queue_depth:.1f}")
         out += ["```", ""]
@@ -79,15 +86,21 @@ def _render(a: Analysis) -> str:
         out += ["### Block IO (" + ("in-kernel histograms" if m.io.histograms else "traced") + ")", "", "| device | op | IOs | IOPS | p50 | p99 | max | by targets |",
                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for g in m.io.groups[:8]:
-            out.append(f"| {g.dev} | {g.op} | {g.count} | {g.iops:.0f} | {g.p50_ms:.2f} ms | {g.p99_ms:.2f} ms | {g.max_ms:.1f} ms | {fmt.pct(g.target_share)} |")
+            out.append(f"| {_cell(g.dev)} | {_cell(g.op)} | {g.count} | {g.iops:.0f} | {g.p50_ms:.2f} ms | {g.p99_ms:.2f} ms | {g.max_ms:.1f} ms | {fmt.pct(g.target_share)} |")
         out.append("")
+    out += report_server.markdown_lines(a)
     out += ["### Capture", "", "| collector | status | reason |", "| --- | --- | --- |"]
     for h in a.health:
-        out.append(f"| {_cell(h.collector)} | {h.status} | {_cell(h.reason or '')} |")
+        reason = "; ".join([h.reason or ""] + h.reading).strip("; ")
+        out.append(f"| {_cell(h.collector)} | {_cell(h.status)} | {_cell(reason)} |")
     for name, why in sorted(a.missing_artifacts.items()):
-        out.append(f"| {name} | not shown | {_cell(why)} |")
+        out.append(f"| {_cell(name)} | not shown | {_cell(why)} |")
     out.append("")
-    out.append(f"<sub>profiler, {cap['created']}, {cap['host']['hostname']} ({cap['host']['kernel']}), "
+    for w in a.warnings:
+        out.append(f"- **Warning:** {_cell(w)}")
+    if a.warnings:
+        out.append("")
+    out.append(f"<sub>profiler, {_cell(cap['created'])}, {_cell(cap['host']['hostname'])} ({_cell(cap['host']['kernel'])}), "
                f"{m.window:.0f} s window.</sub>")
     return "\n".join(out) + "\n"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from profiler.analyzers.analysis import Analysis
 from profiler.renderers import formatting as fmt
-from profiler.renderers import load_text
+from profiler.renderers import load_text, report_server
 from profiler.renderers.protocol import ReportOptions
+from profiler.untrusted import sanitize
 
 
 def _render(a: Analysis, report_path: str | None = None) -> str:
@@ -38,6 +39,7 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
         lines.append(f"  imbalance: {i.note}")
     if a.load is not None:
         lines.extend(f"  load: {x}" for x in load_text.lines(a.load, a.bundle))
+    lines += report_server.text_lines(a)
     if v.confidence_reasons:
         lines.append("  confidence: " + "; ".join(v.confidence_reasons))
     skipped = [f"{h.collector} {h.status}" + (f" ({h.reason})" if h.reason else "")
@@ -48,7 +50,9 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
         lines.append(f"  warning: {w}")
     if report_path:
         lines.append(f"  report: {report_path}")
-    return "\n".join(lines) + "\n"
+    # every line may hold untrusted names (threads, frames, paths from another machine): no
+    # escape sequence reaches the terminal, and no name can break its line into forged ones
+    return "\n".join(sanitize(line, newlines=False) for line in lines) + "\n"
 
 
 class TextReport:

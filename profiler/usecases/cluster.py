@@ -8,13 +8,12 @@ rename, never through a link someone left in the bundle.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 from profiler.analyzers.verdict.cluster import ClusterAnalysis, NodeInput, compare
 from profiler.bundle.cluster import ClusterManifest, load_cluster, node_path
-from profiler.errors import ProfilerError
+from profiler.errors import OutputError, ProfilerError
+from profiler.files import write_output
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 from profiler.usecases.report import analysis_of
@@ -31,17 +30,9 @@ def _summary(m: ClusterManifest) -> dict[str, object]:
 
 
 def write_safely(path: Path, text: str) -> None:
-    """Write through a fresh temporary file and a rename (a planted link is replaced, not followed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """A report inside the bundle: through profiler.files (a fresh temporary file and a rename; a
+    planted link, device or pipe is replaced, never followed or written into)."""
+    write_output(path, text, force=True, special=False)
 
 
 def cluster_analysis(root: str | Path, *, node_reports: bool = True) -> ClusterAnalysis:
@@ -63,8 +54,8 @@ def cluster_analysis(root: str | Path, *, node_reports: bool = True) -> ClusterA
                 try:
                     write_safely(path / REPORT_NAME, render_node(analysis, "html"))
                     report = f"{rec.dir}/{REPORT_NAME}"
-                except OSError as exc:
-                    warnings.append(f"{rec.name}: its report could not be written: {exc.strerror or exc}")
+                except OutputError as exc:
+                    warnings.append(f"{rec.name}: its report could not be written: {exc}")
         nodes.append(NodeInput(name=rec.name, host=rec.host, role=rec.role, status=rec.status, reason=rec.reason,
                                targets=list(rec.targets), report=report, clock_offset=rec.clock.offset,
                                clock_uncertainty=rec.clock.uncertainty, start_skew=rec.start_skew,
@@ -81,12 +72,17 @@ def report(root: str | Path, fmt: str) -> str:
     return render(cluster_analysis(root, node_reports=fmt == "html"), fmt)
 
 
-def default_report(root: str | Path, html_path: str | Path | None = None, *, write_html: bool = True) -> str:
-    """`profiler analyze DIR`: node reports, DIR/report.html (or ``html_path``), the text summary back."""
+def default_report(root: str | Path, html_path: str | Path | None = None, *, write_html: bool = True,
+                   force: bool = False) -> str:
+    """`profiler analyze DIR`: node reports, DIR/report.html (or ``html_path``: the overwrite rule,
+    ``force``), the text summary back."""
     ca = cluster_analysis(root, node_reports=write_html)
     shown = None
     if write_html:
-        target = Path(html_path) if html_path else Path(root) / REPORT_NAME
-        write_safely(target, render(ca, "html"))
-        shown = str(target)
+        if html_path is not None:
+            write_output(html_path, render(ca, "html"), force=force)
+            shown = str(html_path)
+        else:
+            write_safely(Path(root) / REPORT_NAME, render(ca, "html"))
+            shown = str(Path(root) / REPORT_NAME)
     return render(ca, "text", shown)

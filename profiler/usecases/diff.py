@@ -8,7 +8,7 @@ transactions counted from each load's series over its capture (docs/load.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler.analyzers.load.analysis import analyze_load
 from profiler.analyzers.load.view import read_load
@@ -26,6 +26,7 @@ class DiffResult:
     output: str | list[str]  # the SVG, or 'stack before after' lines
     graph: FlameGraph
     per_1000: tuple[float, float] | None = None  # samples per 1,000 transactions, before and after
+    warnings: list[str] = field(default_factory=list)  # what reading either input tolerated
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,28 @@ class LoadWork:
     tool: str
 
 
-def load_work(path: str) -> LoadWork | None:
-    """Transactions done during a bundle's capture, from its load; None without a usable one."""
-    if not looks_like_bundle(path):
+def load_work(path: str, warnings: list[str] | None = None) -> LoadWork | None:
+    """Transactions done during a bundle's capture, from its load; None without a usable one
+    (a load log that cannot be read at all is a warning in ``warnings``, the graph then
+    normalised by total samples)."""
+    try:
+        if not looks_like_bundle(path):
+            return None
+    except OSError:
         return None
     bundle = Bundle.open(path)
     m = bundle.manifest
-    log = read_load(bundle)
-    if log is None or m.ended is None:
+    try:
+        log = read_load(bundle)
+        if log is None or m.ended is None:
+            return None
+        la = analyze_load(log, m)
+    except Exception as exc:  # noqa: BLE001 - damage in the load's log is no reason to lose the graph
+        if warnings is not None:
+            warnings.append(f"{path}: the load's log could not be read: {type(exc).__name__}: {exc}")
         return None
-    la = analyze_load(log, m)
+    if warnings is not None:
+        warnings.extend(bundle.read_warnings())
     got = la.transactions(m.clock.monotonic_start, m.ended) if la.status == "ok" else None
     if got is None or got[0] <= 0:
         return None
@@ -57,7 +70,10 @@ def load_work(path: str) -> LoadWork | None:
 
 def _duration(path: str) -> float | None:
     """A bundle's capture duration (for work = throughput x duration), None for other inputs."""
-    if not looks_like_bundle(path):
+    try:
+        if not looks_like_bundle(path):
+            return None
+    except OSError:
         return None
     m = Bundle.open(path).manifest
     if m.ended is not None and m.clock.monotonic_start:
@@ -73,17 +89,23 @@ def diff_flamegraph(
     throughput: tuple[float, float] | None = None,
     offcpu: bool = False,
     title: str | None = None,
+    warnings: list[str] | None = None,
 ) -> tuple[FlameGraph, dict[str, int], dict[str, int], tuple[float, float] | None]:
     """Load both inputs and build the differential graph; returns (graph, before counts, after
-    counts, samples per 1,000 transactions before and after when both loads' work is known)."""
+    counts, samples per 1,000 transactions before and after when both loads' work is known).
+    What reading the inputs tolerated is appended to ``warnings``."""
     opts = opts or FoldOptions()
     a = load_stacks(before, opts, offcpu=offcpu)
     b = load_stacks(after, opts, offcpu=offcpu)
+    if warnings is not None:
+        warnings.extend(a.warnings + b.warnings)
     if not a.counts or not b.counts:
-        raise InputError(f"no stacks in {before if not a.counts else after}")
+        empty = a if not a.counts else b
+        read = f" (read: {'; '.join(empty.warnings)})" if empty.warnings else ""
+        raise InputError(f"no stacks in {before if not a.counts else after}{read}")
     work_a = work_b = None
     how = "normalised by total samples"
-    la, lb = (load_work(before), load_work(after)) if throughput is None else (None, None)
+    la, lb = (load_work(before, warnings), load_work(after, warnings)) if throughput is None else (None, None)
     if la is not None and lb is not None:
         work_a, work_b = la.transactions, lb.transactions
         how = (f"normalised by throughput: {format_amount(1000 * sum(a.counts.values()) / work_a, b.unit)} -> "
@@ -113,7 +135,9 @@ def diff(before: str, after: str, svg: FlameGraphOptions, *, opts: FoldOptions |
          throughput: tuple[float, float] | None = None, offcpu: bool = False, title: str | None = None,
          folded_output: bool = False) -> DiffResult:
     """`profiler diff`: the differential SVG, or 'stack before after' lines."""
-    graph, a, b, per = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title)
+    warnings: list[str] = []
+    graph, a, b, per = diff_flamegraph(before, after, opts=opts, throughput=throughput, offcpu=offcpu, title=title,
+                                       warnings=warnings)
     if folded_output:
-        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph, per)
-    return DiffResult(RENDERER.render(graph, svg), graph, per)
+        return DiffResult([f"{k} {a.get(k, 0)} {b.get(k, 0)}\n" for k in sorted(set(a) | set(b))], graph, per, warnings)
+    return DiffResult(RENDERER.render(graph, svg), graph, per, warnings)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
 from profiler.analyzers.stacks.folding import (
     PARALLEL_MIN_BYTES,
@@ -25,11 +26,13 @@ from profiler.analyzers.stacks.folding import (
 from profiler.analyzers.stacks.naming import fold_stacks
 from profiler.analyzers.stacks.offcpu import offcpu_by_reason, offcpu_folded, pool_roots
 from profiler.bundle import Bundle
-from profiler.errors import InputError, UsageError
+from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
+from profiler.renderers.registry import EXPORTS
+from profiler.tolerant import ReadLog
 
 Warn = Callable[[str], None]
 
@@ -49,6 +52,7 @@ class Stacks:
     event: str | None = None
     samples: int = 0
     source: str = ""
+    seen: int = 0  # events read, counted or not (filtered out, no stack, unreadable header)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -85,9 +89,26 @@ def _unit_for(event: str | None, count_samples: bool) -> str:
     return "ns" if base in ("cpu-clock", "task-clock") else "events"
 
 
-def _from_collapser(c: Collapser, opts: FoldOptions, source: str) -> Stacks:
+def _from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> Stacks:
+    """The folded counts; the samples whose header could not be read are counted in ``log``
+    (whose summary, with what the stream tolerated, becomes the one warning about the input)."""
+    warnings = list(c.warnings)
+    if log is not None:
+        log.skip(c.weird, UNREAD_SAMPLES)
+        if (summary := log.summary()) is not None:
+            warnings.append(summary)
+    elif c.weird:
+        warnings.append(f"{source}: {UNREAD_SAMPLES}: {c.weird:,} skipped")
     return Stacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
-                  source=source, warnings=list(c.warnings))
+                  source=source, warnings=warnings, seen=c.samples + c.skipped + c.weird)
+
+
+UNREAD_SAMPLES = "samples whose header could not be read"
+
+
+def _log_warnings(log: ReadLog) -> list[str]:
+    summary = log.summary()
+    return [summary] if summary is not None else []
 
 
 def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress: Progress | None = None,
@@ -109,40 +130,43 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
     if bundle is not None:
         name = bundles.cpu_stacks(bundle)
         if name is None:
-            raise InputError(f"{input} has no CPU stacks ({bundles.CPU_STACKS[0]}): was the cpu-stacks collector skipped?")
+            raise BundleError(f"{input} holds no CPU stacks ({bundles.CPU_STACKS[0]}; cpu-stacks collector: "
+                              f"{bundles.collector_status(bundle, 'cpu-stacks')})")
         meter.task = f"folding {name}"
-        with open(bundle.path(name), "rb") as fh:
-            out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}")
+        with bundle.open_binary(name) as fh:
+            out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}", bundle.log(name))
         out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
         return out
     if src.format is perfdata.FORMAT:
         meter.task, meter.total = f"perf script {src.name} | folding", None
-        return _from_perf_data(src.file, input, opts, meter)
+        return _from_perf_data(src.file, input, opts, meter, src.log, src.name + src.damage())
     if src.format is pprof.FORMAT:
         return _pprof(src, opts)
     if src.format is folded.FORMAT:
         counts = folded.read_source(src)
-        return Stacks(counts=counts, source=src.name, samples=sum(counts.values()))
+        return Stacks(counts=counts, source=src.name, samples=sum(counts.values()), warnings=_log_warnings(src.log))
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
         fold = collapse_file(str(src.path), opts, on_progress=(lambda d, t: progress(meter.task, d, t, "B"))
                              if progress is not None else None)  # several processes
         return _from_collapser(fold, opts, src.name)
-    with src.open_raw() as fh:
-        return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name)
+    with src.open() as fh:
+        return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name, src.log)
 
 
-def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter) -> Stacks:
+def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter, log: ReadLog | None = None,
+                    name: str | None = None) -> Stacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
-    field) unless a time window needs each sample's own time."""
+    field) unless a time window needs each sample's own time. ``log``: what decompressing a
+    gzipped perf.data tolerated; ``name``: the input as errors name it."""
     if opts.window.bounded:
-        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS)
-        return _from_collapser(c, opts, input)
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name)
+        return _from_collapser(c, opts, input, log)
     merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
     fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
     merged: list[perfdata.Merged] = []
     c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
-                                  merge=merge, merged=merged)
-    out = _from_collapser(c, opts, input)
+                                  merge=merge, merged=merged, name=name)
+    out = _from_collapser(c, opts, input, log)
     if merged:
         # perf script read one sample per distinct stack: the file's own count when every
         # sample was folded, else none (the subtitle leaves it out rather than understate it)
@@ -163,7 +187,8 @@ def _pprof(src: Source, opts: FoldOptions) -> Stacks:
         counts = fold_stacks(profile.stacks(i))
         unit = _UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
     samples = sum(1 for _ in profile.stacks(i))
-    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name, warnings=profile.warnings)
+    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
+                  warnings=profile.warnings + _log_warnings(src.log))
 
 
 def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
@@ -173,30 +198,30 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
     if bundle is not None:
         members = bundles.offcpu(bundle)
         if members is None:
-            raise InputError(f"{src.name} has no off-CPU evidence ({bundles.OFFCPU_STACKS[0]}): "
-                             "was the offcpu-stacks collector skipped?")
+            raise BundleError(f"{src.name} holds no off-CPU evidence ({bundles.OFFCPU_STACKS[0]}; offcpu-stacks "
+                              f"collector: {bundles.collector_status(bundle, 'offcpu-stacks')})")
         if members.folded is not None:
             return _bcc_offcpu(src.name, bundle, members.folded, opts)
         assert members.stacks is not None
         if members.intervals is not None:
-            intervals = bundles.read_intervals(bundle.iter_lines(members.intervals))
+            intervals = bundles.read_intervals(bundle.iter_lines(members.intervals), bundle.log(members.intervals))
         source = f"{src.name}/{members.stacks}"
-        counts, stats = offcpu_folded(iter_samples(bundle.iter_lines(members.stacks)), pools=opts.pools,
-                                      window=opts.window, intervals=intervals)
+        counts, stats = offcpu_folded(iter_samples(bundle.iter_lines(members.stacks), bundle.log(members.stacks)),
+                                      pools=opts.pools, window=opts.window, intervals=intervals)
     elif src.format is perfdata.FORMAT:
         source = src.name
         counts, stats = perfdata.read_perf_script(
-            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window))
+            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
+            name=src.name + src.damage())
     else:
         source = src.name
-        with src.open_raw() as fh:
-            counts, stats = offcpu_folded(iter_samples(open_lines(fh)), pools=opts.pools, window=opts.window)
+        with src.open() as fh:
+            counts, stats = offcpu_folded(iter_samples(open_lines(fh), src.log), pools=opts.pools, window=opts.window)
+    warnings = bundle.read_warnings() + bundle.warnings if bundle is not None else _log_warnings(src.log)
     if not counts:
-        raise InputError(f"no sched_switch samples with blocked time in {source}")
+        raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
     notes = list(stats.notes)
-    warnings: list[str] = []
     if bundle is not None:
-        warnings.extend(bundle.warnings)
         notes.extend(bundles.collector_note(bundle, "offcpu-stacks"))
     return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=source,
                   warnings=warnings, notes=notes)
@@ -204,13 +229,30 @@ def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
 
 def _bcc_offcpu(where: str, bundle: Bundle, member: str, opts: FoldOptions) -> Stacks:
     """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
-    counts = folded.parse_folded(bundle.iter_lines(member))
+    counts = folded.parse_folded(bundle.iter_lines(member), bundle.log(member))
     if opts.pools:
         counts = pool_roots(counts)
     if opts.window.bounded:
         raise UsageError("--from/--to: the bcc backend's off-CPU stacks are totals over the capture, without times")
     return Stacks(counts=offcpu_by_reason(counts), unit="ns", event="offcpu (bcc)", source=f"{where}/{member}",
-                  warnings=list(bundle.warnings))
+                  warnings=bundle.read_warnings() + bundle.warnings)
+
+
+def _damage(warnings: list[str]) -> str:
+    """What reading tolerated, for the error that nothing usable was left."""
+    return f" (read: {'; '.join(warnings)})" if warnings else ""
+
+
+def _check(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
+    """Say what was tolerated in the input (``warn``); no stacks at all is an error instead, in
+    one line naming what reading tolerated when that is why (a truncated file that yielded
+    nothing)."""
+    if not stacks.counts:
+        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else "")
+                         + _damage(stacks.warnings))
+    for w in stacks.warnings:
+        if warn is not None:
+            warn(w)
 
 
 def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
@@ -234,14 +276,56 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
     """`profiler flamegraph`: the SVG (or folded lines) of one input. ``warn`` hears what was
     tolerated in the input (a truncated file...), before any error about the result."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
-    for w in stacks.warnings:
-        if warn is not None:
-            warn(w)
-    if not stacks.counts:
-        raise InputError(f"no samples with stacks in {stacks.source}" + (" in that time range" if opts.window.bounded else ""))
+    if not stacks.counts and folded_output and not stacks.seen and not stacks.warnings and not opts.window.bounded:
+        # perf script of a recording without events: nothing to fold, as inferno-collapse-perf
+        # prints nothing and succeeds (a graph of nothing is still an error, as in inferno-flamegraph)
+        return FlameGraphResult([], stacks)
+    _check(stacks, opts, warn)
     if folded_output:
         return FlameGraphResult(list(format_folded(stacks.counts)), stacks)
     frac = svg.min_width / (svg.width - 20) if svg.min_width > 0 else 0.0
     graph = make_graph(stacks, title=title, subtitle=subtitle, offcpu=offcpu, min_fraction=frac)
     text = RENDERER.render(graph, svg)
     return FlameGraphResult(text, stacks, frames=text.count("<g data-i="))
+
+
+# --------------------------------------------------------------------------- stacks for other tools
+
+_UNIT_NAMES = {"ns": "nanoseconds", "us": "microseconds", "samples": "count"}
+EXPORT_FORMATS = tuple(f for r in EXPORTS for f in r.formats)
+
+
+def export_format(fmt: str | None, output: str | None) -> str | None:
+    """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    if fmt:
+        return fmt if fmt in EXPORT_FORMATS else None
+    if output:
+        low = output.lower()
+        for r in EXPORTS:
+            if any(low.endswith(ext) for ext in r.extensions):
+                return r.formats[0]
+    return None
+
+
+def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
+    """Folded stacks with what their values are, as pprof and speedscope name them."""
+    if stacks.event and "/" in stacks.event and " " not in stacks.event:  # a pprof input's own type
+        kind, _, unit = stacks.event.partition("/")
+    elif offcpu:
+        kind, unit = "offcpu", _UNIT_NAMES.get(stacks.unit, stacks.unit)
+    elif stacks.unit == "ns":
+        kind, unit = "cpu", "nanoseconds"
+    else:
+        kind, unit = (stacks.unit if stacks.unit != "samples" else "samples"), "count"
+    name = " · ".join(x for x in (stacks.source, stacks.event) if x)
+    return StackProfile(counts=dict(stacks.counts), sample_type=kind, unit=unit, name=name,
+                        comments=[f"profiler: {name}"] + stacks.notes[:3])
+
+
+def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
+           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
+    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
+    stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
+    _check(stacks, opts, warn)
+    writer = EXPORTS.pick(StackProfile, fmt)
+    return writer.render(stack_profile(stacks, offcpu)), stacks

@@ -105,6 +105,18 @@ def heatmap(input: str, opts: HeatmapOptions, *, progress: Progress | None = Non
     return _block(bio, bundle, name, opts)
 
 
+def _warnings_of(src: Source, bundle: Bundle | None) -> list[str]:
+    """What reading the input tolerated (a bundle's members, or the file), one line each."""
+    if bundle is not None:
+        return bundle.read_warnings() + bundle.warnings
+    summary = src.log.summary()
+    return [summary] if summary is not None else []
+
+
+def _text(fh: IO[bytes]) -> IO[str]:
+    return io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n")
+
+
 def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.SampleTimes:
     if bundle is not None:
         member = bundles.cpu_stacks(bundle)
@@ -112,27 +124,32 @@ def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.Sa
             raise BundleError(f"{name} holds no {bundles.CPU_STACKS[0]} (cpu-stacks collector: "
                               f"{bundles.collector_status(bundle, 'cpu-stacks')})")
         with bundle.open_binary(member) as fh:
-            return subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+            return subsecond.parse_sample_times(_text(fh), bundle.log(member))
     if src.format is perfdata.FORMAT:
-        return perfdata.read_perf_script(
-            src.file, lambda out: subsecond.parse_sample_times(io.TextIOWrapper(out, encoding="utf-8", errors="replace")))
+        return perfdata.read_perf_script(src.file, lambda out: subsecond.parse_sample_times(_text(out)),
+                                         name=src.name + src.damage())
     with src.open() as fh:
-        st = subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+        st = subsecond.parse_sample_times(_text(fh), src.log)
     if not len(st.t):
-        raise InputError(f"{name}: no perf script samples with times found")
+        raise InputError(f"{name}: no perf script samples with times found{src.damage()}")
     return st
 
 
 def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: HeatmapOptions) -> HeatmapResult:
     st = _sample_times(src, bundle, name)
+    warnings = _warnings_of(src, bundle)
+    if not len(st.t):
+        raise InputError(f"{name}: no CPU samples with times" + (f" (read: {'; '.join(warnings)})" if warnings else ""))
     t0 = subsecond.capture_origin(bundle, st.t) if bundle is not None else None
     h = subsecond.subsecond_heatmap(st.t, rows=opts.rows, t0=t0)
-    doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": name, **h.to_json()}
+    if h.note:
+        warnings.append(h.note)
+    doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": name, **h.to_json(), "warnings": warnings}
     svg = heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(
-        title=opts.title, subtitle=f"{name}: {h.total} samples over {h.ncols} s",
+        title=opts.title, subtitle=f"{name}: {h.total} samples over {h.ncols * h.step:,.0f} s",
         source=input if bundle is not None else "BUNDLE",
     ))
-    return HeatmapResult(doc, svg)
+    return HeatmapResult(doc, svg, warnings=warnings)
 
 
 def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) -> pairing.BlockIO:
@@ -142,21 +159,23 @@ def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) ->
             raise BundleError(f"{name} holds no {bundles.BLOCK_TRACE} (block-io collector: "
                               f"{bundles.collector_status(bundle, 'block-io')})")
         with bundle.open_binary(member) as fh:
-            bio = pairing.pair_stream(fh, ticker.pairer(member))
-        bio.warnings.extend(bundle.warnings)
+            bio = pairing.pair_stream(fh, ticker.pairer(member), only_block_lines=True)
+        bio.warnings.extend(_warnings_of(src, bundle))
         return bio
     if src.format is perfdata.FORMAT:
         try:  # block events straight from the file: no perf script, no text
             bio = pairing.read_perf_data(str(src.file))
         except PerfDataUnsupported:
             bio = perfdata.read_perf_script(src.file, lambda out: pairing.pair_stream(out, ticker.pairer(name)),
-                                            PERF_FIELDS)
+                                            PERF_FIELDS, name=src.name + src.damage())
         if bio.counts.events == 0:
             raise InputError(f"{src.name} holds no block:block_rq_issue/complete events")
         return bio
     assert src.format is blocktrace.FORMAT
     with src.open() as fh:
-        return pairing.pair_stream(fh, ticker.pairer(name))
+        bio = pairing.pair_stream(fh, ticker.pairer(name))
+    bio.warnings.extend(_warnings_of(src, bundle))
+    return bio
 
 
 def _lattice(opts: HeatmapOptions) -> dict[str, Any]:
@@ -167,7 +186,7 @@ def _lattice(opts: HeatmapOptions) -> dict[str, Any]:
 def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     p = pairs.read_source(src, units_time=opts.units_time, units_latency=opts.units_latency)
     if not len(p.t):
-        raise InputError(f"{name}: no time/latency pairs")
+        raise InputError(f"{name}: no time/latency pairs{src.damage()}")
     if opts.by != "none":
         raise UsageError("--by needs block events: 'time latency' pairs carry no op, device or issuer")
     panels = hm.panels(p.t, p.lat, {"all": np.ones(len(p.t), bool)}, **_lattice(opts))
@@ -176,14 +195,16 @@ def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     short = {"paired": len(p.t), "unpaired issues": 0, "unpaired completions": 0}
     svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=f"{name}: {len(p.t)} IOs", totals=short),
                                      heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    return HeatmapResult(doc, svg)
+    warnings = _warnings_of(src, None)
+    doc["warnings"] = warnings
+    return HeatmapResult(doc, svg, warnings=warnings)
 
 
 def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     """bcc biosnoop's own output: one record per IO, latency in ms, time in s (no --units needed)."""
     b = biosnoop.read_source(src)
     if not len(b.t):
-        raise InputError(f"{name}: biosnoop output with no IO lines")
+        raise InputError(f"{name}: biosnoop output with no IO lines{src.damage()}")
     n = len(b.t)
     if opts.by == "none":
         groups = {"all IOs": np.ones(n, bool)}
@@ -209,7 +230,8 @@ def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
                 f"max {lat_s(float(b.lat.max()))}")
     svg = heatmap_svg.LATENCY.render(hm.LatencyHeatmap(panels, subtitle=subtitle, totals={"IOs": n}),
                                      heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    warnings = [f"{name}: {b.skipped_lines} lines that are not IOs skipped"] if b.skipped_lines else []
+    warnings = _warnings_of(src, None)
+    doc["warnings"] = warnings
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
@@ -218,7 +240,11 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
     if opts.by not in ("none", "op"):
         raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
                          "use --by op (its panels) or capture with --backend perf")
-    h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
+    try:
+        h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
+    except ValueError as exc:  # no header line: nothing can be read
+        raise InputError(f"{name}: {exc}" + (f" (read: {'; '.join(bundle.read_warnings())})"
+                                              if bundle.read_warnings() else "")) from None
     model = hist_heatmap.from_hist(h)
     if model is None:
         raise InputError(f"{name}: {members.BLOCK_HIST} holds no IOs")
@@ -226,12 +252,15 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
            "totals": {"ios": int(sum(s.count for s in h.slots))},
            "panels": [x.to_json() for x in model.panels]}
     svg = heatmap_svg.LATENCY.render(model, heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    return HeatmapResult(doc, svg, warnings=list(bundle.warnings))
+    warnings = bundle.read_warnings() + bundle.warnings + h.warnings
+    doc["warnings"] = warnings
+    return HeatmapResult(doc, svg, warnings=warnings)
 
 
 def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: HeatmapOptions) -> HeatmapResult:
     if not len(bio.ios):
-        raise InputError(f"{name}: no issue/completion pairs found ({bio.counts.events} block events)")
+        read = f"; read: {'; '.join(bio.warnings)}" if bio.warnings else ""
+        raise InputError(f"{name}: no issue/completion pairs found ({bio.counts.events} block events{read})")
     t, lat = bio.ios["t_complete"], bio.ios["latency"]
     tids, comms = stats.targets_of(bundle.manifest) if bundle is not None else ((), ())
     if opts.by == "none":
@@ -252,7 +281,7 @@ def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: Heatmap
     p50, p99 = np.percentile(lat, [50, 99])
     panels = hm.panels(t, lat, groups, t0=bio.t_first, **_lattice(opts))
     doc = {"kind": "io-latency", "input": name, "source": "block", "totals": totals,
-           "panels": [x.to_json() for x in panels], **extra}
+           "panels": [x.to_json() for x in panels], **extra, "warnings": bio.warnings}
     short = {"paired": c.paired, "unpaired issues": c.unpaired_issues, "unpaired completions": c.unpaired_completions}
     if c.lost_events:
         short["lost events"] = c.lost_events

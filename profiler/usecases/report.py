@@ -6,10 +6,14 @@ SubsecondHeatmap), so renderers never see a bundle or run an analyzer.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
 from profiler.bundle import Bundle, members
+from profiler.errors import OutputError
+from profiler.files import is_stdout, output_kind, write_output
 from profiler.progress import Progress
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
@@ -37,16 +41,58 @@ def report(bundle_dir: str | Path, fmt: str, progress: Progress | None = None) -
     return render(analysis_of(bundle_dir, progress), fmt)
 
 
-def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html: bool = True,
-                   progress: Progress | None = None) -> str:
-    """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), return the text summary.
+@dataclass
+class DefaultReport:
+    """What analyze, attach and run print: the text summary, and whether the HTML report was written."""
+
+    summary: str
+    html: str | None  # where the HTML report went (None: not written)
+    error: OutputError | None = None  # why it could not be written
+    warnings: list[str] | None = None  # what reading the bundle tolerated
+    replaced: str | None = None  # BUNDLE/report.html was a link, device or pipe: what was replaced
+
+
+def write_html(analysis: Analysis, bundle_dir: str | Path, html_path: str | Path | None, *, force: bool = False) -> str:
+    """Write the HTML report: to ``html_path`` (the overwrite rule: ``force``), or to
+    BUNDLE/report.html, the tool's own derived file, rewritten on each analysis, where only a
+    regular file is ever written: a symbolic link, a device or a pipe by that name is replaced,
+    never followed or written into (docs/cli.md#outputs). Returns where it went."""
+    in_bundle = html_path is None
+    target = Path(bundle_dir) / REPORT_NAME if in_bundle else Path(html_path)  # type: ignore[arg-type]
+    write_output(target, render(analysis, "html"), force=force or in_bundle, special=not in_bundle)
+    return "standard output" if html_path is not None and is_stdout(html_path) else str(target)
+
+
+def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html_report: bool = True,
+                   force: bool = False, progress: Progress | None = None) -> DefaultReport:
+    """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), and render the text
+    summary. A report that cannot be written is not an analysis lost: the summary comes back with
+    the error, for the caller to print both.
 
     attach and run call this at the end of a capture; so does `profiler analyze`.
     """
     analysis = analysis_of(bundle_dir, progress)
-    target = Path(html_path) if html_path else Path(bundle_dir) / REPORT_NAME
     shown: str | None = None
-    if write_html:
-        target.write_text(render(analysis, "html"), encoding="utf-8")
-        shown = str(target)
-    return render(analysis, "text", shown)
+    error: OutputError | None = None
+    replaced = None
+    if write_html_report:
+        if html_path is None:
+            replaced = _not_a_file(Path(bundle_dir) / REPORT_NAME)
+        try:
+            shown = write_html(analysis, bundle_dir, html_path, force=force)
+        except OutputError as exc:
+            error = exc
+            replaced = None
+    summary = render(analysis, "text", shown)
+    return DefaultReport(summary, shown, error, list(analysis.reading_warnings), replaced)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """'a symbolic link to X' / 'a device or pipe' when ``path`` is there but no regular file."""
+    kind = output_kind(path)
+    if kind == "link":
+        try:
+            return f"a symbolic link to {os.readlink(path)}"
+        except OSError:
+            return "a symbolic link"
+    return "a device or pipe" if kind == "special" else None

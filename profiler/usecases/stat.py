@@ -40,11 +40,12 @@ class StatSummary:
     rows: list[StatRow] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     not_supported: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what reading the input tolerated (lines skipped, a cut)
 
     def to_json(self) -> dict[str, Any]:
         return {"input": self.input, "format": self.format, "target": self.target, "elapsed": self.elapsed,
                 "counters": [vars(r) for r in self.rows], "findings": self.findings,
-                "not_supported": self.not_supported}
+                "not_supported": self.not_supported, "warnings": self.warnings}
 
 
 def summarize(input: str) -> StatSummary:
@@ -53,8 +54,11 @@ def summarize(input: str) -> StatSummary:
         out = perfstat.read_source(src)
     finally:
         src.close()
-    el = out.elapsed
-    s = StatSummary(input=input, format=out.format, target=out.target or "", elapsed=el)
+    src.log.skip(out.skipped_lines, "lines that are no counter")
+    # rates need a time: a (damaged) elapsed time of less than a microsecond gives none
+    el = out.elapsed if out.elapsed is not None and out.elapsed >= 1e-6 else None
+    s = StatSummary(input=input, format=out.format, target=out.target or "", elapsed=el,
+                    warnings=[w for w in (src.log.summary(),) if w is not None])
     for c in out.counters:
         per_s = c.value / el if c.value is not None and el else None
         meaning = c.metric

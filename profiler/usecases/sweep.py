@@ -153,7 +153,7 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
             else:
                 a = analysis_of(out)
                 if req.step_reports:
-                    (out / REPORT_NAME).write_text(render(a, "html"), encoding="utf-8")
+                    atomic_write_bytes(out / REPORT_NAME, render(a, "html").encode())
                 _fill(step, a)
         except (Interrupted, KeyboardInterrupt):
             step.status, step.why = "interrupted", "Ctrl-C"
@@ -174,7 +174,7 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
         _write(req, sw)
     sw.conclude()
     _write(req, sw)
-    (req.output / SWEEP_REPORT).write_text(sweep_html.RENDERER.render(sw), encoding="utf-8")
+    atomic_write_bytes(req.output / SWEEP_REPORT, sweep_html.RENDERER.render(sw).encode())
     if interrupted:
         raise Interrupted(f"interrupted: {len([s for s in sw.steps if s.status == 'ok'])} finished steps kept in "
                           f"{req.output}/ ({SWEEP_JSON} marked partial)")

@@ -119,6 +119,15 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append(f"| {name} | {part['scored']} | {part['correct']} | {acc} | {part['sub_cause_correct']}/"
                      f"{part['sub_cause_scored']} | {part['outcomes'].get('unconfirmed', 0)} | {others or '-'} | "
                      f"{la.get('min', 0):.1f}-{la.get('max', 0):.1f} ({la.get('mean', 0):.1f}) |")
+    short = {"cpu": "cpu", "io_wait": "io", "memory": "mem", "lock_contention": "lock",
+             "not_saturated": "idle", OTHER: "other"}
+    cols = [*CATEGORIES, OTHER]
+    for name, part in sorted(board.get("by_noise", {}).items()):
+        lines += ["", f"Confusion, {name} (rows: expected, columns: got):", "",
+                  "| expected | " + " | ".join(short[c] for c in cols) + " |",
+                  "| --- | " + " | ".join("---:" for _ in cols) + " |"]
+        for e in CATEGORIES:
+            lines.append(f"| {e} | " + " | ".join(str(part["confusion"][e][g]) for g in cols) + " |")
     lines += ["", "| scenario | expected | quiet: got (first finding, second when >= 0.35) | noisy: got (same) |",
               "| --- | --- | --- | --- |"]
     rows: dict[str, dict[str, dict[str, Any]]] = {}

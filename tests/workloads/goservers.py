@@ -22,7 +22,7 @@ from typing import Any
 
 from tests.workloads import gobuild
 
-Spawn = Callable[[str, list[str]], "subprocess.Popen[bytes]"]
+Spawn = Callable[..., "subprocess.Popen[bytes]"]  # spawn(name, argv, join=None, env=None)
 
 
 def free_port() -> int:
@@ -58,11 +58,12 @@ class Children:
         self.logdir = logdir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, argv: list[str], join: Callable[[], None] | None = None,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=join, env=env)
         finally:
             log.close()
         self.procs.append(p)
@@ -111,8 +112,9 @@ class GoWorkload:
         exe = self.exe or gobuild.build()
         return [str(exe), "-mode", self.mode, "-addr", f"127.0.0.1:{self.port}", "-stdin-exit=false", *self.args]
 
-    def start(self, spawn: Spawn, timeout: float = 20.0) -> int:
-        self.proc = spawn(f"goworkload-{self.mode}", self.argv())
+    def start(self, spawn: Spawn, timeout: float = 20.0, join: Callable[[], None] | None = None,
+              env: dict[str, str] | None = None) -> int:
+        self.proc = spawn(f"goworkload-{self.mode}", self.argv(), join=join, env=env)
         wait_http(f"{self.url}/stats", self.proc, timeout, f"goworkload -mode {self.mode}")
         return self.proc.pid
 
@@ -157,11 +159,25 @@ class Etcd:
                 "--initial-cluster", f"profiler-test=http://127.0.0.1:{self.peer}",
                 "--enable-pprof", "--log-level", "warn", *self.extra]
 
-    def start(self, spawn: Spawn, timeout: float = 30.0) -> int:
+    def start(self, spawn: Spawn, timeout: float = 30.0, join: Callable[[], None] | None = None) -> int:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.proc = spawn("etcd", self.argv())
+        self.proc = spawn("etcd", self.argv(), join=join)
         wait_http(f"{self.url}/health", self.proc, timeout, "etcd")
         return self.proc.pid
+
+    def metric_sums(self, *names: str) -> dict[str, float]:
+        """Sums over label sets of the named series in etcd's own /metrics (read here, not by the profiler)."""
+        out = dict.fromkeys(names, 0.0)
+        for line in get(f"{self.url}/metrics", 10).decode("utf-8", "replace").splitlines():
+            if line.startswith("#"):
+                continue
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in out:
+                try:
+                    out[name] += float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    pass
+        return out
 
     def put(self, key: str, value: str) -> None:
         import base64

@@ -1,0 +1,236 @@
+"""The Prometheus text exposition format, read tolerantly (analyzers layer).
+
+What a server's ``/metrics`` returns (format 0.0.4, and the OpenMetrics text it grew into):
+
+    # HELP name text with \\\\ and \\n escaped
+    # TYPE name counter|gauge|histogram|summary|untyped
+    name{label="value",other="v\\"q\\""} 1.5e+06 [timestamp]
+
+Label values escape ``\\``, ``"`` and newline; values are Go floats (``NaN``, ``+Inf``, ``-Inf``).
+OpenMetrics adds ``# EOF``, ``_created`` samples and exemplars (`` # {...} v``), which are cut.
+
+Nothing a server returns is trusted: lines are read one at a time (:func:`parse_lines` streams),
+a line that does not parse is counted (``Snapshot.errors``, with the first few kept, escaped
+and cut short, for the report) and skipped, never raised; metric names, label counts and label
+values are capped in length, and so is the number of series per snapshot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+MAX_NAME = 200  # characters of a metric or label name
+MAX_VALUE = 512  # characters of a label value
+MAX_LABELS = 32
+MAX_SERIES = 200_000  # series kept per snapshot (TiKV exposes ~10-20 thousand)
+MAX_EXAMPLES = 5
+TYPES = ("counter", "gauge", "histogram", "summary", "untyped", "info", "stateset", "gaugehistogram", "unknown")
+
+Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
+Key = tuple[str, Labels]
+
+
+class _Bad(Exception):
+    pass
+
+
+def _is_name(s: str) -> bool:
+    if not s or len(s) > MAX_NAME:
+        return False
+    c = s[0]
+    if not (c.isascii() and (c.isalpha() or c in "_:")):
+        return False
+    return all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in s)
+
+
+_NAMED = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "+inf": math.inf,
+          "-inf": -math.inf, "nan": math.nan, "inf": math.inf}
+
+
+def _float(text: str) -> float:
+    v = _NAMED.get(text)
+    if v is not None:
+        return v
+    try:
+        return float(text)
+    except ValueError:
+        raise _Bad(f"value {text[:40]!r} is not a number") from None
+
+
+def _labels(text: str, pos: int) -> tuple[Labels, int]:
+    """Parse ``{a="x",b="y"}`` starting after the ``{``; return labels and the position after ``}``."""
+    out: list[tuple[str, str]] = []
+    n = len(text)
+    while True:
+        while pos < n and text[pos] in " \t":
+            pos += 1
+        if pos < n and text[pos] == "}":
+            return tuple(sorted(out)), pos + 1
+        eq = text.find("=", pos)
+        if eq < 0:
+            raise _Bad("a label without '='")
+        name = text[pos:eq].strip()
+        if not _is_name(name):
+            raise _Bad(f"label name {name[:40]!r}")
+        pos = eq + 1
+        while pos < n and text[pos] in " \t":
+            pos += 1
+        if pos >= n or text[pos] != '"':
+            raise _Bad("a label value without quotes")
+        pos += 1
+        chars: list[str] = []
+        while True:
+            if pos >= n:
+                raise _Bad("a label value runs off the end of the line")
+            c = text[pos]
+            if c == "\\":
+                if pos + 1 >= n:
+                    raise _Bad("a dangling escape in a label value")
+                e = text[pos + 1]
+                chars.append("\n" if e == "n" else e)
+                pos += 2
+                continue
+            if c == '"':
+                pos += 1
+                break
+            chars.append(c)
+            pos += 1
+        value = "".join(chars)
+        if len(value) > MAX_VALUE:
+            raise _Bad(f"a label value of {len(value)} characters")
+        out.append((name, value))
+        if len(out) > MAX_LABELS:
+            raise _Bad(f"more than {MAX_LABELS} labels")
+        while pos < n and text[pos] in " \t":
+            pos += 1
+        if pos < n and text[pos] == ",":
+            pos += 1
+
+
+def parse_sample(line: str) -> tuple[str, Labels, float]:
+    """One sample line -> (name, labels, value); raises _Bad."""
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace >= 0 and (space < 0 or brace < space):
+        name = line[:brace]
+        labels, pos = _labels(line, brace + 1)
+        rest = line[pos:]
+    else:
+        if space < 0:
+            raise _Bad("a sample without a value")
+        name = line[:space]
+        labels = ()
+        rest = line[space:]
+    if not _is_name(name):
+        raise _Bad(f"metric name {name[:40]!r}")
+    hashpos = rest.find(" # ")  # an OpenMetrics exemplar
+    if hashpos >= 0:
+        rest = rest[:hashpos]
+    parts = rest.split()
+    if not parts or len(parts) > 2:
+        raise _Bad("a sample needs a value and at most a timestamp")
+    return name, labels, _float(parts[0])
+
+
+@dataclass
+class Family:
+    type: str = "untyped"
+    help: str = ""
+
+
+@dataclass
+class Snapshot:
+    """One scrape: every series' value, the families' types, and what could not be read."""
+
+    samples: dict[Key, float] = field(default_factory=dict)
+    families: dict[str, Family] = field(default_factory=dict)
+    lines: int = 0
+    errors: int = 0
+    examples: list[str] = field(default_factory=list)  # the first bad lines' reasons (escaped when shown)
+    dropped: int = 0  # series past MAX_SERIES
+
+    def bad(self, why: str, lineno: int) -> None:
+        self.errors += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"line {lineno}: {why}")
+
+    def family_type(self, name: str) -> str:
+        """The declared type of a metric, looking through _bucket/_sum/_count/_total suffixes."""
+        fam = self.families.get(name)
+        if fam is not None:
+            return fam.type
+        for suffix in ("_bucket", "_sum", "_count", "_total", "_created"):
+            if name.endswith(suffix):
+                fam = self.families.get(name[: -len(suffix)])
+                if fam is not None:
+                    return fam.type
+        return "untyped"
+
+    def names(self) -> set[str]:
+        return {k[0] for k in self.samples}
+
+    def series(self, name: str) -> Iterator[tuple[Labels, float]]:
+        for (n, labels), v in self.samples.items():
+            if n == name:
+                yield labels, v
+
+
+def _unescape_help(text: str) -> str:
+    return text.replace("\\n", "\n").replace("\\\\", "\\")
+
+
+def parse_lines(lines: Iterable[str]) -> Snapshot:
+    """Read exposition text line by line into a Snapshot; never raises on bad input."""
+    snap = Snapshot()
+    samples = snap.samples
+    for lineno, raw in enumerate(lines, 1):
+        snap.lines = lineno
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
+                name = parts[2]
+                if not _is_name(name):
+                    snap.bad(f"# {parts[1]} for a bad metric name", lineno)
+                    continue
+                fam = snap.families.setdefault(name, Family())
+                if parts[1] == "TYPE":
+                    t = parts[3].strip().lower() if len(parts) > 3 else ""
+                    if t not in TYPES:
+                        snap.bad(f"unknown metric type {t[:20]!r}", lineno)
+                        continue
+                    fam.type = t
+                else:
+                    fam.help = _unescape_help(parts[3] if len(parts) > 3 else "")[:MAX_VALUE]
+            continue
+        try:
+            name, labels, value = parse_sample(line)
+        except _Bad as exc:
+            snap.bad(str(exc), lineno)
+            continue
+        key = (name, labels)
+        if key not in samples and len(samples) >= MAX_SERIES:
+            snap.dropped += 1
+            continue
+        samples[key] = value
+    return snap
+
+
+def parse_text(text: str) -> Snapshot:
+    return parse_lines(text.splitlines())
+
+
+def labels_dict(labels: Labels) -> dict[str, str]:
+    return dict(labels)
+
+
+def without(labels: Labels, *names: str) -> Labels:
+    return tuple((k, v) for k, v in labels if k not in names)
+
+
+def only(labels: Labels, names: tuple[str, ...]) -> Labels:
+    return tuple((k, v) for k, v in labels if k in names)

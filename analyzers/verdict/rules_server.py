@@ -1,0 +1,190 @@
+"""The verdict's rules over what servers and the Go runtime say about themselves (analyzers layer).
+
+Small named rules over one target's :class:`~profiler.analyzers.verdict.server.ServerEvidence`
+(goroutine snapshots, mutex/block profiles, Go runtime metrics): each returns a
+:class:`ServerFinding` with its evidence, or None. analyzers.verdict.rules turns them into
+findings next to its own (the OS-level rules), so the best explanation wins on score:
+
+- ``go_lock_contention``: goroutines pile up on a Go lock (``sync.Mutex``/``RWMutex``). The OS
+  cannot see it: the Go scheduler parks the threads of waiting goroutines in futex, where they
+  look idle (the idle-by-design wait table says so). Scored by the goroutines waiting on locks
+  on average (block or mutex profile, the runtime's mutex-wait metric, or the snapshots) and
+  their share of the working goroutines; named by the Go function that waits and the one that
+  holds the lock.
+- ``go_memory_pressure``: memory pressure in Go terms: the garbage collector takes a large share
+  of the process's CPU (it runs constantly because the heap is near its goal or GOMEMLIMIT),
+  or the heap is at GOMEMLIMIT.
+- :func:`idle_goroutines`: not a rule but evidence for "not saturated": the goroutines wait for
+  the network, for work on channels or in select, while the process uses little CPU.
+
+Thresholds are in :data:`THRESHOLDS` (docs/verdict.md#go-and-server-metrics); analyzers.verdict.rules
+lists them with its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from profiler.analyzers.server import goroutines as G
+from profiler.analyzers.verdict.model import TargetMetrics
+from profiler.analyzers.verdict.server import ServerEvidence
+
+
+@dataclass(frozen=True)
+class ServerThreshold:
+    value: float
+    full: float
+    unit: str
+    source: str
+    meaning: str
+
+
+THRESHOLDS: dict[str, ServerThreshold] = {
+    "go.lock_wait": ServerThreshold(
+        2.0, 8.0, "goroutines waiting",
+        "our measurements: goworkload -mode mutex, 8 workers: 7; its cpu, idle and fsync modes and etcd under "
+        "load: below 0.5",
+        "goroutine-seconds per second waiting for sync.Mutex/RWMutex: how many goroutines wait for a Go lock on "
+        "average (block or mutex profile, runtime metric, goroutine snapshots)"),
+    "go.lock_share": ServerThreshold(
+        0.3, 0.7, "of working goroutines", "our rule",
+        "goroutines queued on Go locks / goroutines that run, sit in syscalls or queue on locks (waiting for the "
+        "network, channels or timers is not work)"),
+    "go.gc_cpu": ServerThreshold(
+        0.25, 0.5, "of the process's CPU",
+        "Go's GC design: marking takes 25% of GOMAXPROCS while a cycle runs; well above it the collector runs "
+        "constantly and mark assists slow the goroutines that allocate",
+        "CPU in the Go garbage collector / the process's CPU"),
+    "go.heap_limit": ServerThreshold(
+        0.9, 1.0, "of GOMEMLIMIT", "Go runtime (GOMEMLIMIT): near the soft limit the GC runs as often as it must",
+        "heap in use / GOMEMLIMIT"),
+}
+
+
+def ramp(value: float | None, key: str) -> float:
+    """0 below half the threshold, 0.5 at it, 1 at ``full`` (as analyzers.verdict.rules.ramp)."""
+    if value is None:
+        return 0.0
+    th = THRESHOLDS[key]
+    lo, mid, hi = th.value * 0.5, th.value, th.full
+    if value <= lo:
+        return 0.0
+    if value < mid:
+        return 0.5 * (value - lo) / (mid - lo)
+    if value >= hi:
+        return 1.0
+    return 0.5 + 0.5 * (value - mid) / (hi - mid)
+
+
+@dataclass
+class ServerEv:
+    metric: str
+    value: float | None
+    threshold: str | None  # a THRESHOLDS key
+    note: str = ""
+    unit: str = ""
+
+
+@dataclass
+class ServerFinding:
+    category: str
+    rule: str
+    score: float
+    title: str
+    sub_cause: str
+    evidence: list[ServerEv] = field(default_factory=list)
+    recommendation: str = ""
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def _idle_threads(tm: TargetMetrics) -> str:
+    if not tm.active_states and not tm.states:
+        return ""
+    parked = (tm.states or {}).get("futex", 0.0) + (tm.states or {}).get("idle", 0.0) + (tm.states or {}).get("sleep", 0.0)
+    return f"; the OS sees {tm.threads} threads {_pct(parked)} of the time asleep (the Go scheduler parks them)"
+
+
+def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | None:
+    if ev.lock_wait is None and not ev.snapshots:
+        return None
+    share = ev.lock_share
+    wait = ev.lock_wait
+    out = [ServerEv("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source)]
+    if share is not None:
+        out.append(ServerEv("lock_share_of_working_goroutines", share, "go.lock_share",
+                            f"{ev.by_kind.get(G.LOCK, 0):.1f} queued on locks of {ev.working:.1f} working goroutines"))
+    score = min(ramp(wait, "go.lock_wait"), ramp(share, "go.lock_share") if share is not None else ramp(wait, "go.lock_wait"))
+    if score <= 0:
+        return None
+    site = ev.lock_site or "a Go lock"
+    sub = (f"goroutines queue on a Go lock: {wait or 0:.1f} wait on average ({ev.lock_wait_source}); "
+           f"the largest wait: {ev.lock_site_goroutines:.0f} goroutines in {site}")
+    if ev.lock_holder:
+        sub += f"; the lock is held by {ev.lock_holder}"
+    sub += _idle_threads(tm)
+    rec = (f"shorten the critical section behind {site.split(': ', 1)[-1]} (no IO or slow calls while holding the "
+           "lock), shard the lock, or use a sync.RWMutex/atomic where reads dominate; the mutex profile in the "
+           "bundle (server-PID-mutex-end.pb.gz; `profiler flamegraph` draws it) shows where the lock is held")
+    if ev.server == "tidb":
+        rec += "; in TiDB, report the stacks with the TiDB version: internal lock contention is a TiDB issue"
+    return ServerFinding("lock_contention", "go_lock_contention", score, "lock contention between goroutines", sub,
+                         out, rec)
+
+
+def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | None:
+    gc = ev.gc_cpu_share
+    lim = ev.heap_limit_share
+    if gc is None and lim is None:
+        return None
+    out = []
+    if gc is not None:
+        out.append(ServerEv("go_gc_cpu_share", gc, "go.gc_cpu", ev.gc_cpu_source))
+    if lim is not None:
+        out.append(ServerEv("go_heap_of_memory_limit", lim, "go.heap_limit",
+                            f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
+                            f"{(ev.memory_limit or 0) / 1048576:.0f} MiB"))
+    g = ramp(gc, "go.gc_cpu")
+    # at the limit alone is not a bottleneck (a cache sized to it); with the GC busy it is
+    score = max(g, min(ramp(lim, "go.heap_limit"), g + 0.2)) if lim is not None else g
+    if score <= 0:
+        return None
+    bits = []
+    if gc is not None:
+        bits.append(f"the Go garbage collector uses {_pct(gc)} of the process's CPU")
+    if lim is not None:
+        bits.append(f"the heap is at {_pct(lim)} of GOMEMLIMIT")
+    elif ev.heap_inuse is not None and ev.heap_goal:
+        bits.append(f"heap in use {ev.heap_inuse / 1048576:.0f} MiB, GC goal {ev.heap_goal / 1048576:.0f} MiB")
+    sub = "memory pressure in Go terms: " + "; ".join(bits)
+    rec = ("give the process more memory and raise GOMEMLIMIT (or GOGC) so the collector runs less often, or "
+           "allocate less (the on-CPU flame graph shows runtime.mallocgc and the GC's mark assists)")
+    if ev.server == "tidb":
+        rec += ("; in TiDB: tidb_server_memory_limit / tidb_memory_usage_alarm_ratio, and the memory quota of "
+                "large queries (tidb_mem_quota_query)")
+    return ServerFinding("memory", "go_memory_pressure", score, "Go memory pressure", sub, out, rec)
+
+
+def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[ServerEv], str] | None:
+    """Evidence that a Go server waits for work: most goroutines in network, channel or select waits."""
+    if ev is None or not ev.snapshots or not ev.goroutines:
+        return None
+    waiting = sum(ev.by_kind.get(k, 0.0) for k in (G.IO, G.CHAN, G.SELECT, G.WAIT, G.SLEEP, G.RUNTIME))
+    share = waiting / ev.goroutines if ev.goroutines else 0.0
+    if share < 0.5:
+        return None
+    top = [f"{n:.0f} in {site}" for kind, site, n in ev.top_sites if kind in (G.IO, G.CHAN, G.SELECT, G.WAIT)][:3]
+    text = (f"{_pct(share)} of its {ev.goroutines:.0f} goroutines wait for the network, channels or timers"
+            + (f" ({'; '.join(top)})" if top else "") + ", not for locks or the CPU")
+    return [ServerEv("goroutines_waiting_for_work", share, None, text, "of goroutines")], text
+
+
+RULES = (rule_go_locks, rule_go_memory)
+
+
+def findings(tm: TargetMetrics, ev: ServerEvidence | None) -> list[ServerFinding]:
+    if ev is None:
+        return []
+    return [f for f in (r(tm, ev) for r in RULES) if f is not None]

@@ -1,0 +1,187 @@
+"""What a target's own status port and the Go runtime say, as verdict evidence (analyzers layer).
+
+One :class:`ServerEvidence` per target that the server-status collector reached, or whose
+runtime is Go (the on-CPU stacks then tell the garbage collector's share even without a status
+port). Read by analyzers.verdict.rules_server's rules:
+
+- goroutines by kind over the snapshots (start, middle, end): how many wait on locks, on the
+  network, in syscalls, on channels, how many run; the largest lock wait site;
+- lock waiting in goroutine-seconds per second, from the best source there is: the block
+  profile's waits in sync.Mutex/RWMutex over the window, else the mutex profile's, else the
+  runtime's own ``/sync/mutex/wait/total`` metric, else the mean of the goroutine snapshots;
+  and where the lock is held (the mutex profile's release site);
+- the Go garbage collector's share of the process's CPU (runtime metrics, else the on-CPU
+  stacks' GC frames), the heap against GOMEMLIMIT and against the cgroup limit;
+- the Grafana metrics the server exports (query and gRPC durations...), for the findings' notes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from profiler.analyzers.server import goroutines as G
+from profiler.analyzers.server.view import ServerStatusView, TargetStatus
+from profiler.analyzers.verdict.model import TargetMetrics
+from profiler.analyzers.views.stacks import CpuStacks
+
+from profiler.knowledge import pool_of
+
+# On-CPU frames of the Go garbage collector: its background mark workers, mark assists
+# charged to allocating goroutines, and sweeping.
+GC_FRAMES = ("runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.gcDrain", "runtime.markroot",
+             "runtime.bgsweep", "runtime.sweepone", "runtime.gcMarkDone", "runtime.gcMarkTermination")
+NO_LIMIT = 2**62  # GOMEMLIMIT above this is "not set" (math.MaxInt64 by default)
+
+
+@dataclass
+class ServerEvidence:
+    pid: int
+    server: str | None = None  # tidb | tikv | pd | etcd | None
+    go: bool = False
+    endpoint: str | None = None
+    snapshots: int = 0
+    goroutines: float | None = None  # mean over snapshots
+    by_kind: dict[str, float] = field(default_factory=dict)  # mean goroutines per kind
+    lock_site: str = ""  # the largest lock wait site (state, op <- caller)
+    lock_site_goroutines: float = 0.0
+    top_sites: list[tuple[str, str, float]] = field(default_factory=list)  # (kind, site, mean goroutines)
+    lock_wait: float | None = None  # goroutines waiting on Go locks, on average (s/s)
+    lock_wait_source: str = ""
+    lock_holder: str = ""  # where the contended lock is released (mutex profile)
+    gc_cpu_share: float | None = None  # GC CPU / process CPU
+    gc_cpu_source: str = ""
+    heap_inuse: float | None = None
+    memory_limit: float | None = None  # GOMEMLIMIT when set
+    heap_goal: float | None = None
+    notes: dict[str, str] = field(default_factory=dict)  # metric key -> "title: value" (Grafana metrics)
+
+    @property
+    def working(self) -> float:
+        """Goroutines that are not idle by design: running, in syscalls, or queued on locks."""
+        return sum(self.by_kind.get(k, 0.0) for k in (G.LOCK, G.RUN, G.SYSCALL))
+
+    @property
+    def lock_share(self) -> float | None:
+        w = self.working
+        return self.by_kind.get(G.LOCK, 0.0) / w if w > 0 else None
+
+    @property
+    def heap_limit_share(self) -> float | None:
+        if self.heap_inuse is None or not self.memory_limit:
+            return None
+        return self.heap_inuse / self.memory_limit
+
+
+def _gc_from_stacks(cpu: CpuStacks | None, pools: set[str]) -> float | None:
+    if cpu is None or not cpu.folded or not pools:
+        return None
+    total = gc = 0
+    for stack, n in cpu.folded.items():
+        root, _, rest = stack.partition(";")
+        if pool_of(root) not in pools and root not in pools:
+            continue
+        total += n
+        if any(f in rest for f in GC_FRAMES):
+            gc += n
+    return gc / total if total >= 50 else None
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit == "s":
+        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+    if unit == "ratio":
+        return f"{100 * v:.0f}%"
+    if unit == "bytes":
+        return f"{v / 1048576:.0f} MiB"
+    return f"{v:.3g} {unit}"
+
+
+def _goroutine_evidence(ev: ServerEvidence, ts: TargetStatus) -> None:
+    snaps = ts.goroutines
+    if not snaps:
+        return
+    ev.snapshots = len(snaps)
+    ev.goroutines = sum(s.total for s in snaps) / len(snaps)
+    kinds: dict[str, float] = {}
+    sites: dict[tuple[str, str], float] = {}
+    for s in snaps:
+        for k, n in s.by_kind.items():
+            kinds[k] = kinds.get(k, 0.0) + n / len(snaps)
+        for g in s.groups:
+            if g.state.startswith("running (this profile)"):
+                continue
+            key = (g.kind, f"{g.state}: {g.site}" if g.site else g.state)
+            sites[key] = sites.get(key, 0.0) + g.count / len(snaps)
+    # the profile request itself runs a goroutine: not part of the server's work
+    selfrun = sum(g.count for s in snaps for g in s.groups if g.state.startswith("running (this profile)")) / len(snaps)
+    if selfrun:
+        kinds[G.RUN] = max(0.0, kinds.get(G.RUN, 0.0) - selfrun)
+    ev.by_kind = kinds
+    ev.top_sites = sorted(((k, site, n) for (k, site), n in sites.items()), key=lambda x: (-x[2], x[1]))[:8]
+    locks = [(site, n) for (k, site), n in sites.items() if k == G.LOCK]
+    if locks:
+        ev.lock_site, ev.lock_site_goroutines = max(locks, key=lambda x: (x[1], x[0]))
+
+
+def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
+    block = ts.block
+    if block is not None and block.enabled and block.seconds > 0 and block.lock_delay_s > 0:
+        ev.lock_wait = block.lock_delay_s / block.seconds
+        ev.lock_wait_source = "block profile (waits in sync.Mutex/RWMutex)"
+    if ev.lock_wait is None and ts.mutex is not None and ts.mutex.enabled and ts.mutex.seconds > 0 and ts.mutex.delay_s > 0:
+        ev.lock_wait, ev.lock_wait_source = ts.mutex.delay_per_s, "mutex profile (delay)"
+    if ev.lock_wait is None:
+        kv = ts.key("go.mutex_wait")
+        if kv is not None and kv.total is not None:
+            ev.lock_wait, ev.lock_wait_source = kv.total, "runtime metric /sync/mutex/wait/total"
+    if ev.lock_wait is None and ev.snapshots:
+        ev.lock_wait, ev.lock_wait_source = ev.by_kind.get(G.LOCK, 0.0), "goroutine snapshots"
+    if ts.mutex is not None and ts.mutex.top:
+        top = ts.mutex.top[0]
+        ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"
+
+
+def _memory(ev: ServerEvidence, ts: TargetStatus | None, tm: TargetMetrics, cpu: CpuStacks | None,
+            pools: set[str]) -> None:
+    if ts is not None:
+        gc = ts.key("go.gc_cpu")
+        proc = ts.key("process.cpu")
+        used = (proc.total if proc is not None else None) or tm.cpu_cores
+        if gc is not None and gc.total is not None and used:
+            ev.gc_cpu_share = min(1.0, gc.total / used)
+            ev.gc_cpu_source = "runtime metrics (GC CPU / process CPU)"
+        heap = ts.key("go.heap_inuse")
+        limit = ts.key("go.memory_limit")
+        goal = ts.key("go.heap_goal")
+        ev.heap_inuse = heap.total if heap is not None else None
+        ev.heap_goal = goal.total if goal is not None else None
+        if limit is not None and limit.total is not None and 0 < limit.total < NO_LIMIT:
+            ev.memory_limit = limit.total
+    if ev.gc_cpu_share is None and ev.go:
+        share = _gc_from_stacks(cpu, pools)
+        if share is not None:
+            ev.gc_cpu_share, ev.gc_cpu_source = share, "on-CPU stacks in the Go garbage collector"
+
+
+def server_evidence(view: ServerStatusView | None, cpu: CpuStacks | None, tm: TargetMetrics,
+                    pools: set[str]) -> ServerEvidence | None:
+    """The evidence for one target, or None when there is none (no status port and not Go)."""
+    ts = view.targets.get(tm.pid) if view is not None else None
+    is_go = tm.runtime == "go" or (ts is not None and ts.go)
+    if ts is None and not is_go:
+        return None
+    ev = ServerEvidence(pid=tm.pid, go=is_go)
+    if ts is not None:
+        ev.server = ts.server
+        ev.endpoint = ts.metrics_url or ts.pprof_url
+        _goroutine_evidence(ev, ts)
+        _lock_wait(ev, ts)
+        for kv in ts.keys:
+            if kv.info.server == "go" or kv.total is None or math.isnan(kv.total):
+                continue
+            top = max(kv.window.items(), key=lambda x: x[1]) if kv.window else None
+            where = f" ({top[0]})" if top is not None and top[0] != "all" and len(kv.window) > 1 else ""
+            ev.notes[kv.info.key] = f"{kv.info.title}: {_fmt(kv.total, kv.info.unit)}{where}"
+    _memory(ev, ts, tm, cpu, pools)
+    return ev
