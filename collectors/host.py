@@ -154,6 +154,7 @@ def tracefs_path() -> str | None:
 
 
 _mount_error: str | None = None  # why the last ensure_tracefs() could not mount, if it tried
+_mounted_note: str | None = None  # what this process mounted, said by every later ensure_tracefs()
 
 
 def _mount(source: str, target: str, fstype: str) -> None:
@@ -167,10 +168,11 @@ def ensure_tracefs() -> tuple[str | None, str | None]:
     """The readable tracefs directory, mounting it first when it is not mounted and we are root,
     as perf does (tools/lib/api/fs/tracing_path.c): tracefs at /sys/kernel/tracing, else debugfs
     at /sys/kernel/debug and its tracing/ directory. Returns (path or None, what was done or None)."""
-    global _mount_error
+    global _mount_error, _mounted_note
     path = tracefs_path()
     if path is not None or not is_root():
-        return path, None
+        # mounted by an earlier call of this process (bcc's check runs before the session): say it again
+        return path, _mounted_note if path is not None else None
     errors = []
     for source, target, fstype, sub in (("nodev", "/sys/kernel/tracing", "tracefs", ""),
                                         ("nodev", "/sys/kernel/debug", "debugfs", "tracing")):
@@ -185,8 +187,11 @@ def ensure_tracefs() -> tuple[str | None, str | None]:
         if path is not None:
             _mount_error = None
             if not sub:
-                return path, f"tracefs was not mounted: mounted it at {target} (as perf does)"
-            return path, f"tracefs was not mounted: mounted debugfs at {target} (as perf does); tracing is at {path}"
+                _mounted_note = f"tracefs was not mounted: mounted it at {target} (as perf does)"
+            else:
+                _mounted_note = (f"tracefs was not mounted: mounted debugfs at {target} (as perf does); "
+                                 f"tracing is at {path}")
+            return path, _mounted_note
     _mount_error = "; ".join(errors) or "no tracing directory appeared"
     return None, None
 

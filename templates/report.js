@@ -280,7 +280,9 @@
       if (v >= 1e3) return (v / 1e3).toFixed(1) + " ms";
       return v.toFixed(0) + " us";
     }
-    return fmtNum(v) + " " + (v === 1 ? "sample" : "samples");
+    var n = Math.abs(v) < 1e4 ? Math.round(v).toString() : fmtNum(v);  // counts: "57 samples", not "57.0"
+    if (unit === "goroutines") return n + " " + (v === 1 ? "goroutine" : "goroutines");
+    return n + " " + (v === 1 ? "sample" : "samples");
   }
 
   function Flame(holder, G, title) {
@@ -297,6 +299,9 @@
     this.total = new Float64Array(n);
     this.zoom = 0;
     this.re = null;
+    // a goroutine snapshot has no times: the range picked on the timeline does not apply to it
+    this.snapshot = G.unit === "goroutines";
+    this.scope = this.snapshot ? "the snapshot" : "this range";
     var box = h("div", "flame", holder);
     box.dataset.graph = title;
     var bar = h("div", "flame-bar", box);
@@ -308,7 +313,7 @@
     var body = h("div", "flame-body", box);
     this.svgBox = h("div", "flame-graph", body);
     var side = h("div", "flame-top", body);
-    h("div", "flame-top-title", side, "Top functions (this range)");
+    h("div", "flame-top-title", side, "Top functions (" + this.scope + ")");
     this.table = h("table", null, side);
     this.detail = h("div", "flame-detail muted", box, "Hover a frame for its share; click to zoom into it.");
     var self = this;
@@ -402,12 +407,13 @@
       g.addEventListener("mouseenter", function () {
         var share = all ? 100 * tot[id] / all : 0;
         self.detail.textContent = (id === 0 ? "all" : name) + ": " + unitFmt(G.unit, tot[id]) + " (" + share.toFixed(1) +
-          "% of this range), self " + unitFmt(G.unit, self.self[id]);
+          "% of " + self.scope + "), self " + unitFmt(G.unit, self.self[id]);
       });
       g.addEventListener("click", function () { self.zoom = id; self.draw(); });
     });
     this.info.textContent = unitFmt(G.unit, all) + (this.range && G.timed ? " in the range" : "") +
-      (!G.timed ? " (totals of the whole capture: no times)" : "");
+      (this.snapshot ? " (one snapshot, the middle of the window: not tied to the range)"
+        : !G.timed ? " (totals of the whole capture: no times)" : "");
     if (!all && this.range && G.timed) {
       this.info.textContent += ": none here. This graph's stacks were traced in these windows only: " +
         this.windows() + " (off-CPU and syscall traces run 1 s in 10 unless captured with --collector offcpu-trace)";
@@ -467,7 +473,7 @@
       var holder = document.getElementById("flame-" + key);
       if (!holder || !graphs[key]) return;
       var f = new Flame(holder, graphs[key], key);
-      rangeListeners.push(function (r) { f.setRange(r); });
+      if (!f.snapshot) rangeListeners.push(function (r) { f.setRange(r); });
       f.setRange(null);
     });
   }

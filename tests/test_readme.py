@@ -14,6 +14,7 @@ print something when the README shows its output, and write the file it names wi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -30,8 +31,10 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, have_perf, is_root
+from tests.report_schema import validate
 
 README = ROOT / "README.md"
+_EMBEDDED = re.compile(r'<script type="application/json" id="profiler-analysis">(.*?)</script>', re.S)
 VENV_BIN = Path(sys.executable).parent
 _PRIVILEGED = re.compile(r"(^|[|&]\s*)(sudo |perf |profiler (attach|run|demo|doctor)\b)")
 
@@ -238,6 +241,14 @@ def _run_block(block: Block, cwd: Path) -> None:
             assert (proc.stdout + proc.stderr).strip(), f"`{e.command}` printed nothing; the README shows output"
         for out in re.findall(r"(?:^|\s)-o\s+(\S+)", cmd):
             assert (cwd / out).exists(), f"`{e.command}` did not write {out}"
+        if re.search(r"profiler report .*(--json|--format json)(\s|$)", cmd) and "|" not in cmd:
+            validate(json.loads(proc.stdout))
+    # the reports the examples wrote (made in child processes, out of conftest's reach) follow the
+    # shipped schema too: every HTML report carries its analysis as JSON
+    for page in cwd.rglob("*.html"):
+        m = _EMBEDDED.search(page.read_text(encoding="utf-8", errors="replace"))
+        if m is not None:
+            validate(json.loads(m.group(1)))  # tojson: <, >, & are \u escapes, valid JSON
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if not b.privileged], ids=lambda b: b.id)

@@ -20,9 +20,12 @@ from profiler.analyzers.analysis import analyze
 from profiler.analyzers.series.timeline import Panel
 
 from profiler.bundle import Bundle
+from profiler.cli import main
 from profiler.renderers.report_html import RENDERER as html
 from tests.browser import CHROMIUM, Browser
 from tests.conftest import SAMPLES
+from tests.workloads import gobuild
+from tests.workloads.goservers import GoWorkload, children
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (install.sh --dev installs it)")
 
@@ -159,3 +162,32 @@ def test_a_range_without_traced_stacks_says_where_they_are(browser: Browser, tmp
     assert info.startswith("0 us in the range: none here") and re.search(r"windows only: \d+\.\d-\d+\.\d s", info)
     assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
     assert browser.errors() == []
+
+
+@pytest.mark.skipif(gobuild.go() is None, reason="go is not installed (the Go workload is built by the tests)")
+def test_the_goroutine_view_is_the_pages_flame_graph(browser: Browser, tmp_path: Path) -> None:
+    """A real Go server (the workload's mutex mode) through attach's server-status: its goroutines
+    drawn by the page's flame graph (root first, search, top functions), unmoved by a range."""
+    with children(tmp_path) as kids:
+        w = GoWorkload("mutex", "-workers", "8", "-hold", "2ms")
+        pid = w.start(kids.spawn)
+        bundle = tmp_path / "cap"
+        assert main(["attach", "--pid", str(pid), "--duration", "3s", "-o", str(bundle), "--no-report",
+                     "--collector", "server-status", "--collector", "procfs", "--status-interval", "1s"]) == 0
+    out = tmp_path / "go.html"
+    assert main(["report", str(bundle), "-o", str(out)]) == 0
+    browser.open(out)
+    assert browser.errors() == []
+    info = browser.js("document.querySelector('#flame-goroutine .flame-info').textContent")
+    assert re.match(r"\d+ goroutines \(one snapshot", info), info
+    assert browser.js("document.querySelector('#flame-goroutine svg text').textContent").startswith("all (")
+    names = browser.js("[...document.querySelectorAll('#flame-goroutine g.fr text')].map(t => t.textContent)")
+    assert "sync.Mutex.Lock" in names  # the root's children are the waits
+    browser.js("(() => { const s = document.querySelector('#flame-goroutine .flame-search'); s.value = 'lockedWork';"
+               " s.dispatchEvent(new Event('input')); })()")
+    assert re.match(r"matched \d", browser.js("document.querySelector('#flame-goroutine .flame-match').textContent"))
+    assert browser.js("document.querySelectorAll('#flame-goroutine .flame-top table tr').length") > 1
+    browser.js("window.profilerReport.setRange([1.0, 2.0])")
+    assert browser.js("document.querySelector('#flame-goroutine .flame-info').textContent") == info  # a snapshot
+    browser.center("#goroutine-flame-section")
+    browser.screenshot(shots(tmp_path) / "report-goroutines.png")

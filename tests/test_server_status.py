@@ -134,6 +134,23 @@ def test_key_values_tikv_pools_hit_ratio_and_tidb_duration() -> None:
     assert kv.window["sql_type=Select"] == pytest.approx(0.001 + 0.009 * 0.99)
 
 
+def test_groups_at_zero_give_way_to_the_busy_ones() -> None:
+    # etcd's grpc_server_handled_total holds every method, most never called: the by-method
+    # value and its timeline show the methods that ran, largest first
+    methods = ["Alarm", "AuthDisable", "AuthEnable", "Authenticate", "Check", "Compact", "Defragment", "Hash",
+               "Put", "Range"]
+
+    def etcd(n: int) -> str:
+        counts = {"Put": 90 * n, "Range": 10 * n}
+        return "# TYPE grpc_server_handled_total counter\n" + "\n".join(
+            f'grpc_server_handled_total{{grpc_method="{m}",grpc_type="unary"}} {counts.get(m, 0)}' for m in methods)
+    kv = {k.info.key: k for k in keyseries.key_values("etcd", _scrapes(etcd(1), etcd(2), etcd(3)))}["etcd.grpc_qps"]
+    assert list(kv.window) == ["grpc_method=Put", "grpc_method=Range"] and set(kv.series) == set(kv.window)
+    assert kv.total == pytest.approx(10.0)
+    idle = {k.info.key: k for k in keyseries.key_values("etcd", _scrapes(etcd(0), etcd(0)))}["etcd.grpc_qps"]
+    assert idle.total == 0 and len(idle.window) == keyseries.MAX_GROUPS  # all at zero: still said, not hidden
+
+
 # --------------------------------------------------------------------------- finding the port
 
 
@@ -223,6 +240,16 @@ def test_text_dump_states_sites_and_argument_lists() -> None:
     assert not G.is_own_code("net/http.(*conn).serve") and G.is_own_code("go.etcd.io/etcd/wal.(*WAL).sync")
 
 
+def test_a_goroutine_caught_without_a_stack_is_running_elsewhere() -> None:
+    # a goroutine profile leaves out the stack of a goroutine running on another thread: one
+    # sample with no location, which the pprof reader names [unknown]
+    snap = G.summarize([(("[unknown]",), 2), (("main.main", "runtime.chanrecv1"), 1)], 0.0)
+    running = next(g for g in snap.groups if g.state == "running")
+    assert (running.count, running.op, running.caller) == (2, G.NO_STACK, "")
+    assert snap.by_kind == {"run": 2, "chan": 1}
+    assert snap.folded[f"running;{G.NO_STACK}"] == 2  # the goroutine view says it too
+
+
 # --------------------------------------------------------------------------- the Go workload
 
 needs_go = pytest.mark.skipif(gobuild.go() is None, reason="go is not installed")
@@ -301,7 +328,7 @@ def test_attach_reads_the_go_workloads_status_port(kids: object, tmp_path: Path,
     out_html = tmp_path / "r.html"
     assert main(["report", str(bundle), "-o", str(out_html)]) == 0
     page = out_html.read_text()
-    assert "What the servers say about themselves" in page and "Goroutines by what they wait for" in page
+    assert "What the servers say about themselves" in page and 'id="flame-goroutine"' in page
     capsys.readouterr()
     assert main(["report", str(bundle), "--format", "md"]) == 0
     md = capsys.readouterr().out
@@ -402,5 +429,40 @@ def test_etcd_under_load_status_goroutines_and_metrics(kids: object, tmp_path: P
     panels = d["timeline"]["panels"]  # type: ignore[index]
     assert f"server_etcd_wal_fsync_p99_{pid}" in panels and f"server_goroutines_{pid}" in panels
     page = (bundle / "report.html").read_text()
-    assert "Goroutines by what they wait for" in page and "WAL fsync p99" in page
+    assert 'id="flame-goroutine"' in page and "WAL fsync p99" in page
     assert html.escape(BY_KEY["etcd.wal_fsync_p99"].panel) in page  # autoescaped: "etcd &gt; Disk &gt; ..."
+
+
+@needs_go
+@pytest.mark.privileged
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("perf") is None, reason="needs root and perf")
+def test_attach_on_the_cpu_bound_go_workload_agrees_with_its_own_profile(kids: object, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Every collector on a CPU-bound Go server: server-status ok beside perf, the goroutines
+    running in main.burnCPU, the Go runtime's metric series on the timeline, and the server's
+    own CPU profile's top function the same as perf's (perf names Go assembly from .symtab with
+    its ABI suffix, ``.abi0``; Go's profiles do not)."""
+    w = GoWorkload("cpu", "-workers", "2")
+    pid = w.start(kids.spawn)  # type: ignore[attr-defined]
+    bundle = tmp_path / "cap"
+    assert main(["attach", "--pid", str(pid), "--duration", "5s", "-o", str(bundle), "--status-interval", "1s"]) == 0
+    out = capsys.readouterr().out
+    assert "server-status  ok" in out and "cpu-stacks     ok" in out
+    d = _report(bundle, capsys)
+    st = next(t for t in d["server_status"]["targets"] if t["pid"] == pid)  # type: ignore[index]
+    assert any(w["caller"] == "main.burnCPU" and w["kind"] == "run" and w["goroutines"] >= 1 for w in st["wait_sites"])
+    panels = d["timeline"]["panels"]  # type: ignore[index]
+    assert {f"server_goroutines_{pid}", f"server_go_heap_inuse_{pid}"} <= set(panels)
+    assert any(v is not None and v > 0 for s in panels[f"server_go_goroutines_{pid}"]["series"].values() for v in s)
+    own = st["cpu"]["top"][0]["function"]
+    assert "sha256" in own, st["cpu"]
+    self_: dict[str, int] = {}
+    capsys.readouterr()
+    assert main(["flamegraph", str(bundle), "--pid", str(pid), "--folded"]) == 0
+    for line in capsys.readouterr().out.splitlines():
+        stack, _, n = line.rpartition(" ")
+        leaf = stack.rsplit(";", 1)[-1].removesuffix(".abi0")
+        self_[leaf] = self_.get(leaf, 0) + int(n)
+    assert max(self_, key=lambda f: self_[f]) == own, sorted(self_.items(), key=lambda kv: -kv[1])[:5]
+    page = (bundle / "report.html").read_text()
+    assert 'id="flame-goroutine"' in page and "main.burnCPU" in page

@@ -65,17 +65,7 @@ def test_attach_as_root_on_a_host_without_tracefs_runs_every_collector(tmp_path:
               "raw_syscalls:sys_enter", "raw_syscalls:sys_exit")
     if any(supported.get(n) != "ok" for n in needed):
         pytest.skip(f"this host cannot run every perf collector even with tracefs: {supported}")
-    work = tmp_path / "io"
-    workload = subprocess.Popen([sys.executable, "-c", f"""
-import os, threading, time
-def spin():
-    while True: sum(range(1000))
-threading.Thread(target=spin, daemon=True).start()
-f = open({str(work)!r}, "wb")
-end = time.monotonic() + 60
-while time.monotonic() < end:
-    f.write(b"x" * 4096); f.flush(); os.fsync(f.fileno()); time.sleep(0.002)
-"""])
+    workload = _fsync_workload(tmp_path / "io")
     try:
         time.sleep(0.5)
         out = tmp_path / "cap"
@@ -92,6 +82,47 @@ while time.monotonic() < end:
     assert all(status[n][0] == "ok" for n in perf_collectors), status
     # the workload serves no HTTP status port: skipped for that reason, never for tracefs
     assert status["server-status"][0] == "skipped" and "status port" in (status["server-status"][1] or ""), status
+
+
+def _fsync_workload(path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"""
+import os, threading, time
+def spin():
+    while True: sum(range(1000))
+threading.Thread(target=spin, daemon=True).start()
+f = open({str(path)!r}, "wb")
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    f.write(b"x" * 4096); f.flush(); os.fsync(f.fileno()); time.sleep(0.002)
+"""])
+
+
+def test_attach_with_bcc_on_a_host_without_tracefs_mounts_it_first(tmp_path: Path) -> None:
+    """--backend bcc asks bcc's own check first: that check mounts tracefs too (it once refused with
+    "tracefs is not mounted" though root could mount it), and the session still says it was mounted."""
+    from profiler.collectors.bcc.common import bcc_status
+
+    ok, why, _fix = bcc_status()
+    if not ok:
+        pytest.skip(f"bcc does not work on this host even with tracefs: {why}")
+    workload = _fsync_workload(tmp_path / "io")
+    try:
+        time.sleep(0.5)
+        out = tmp_path / "cap"
+        proc = fresh([*PROFILER, "attach", "--pid", str(workload.pid), "-d", "3s", "-o", str(out), "--no-report",
+                      "--backend", "bcc"], timeout=300)
+    finally:
+        workload.kill()
+        workload.wait()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tracefs was not mounted: mounted it at /sys/kernel/tracing (as perf does)" in proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    status = {c["name"]: (c["status"], c.get("backend"), c.get("reason")) for c in manifest["collectors"]}
+    bcc = {n for n, (_s, backend, _r) in status.items() if backend == "bcc"}
+    assert {"offcpu-stacks", "block-io", "syscalls"} <= bcc, status
+    # partial is a counted loss (stacks the kernel dropped), never a missing tracefs
+    assert all(status[n][0] in ("ok", "partial") for n in bcc), status
+    assert not any("tracefs" in (r or "") for _s, _b, r in status.values()), status
 
 
 @pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is not installed")

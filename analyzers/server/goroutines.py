@@ -37,6 +37,8 @@ from profiler.inputs.pprof import Profile
 LOCK, IO, SYSCALL, CHAN, SELECT, WAIT, SLEEP, RUNTIME, RUN, OTHER = (
     "lock", "io", "syscall", "chan", "select", "wait", "sleep", "runtime", "run", "other")
 KINDS = (LOCK, IO, SYSCALL, CHAN, SELECT, WAIT, SLEEP, RUNTIME, RUN, OTHER)
+UNKNOWN_FRAME = "[unknown]"  # what profiler.inputs.pprof names a sample with no location
+NO_STACK = "(no stack: running on another thread)"
 MAX_FRAMES = 256  # frames kept of one goroutine's stack
 MAX_GOROUTINES = 2_000_000
 
@@ -128,6 +130,10 @@ def is_own_code(frame: str) -> bool:
 
 def classify(frames_leaf_first: list[str]) -> tuple[str, str, str, str]:
     """(state, kind, op, caller) of one goroutine's stack, leaf first."""
+    if all(f in ("", UNKNOWN_FRAME) for f in frames_leaf_first):
+        # the profile leaves out the stack of a goroutine running on another thread when it
+        # is taken (one sample with no location: seen from Go 1.19 to 1.26)
+        return "running", RUN, NO_STACK, ""
     state, kind, at = "running", RUN, -1
     for i, f in enumerate(frames_leaf_first):
         hit = _EXACT.get(f)
@@ -217,7 +223,8 @@ def summarize(stacks: Iterable[tuple[tuple[str, ...], int]], t: float, source: s
             groups[key] = GoroutineGroup(state, kind, op, caller, n, tuple(frames[-MAX_FRAMES:]))
         else:
             g.count += n
-        line = ";".join([state, *(_fold_name(f) for f in frames[-MAX_FRAMES:])])
+        shown = (op,) if op == NO_STACK else frames[-MAX_FRAMES:]
+        line = ";".join([state, *(_fold_name(f) for f in shown)])
         snap.folded[line] = snap.folded.get(line, 0) + n
     snap.groups = sorted(groups.values(), key=lambda g: (-g.count, g.state, g.op, g.caller))
     return snap

@@ -69,7 +69,10 @@ def _text(groups: dict[Labels, float]) -> dict[str, float]:
 
 def _top(window: dict[str, float], series: dict[str, list[float | None]]) -> tuple[dict[str, float],
                                                                                  dict[str, list[float | None]]]:
-    keep = sorted(window, key=lambda k: (-(window[k] if not math.isnan(window[k]) else -1), k))[:MAX_GROUPS]
+    """The largest groups; groups at zero (a gRPC method nobody called) go when another is not zero."""
+    ranked = sorted(window, key=lambda k: (-(window[k] if not math.isnan(window[k]) else -1), k))
+    live = [k for k in ranked if not math.isnan(window[k]) and window[k] != 0]
+    keep = (live or ranked)[:MAX_GROUPS]
     return {k: window[k] for k in keep}, {k: series[k] for k in keep if k in series}
 
 

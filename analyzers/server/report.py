@@ -95,20 +95,31 @@ def _middle(snaps: list[GoroutineSnapshot]) -> GoroutineSnapshot | None:
     return snaps[len(snaps) // 2]
 
 
-def goroutine_flame(view: ServerStatusView | None) -> FlameGraph | None:
-    """Goroutines' stacks rooted at what they wait for, from each target's middle snapshot."""
+def _picked(view: ServerStatusView | None) -> list[tuple[TargetStatus, GoroutineSnapshot]]:
     if view is None:
-        return None
+        return []
     picked = [(ts, _middle(ts.goroutines)) for ts in sorted(view.targets.values(), key=lambda t: t.pid)]
-    picked = [(ts, s) for ts, s in picked if s is not None and s.total]
-    if not picked:
-        return None
+    return [(ts, s) for ts, s in picked if s is not None and s.total]
+
+
+def goroutine_folded(view: ServerStatusView | None) -> dict[str, int]:
+    """Folded goroutine stacks of each target's middle snapshot, rooted at the wait
+    (``IO wait;main.main;...``), under ``pid N`` when several targets have goroutines."""
+    picked = _picked(view)
     counts: dict[str, int] = {}
     for ts, snap in picked:
-        assert snap is not None
         for line, n in snap.folded.items():
             key = f"pid {ts.pid};{line}" if len(picked) > 1 else line
             counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def goroutine_flame(view: ServerStatusView | None) -> FlameGraph | None:
+    """Goroutines' stacks rooted at what they wait for, from each target's middle snapshot."""
+    picked = _picked(view)
+    if view is None or not picked:
+        return None
+    counts = goroutine_folded(view)
     total = sum(counts.values())
     notes = [f"{s.total} goroutines of pid {ts.pid} at {s.t - (view_t0(view) or s.t):.1f}s ({s.source})"
              for ts, s in picked if s is not None]
@@ -161,7 +172,7 @@ def summary(view: ServerStatusView | None, t0: float | None) -> dict[str, Any] |
         for kv in ts.keys:
             item["metrics"].append({
                 "key": kv.info.key, "server": kv.info.server, "metric": kv.metric, "title": kv.info.title,
-                "unit": kv.info.unit, "value": _num(kv.total), "groups": {k: _num(v) for k, v in sorted(kv.window.items())},
+                "unit": kv.info.unit, "value": _num(kv.total), "groups": {k: _num(v) for k, v in kv.window.items()},
                 "panel": kv.info.panel, "meaning": kv.info.meaning, "reading": kv.info.reading})
         out["targets"].append(item)
     return out

@@ -119,7 +119,7 @@ def _check() -> tuple[bool, str, str | None]:
                 "/usr/bin/python3 -m venv --system-site-packages")
     except Exception as exc:  # libbcc missing or broken: the module raises at import
         return False, f"python bcc module fails to load: {exc}", "apt-get install --reinstall libbpfcc python3-bpfcc"
-    if host.tracefs_path() is None:
+    if host.ensure_tracefs()[0] is None:  # as root, mounted first when it is not (as perf and attach do)
         return False, "tracefs is not mounted: bcc cannot find tracepoints", host.MOUNT_TRACEFS
     if not headers_present(release):
         return (False, f"no kernel headers at {headers_dir(release)} (running kernel {release})",

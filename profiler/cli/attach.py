@@ -126,6 +126,13 @@ def show_summary(m: Manifest, out: Path) -> None:
     _term.table(["collector", "status", "files", "notes"], _rows(m), status_col=1)
 
 
+def _files(files: list[str], keep: int = 3) -> str:
+    """A collector's files, the first few named (server-status writes a profile per request)."""
+    if len(files) <= keep + 1:
+        return ", ".join(files) or "-"
+    return ", ".join(files[:keep]) + f" and {len(files) - keep} more"
+
+
 def _rows(m: Manifest) -> list[list[str]]:
     rows = []
     for r in m.collectors:
@@ -135,7 +142,7 @@ def _rows(m: Manifest) -> list[list[str]]:
                 notes.append(f"{r.stats[key]} {key}")
         if r.reason:
             notes.append(r.reason)
-        rows.append([r.name, r.status, ", ".join(r.files) or "-", "; ".join(notes)])
+        rows.append([r.name, r.status, _files(r.files), "; ".join(notes)])
     return rows
 
 
@@ -151,7 +158,7 @@ def summary(m: Manifest, out: Path) -> str:
                 notes.append(f"{r.stats[key]} {key}")
         if r.reason:
             notes.append(r.reason)
-        rows.append((r.name, r.status, ", ".join(r.files) or "-", "; ".join(notes)))
+        rows.append((r.name, r.status, _files(r.files), "; ".join(notes)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"bundle {out}/: {m.status}" + (f" ({m.reason})" if m.reason else "")]
     for row in rows:

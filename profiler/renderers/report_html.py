@@ -113,8 +113,9 @@ def context(a: Analysis) -> dict[str, Any]:
                        "unknown": unknown_advice(a, a.artifacts.get(rng))})
     page = page_data(a)
     data = a.to_dict()
-    gflame, gwhy = _artifact_svg(a, "goroutine_flame")
-    server = report_server.html_context(a, gflame, gwhy)
+    # the goroutine view is drawn by the page's flame graph (search, zoom, top functions), from page["flames"]
+    gwhy = None if "goroutine" in page["flames"] else a.missing_artifacts.get("goroutine_flame", "no goroutine profile")
+    server = report_server.html_context(a, "goroutine" in page["flames"], gwhy)
     load = None
     if a.load is not None:
         dip_svg, dip_why = _artifact_svg(a, "load_dip_flame") if a.load.phases.dips else (None, None)
@@ -152,13 +153,20 @@ def _health(a: Analysis) -> list[dict[str, Any]]:
 
 def page_data(a: Analysis) -> dict[str, Any]:
     """What the page's script draws besides the analysis JSON: the range flame graphs' stacks by
-    time bucket, the CPU sub-second heatmap on the timeline's axis, and the panels' order."""
+    time bucket, the goroutine view's stacks, the CPU sub-second heatmap on the timeline's axis,
+    and the panels' order."""
     tl = a.timeline
     out: dict[str, Any] = {"panel_order": list(PANEL_ORDER), "state_colours": charts.STATE_COLOURS, "flames": {}}
     for key, name in (("cpu", "cpu_range"), ("offcpu", "offcpu_range")):
         rs = a.artifacts.get(name)
         if isinstance(rs, ranges.RangeStacks):
             out["flames"][key] = rs.to_json()
+    if "goroutine_flame" in a.artifacts:  # a snapshot, not a range: the same graph whatever the range
+        from profiler.analyzers.server import report as server_report
+
+        gs = ranges.from_totals(server_report.goroutine_folded(a.server), "goroutines")
+        if gs is not None:
+            out["flames"]["goroutine"] = gs.to_json()
     hm = a.artifacts.get("cpu_heatmap")
     if isinstance(hm, subsecond.SubsecondHeatmap) and hm.total:
         cols = hm.counts[: MAX_HEATMAP_COLUMNS]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from markupsafe import Markup
-
 from profiler.analyzers.analysis import Analysis
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -46,7 +44,7 @@ def _summary(a: Analysis) -> dict[str, Any] | None:
     return server_report.summary(a.server, a.timeline.t0)
 
 
-def html_context(a: Analysis, flame: Markup | None, flame_why: str | None) -> dict[str, Any] | None:
+def html_context(a: Analysis, flame: bool, flame_why: str | None) -> dict[str, Any] | None:
     s = _summary(a)
     if s is None:
         return None
