@@ -95,16 +95,8 @@ def ramp(value: float | None, key: str) -> float:
     """Evidence strength 0..1: 0 below half the threshold, 0.5 at it, 1 at ``full``."""
     if value is None:
         return 0.0
-    value = float(value)
     th = THRESHOLDS[key]
-    lo, mid, hi = th.value * 0.5, th.value, th.full
-    if value <= lo:
-        return 0.0
-    if value < mid:
-        return 0.5 * (value - lo) / (mid - lo)
-    if value >= hi:
-        return 1.0
-    return 0.5 + 0.5 * (value - mid) / (hi - mid)
+    return rules_server.strength(float(value), th.value, th.full)
 
 
 @dataclass

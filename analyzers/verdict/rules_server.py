@@ -61,19 +61,25 @@ THRESHOLDS: dict[str, ServerThreshold] = {
 }
 
 
+def strength(value: float, at: float, full: float) -> float:
+    """Evidence strength 0..1 of a value against a threshold: 0 below half of ``at``, 0.5 at it,
+    1 at ``full``, linear between (the one ramp of every verdict rule, analyzers.verdict.rules too)."""
+    lo = at * 0.5
+    if value <= lo:
+        return 0.0
+    if value < at:
+        return 0.5 * (value - lo) / (at - lo)
+    if value >= full:
+        return 1.0
+    return 0.5 + 0.5 * (value - at) / (full - at)
+
+
 def ramp(value: float | None, key: str) -> float:
-    """0 below half the threshold, 0.5 at it, 1 at ``full`` (as analyzers.verdict.rules.ramp)."""
+    """:func:`strength` against the named threshold; no value, no evidence."""
     if value is None:
         return 0.0
     th = THRESHOLDS[key]
-    lo, mid, hi = th.value * 0.5, th.value, th.full
-    if value <= lo:
-        return 0.0
-    if value < mid:
-        return 0.5 * (value - lo) / (mid - lo)
-    if value >= hi:
-        return 1.0
-    return 0.5 + 0.5 * (value - mid) / (hi - mid)
+    return strength(value, th.value, th.full)
 
 
 @dataclass

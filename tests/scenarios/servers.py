@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.scenarios.procs import Procs, wait_for
+from tests.workloads.goservers import prometheus_sums
 
 
 def free_port() -> int:
@@ -265,17 +266,7 @@ class Etcd:
 
         with urllib.request.urlopen(f"{self.endpoint}/metrics", timeout=10) as resp:
             text = resp.read().decode()
-        out = dict.fromkeys(names, 0.0)
-        for line in text.splitlines():
-            if line.startswith("#"):
-                continue
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in out:
-                try:
-                    out[name] += float(line.rsplit(" ", 1)[1])
-                except ValueError:
-                    pass
-        return out
+        return prometheus_sums(text, names)
 
 
 class Memcached:

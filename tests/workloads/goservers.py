@@ -36,6 +36,22 @@ def get(url: str, timeout: float = 5.0) -> bytes:
         return bytes(r.read())
 
 
+def prometheus_sums(text: str, names: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """Sums over label sets of the named series in Prometheus exposition text: the tests' own
+    minimal reading of a server's counters, independent of the profiler's parser."""
+    out = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            try:
+                out[name] += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     last = ""
@@ -167,17 +183,7 @@ class Etcd:
 
     def metric_sums(self, *names: str) -> dict[str, float]:
         """Sums over label sets of the named series in etcd's own /metrics (read here, not by the profiler)."""
-        out = dict.fromkeys(names, 0.0)
-        for line in get(f"{self.url}/metrics", 10).decode("utf-8", "replace").splitlines():
-            if line.startswith("#"):
-                continue
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in out:
-                try:
-                    out[name] += float(line.rsplit(" ", 1)[1])
-                except ValueError:
-                    pass
-        return out
+        return prometheus_sums(get(f"{self.url}/metrics", 10).decode("utf-8", "replace"), names)
 
     def put(self, key: str, value: str) -> None:
         import base64
