@@ -413,6 +413,7 @@ def test_fuzz_every_reader_through_every_verb(tmp_path: Path) -> None:
         else:
             shutil.rmtree(case, ignore_errors=True)
         cases += 1
+    print(f"fuzzed {cases} cases in {BUDGET:.0f} s (seed {SEED}), verbs {sorted(verbs_seen)}")
     assert not failures, f"{len(failures)} failing case(s) of {cases} (inputs kept in {tmp_path}):\n" + "\n".join(failures)
     assert cases >= 50, f"only {cases} cases in {BUDGET:.0f} s: the budget is too small to fuzz anything"
     assert verbs_seen == {"analyze", "report", "flamegraph", "heatmap", "diff", "stat"}, verbs_seen
