@@ -115,6 +115,23 @@ def test_scoreboard_splits_quiet_and_noisy_and_scores_overlaps_by_either_cause()
     assert "| cpu | 1 | 0 | 1 | 0 | 0 | 0 |" in md  # the noisy cpu row: one right, one read as memory
 
 
+def test_show_reads_a_kept_gzipped_scoreboard_and_refuses_a_broken_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+    import json
+
+    from tests.scenarios.__main__ import main
+
+    board = summarize([_result("a", "cpu", "cpu", "correct"), _result("a", "cpu", "memory", "wrong", noise="noisy")], 5.0)
+    kept = tmp_path / "run.json.gz"
+    kept.write_bytes(gzip.compress(json.dumps(board).encode()))
+    assert main(["show", str(kept), "--markdown"]) == 0
+    assert "| a | cpu | cpu | memory **WRONG** |" in capsys.readouterr().out
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(gzip.compress(b"{}")[:12])
+    assert main(["show", str(broken)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
 def test_ranked_reads_the_first_two_findings_and_the_runner_up() -> None:
     v = {"headline": "h", "findings": [{"category": "io_wait", "score": 0.9, "sub_cause": "s"},
                                        {"category": "cpu", "score": 0.7, "sub_cause": "t"},

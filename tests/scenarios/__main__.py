@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the scenarios")
     show = sub.add_parser("show", help="print a saved scoreboard (--json of a run) again")
-    show.add_argument("board", type=Path, help="the scoreboard JSON")
+    show.add_argument("board", type=Path, help="the scoreboard JSON (or gzipped, as docs/scoreboards/ keeps them)")
     show.add_argument("--markdown", action="store_true", help="as the tables of docs/scenarios.md")
     run = sub.add_parser("run", help="run scenarios and print the scoreboard")
     run.add_argument("names", nargs="*", help="scenario names (default: all)")
@@ -61,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "show":
         try:
-            board = json.loads(args.board.read_text())
-        except (OSError, ValueError) as exc:
+            raw = args.board.read_bytes()
+            board = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        except (OSError, EOFError, ValueError) as exc:
             print(f"cannot read {args.board}: {exc}", file=sys.stderr)
             return 2
         sys.stdout.write(render_markdown(board) if args.markdown else render(board))
