@@ -741,3 +741,41 @@ def test_pool_names_match_the_trailing_index_pattern() -> None:
         name = s.strip()
         want = _TRAILING_INDEX.sub("", name).rstrip("-_:.# ") or name
         assert pool_of(s) == want, s
+
+
+# --------------------------------------------------------------------------- cluster bundles and the load's log
+
+@pytest.mark.parametrize("poke,field", [
+    (lambda m: m["nodes"][0].update(started="two"), "nodes[0].started"),
+    (lambda m: m["nodes"][0].update(pulled_bytes="HUGE"), "nodes[0].pulled_bytes"),  # 5,000 digits, below
+    (lambda m: m["window"].update(duration=[1]), "window.duration"),
+    (lambda m: m.update(nodes={"a": 1}), "nodes"),
+    (lambda m: m["nodes"][1].update(dir="nodes/../../etc"), "nodes/../../etc"),
+])
+def test_a_cluster_manifest_of_the_wrong_shape_is_exit_4_naming_the_field(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str],
+                                                                          poke: Callable[[dict[str, Any]], None],
+                                                                          field: str) -> None:
+    from tests import server_status_seed
+
+    d = server_status_seed.make_cluster(tmp_path / "cl")
+    m = json.loads((d / "cluster.json").read_text())
+    poke(m)
+    (d / "cluster.json").write_text(json.dumps(m).replace('"HUGE"', "9" * 5000))
+    for args in (["analyze", str(d)], ["report", str(d), "--format", "json"], ["report", str(d)]):
+        code, _, err = run(capsys, *args)
+        assert code == 4 and field in one_error_line(err), err
+    code, _, err = run(capsys, "flamegraph", str(d), "--folded")
+    assert code == 4 and "cluster bundle" in one_error_line(err)
+
+
+@pytest.mark.parametrize("log", [b"\x00\xff" * 5000, b"x" * (17 << 20), b"[ 1s ] thds: 99999999999999999999999 tps: nan\n" * 50,
+                                 b"\x1b]0;pwn\x07 tps: 1\n" * 10])
+def test_a_damaged_load_log_leaves_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str], log: bytes) -> None:
+    cap = bundle(tmp_path, SAMPLES / "mariadb-sysbench-run")
+    (cap / "load.log").write_bytes(log)
+    code, out, err = run(capsys, "report", str(cap), "--format", "json")
+    assert code == 0, err
+    json.loads(out)
+    code, out, err = run(capsys, "report", str(cap))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
