@@ -598,7 +598,7 @@ def test_a_cut_gzipped_perf_data_is_read_to_the_cut_and_named(tmp_path: Path, ca
     bomb = tmp_path / "bomb.perf.data.gz"  # PERFILE2 then zeros: stopped at the ratio limit, not a disk filled
     bomb.write_bytes(gzip.compress(b"PERFILE2" + bytes(64 << 20)))
     code, _, err = run(capsys, "flamegraph", str(bomb), "-o", str(tmp_path / "o.svg"))
-    assert code == 7 and "bomb" in err or "ratio" in err, err
+    assert code == 7 and ("bomb" in err or "ratio" in err), err
 
 
 @pytest.mark.parametrize("rec", [
