@@ -18,13 +18,14 @@ SAMPLES = ROOT / "samples"
 
 
 @pytest.fixture(autouse=True)
-def reports_follow_the_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def reports_follow_the_schema(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     """Every report a test makes (``Analysis.to_dict``: the JSON report, the HTML report's data)
     must validate against profiler/schemas/report.schema.json. Checked where it is made and again
-    at the end of the test, so a caller that swallows errors (attach's report step) still fails."""
+    at the end of the test, so a caller that swallows errors (attach's report step) still fails;
+    and the reports child processes wrote into the test's tmp_path are read back and checked."""
     from profiler.analyzers.analysis import Analysis
 
-    from tests.report_schema import problems
+    from tests.report_schema import files_problems, problems
 
     original = Analysis.to_dict
     bad: list[str] = []
@@ -39,6 +40,9 @@ def reports_follow_the_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
     monkeypatch.setattr(Analysis, "to_dict", checked)
     yield
+    tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if isinstance(tmp, Path) and tmp.is_dir():
+        bad.extend(files_problems(tmp))
     if bad:
         pytest.fail("reports break profiler/schemas/report.schema.json:\n  " + "\n  ".join(bad[:20]))
 

@@ -147,7 +147,9 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
 
 def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:
     out = clean_state / "cap"
-    code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass\n"
+    # long enough to be sampled after a slow start on a loaded host (attach imports the analysis
+    # and probes every collector before perf starts: 1.5 s left nothing to sample once at load 15)
+    code = "import time\nt=time.time()\nwhile time.time()-t<4: pass\n"
     with workload([sys.executable, "-c", code]) as proc:
         t0 = time.monotonic()
         rc = main(["attach", "--backend", "perf", "--pid", str(proc.pid), "--duration", "60s", "-o", str(out), "--no-report"])

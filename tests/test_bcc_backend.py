@@ -254,11 +254,14 @@ def test_io_latency_percentiles_agree_with_tracefs(tmp_path):
         for q in (50, 90, 99):
             exact = float(np.percentile(lat, q))
             got = s.percentiles_us[f"p{q}"]
-            # within 5%, or (where the distribution has a gap at that rank) between the exact
-            # percentiles one rank-percent either side, widened by one bucket (1/16)
+            # within 5% (+ 8 us: the BPF program and the tracefs event read the clock at different
+            # instants of the same tracepoint; a preempted handler on a loaded host shifts one of them
+            # by a few us, which at a 70 us median is 7%: seen once in a CI run at load 15), or
+            # (where the distribution has a gap at that rank) between the exact percentiles one
+            # rank-percent either side, widened by one bucket (1/16)
             lo = float(np.percentile(lat, max(0, q - 1))) * (1 - 1 / 16)
             hi = float(np.percentile(lat, min(100, q + 1))) * (1 + 1 / 16)
-            assert got == pytest.approx(exact, rel=0.05) or lo <= got <= hi, (s.dev, s.op, q, got, exact)
+            assert got == pytest.approx(exact, rel=0.05, abs=8.0) or lo <= got <= hi, (s.dev, s.op, q, got, exact)
     assert compared >= 1, f"fio's IOs were not seen: {[(k, len(v)) for k, v in ref.items()]}"
     assert rec.stats["dropped"] == 0
 

@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 from profiler.cli import main
+from tests import server_status_seed
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SEED = int(os.environ.get("PROFILER_FUZZ_SEED", "18"))
@@ -219,7 +220,7 @@ def _gzip_tail(rng: random.Random, data: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Input:
-    kind: str  # "bundle", "stacks", "block", "pairs", "perfdata", "stat", "biosnoop", "pprof"
+    kind: str  # "bundle", "cluster", "stacks", "block", "pairs", "perfdata", "stat", "biosnoop", "pprof"
     path: Path
 
 
@@ -243,6 +244,11 @@ def inputs(seeds: Path) -> list[Input]:
     for p in sorted((SAMPLES / "biosnoop").glob("*.txt")):
         found.append(Input("biosnoop", p))
     found.extend(Input("pprof", p) for p in _pprof_seeds(seeds))
+    # every server-status member (the index, /metrics scrapes, Go profiles and a goroutine dump), twice:
+    # as likely to be picked as a second kind of bundle
+    ss = server_status_seed.make(seeds / "server-status")
+    found.extend([Input("bundle", ss), Input("bundle", ss)])
+    found.append(Input("cluster", server_status_seed.make_cluster(seeds / "cluster")))
     return found
 
 
@@ -273,6 +279,9 @@ def verbs_for(kind: str, target: str, out: Path) -> list[list[str]]:
             ["heatmap", target, "--cpu", "-o", str(out / "h.svg")],
             ["diff", target, target, "--folded"],
         ]
+    if kind == "cluster":
+        return [["analyze", target], ["report", target, "--format", "json"], ["report", target, "--format", "md"],
+                ["report", target], ["flamegraph", target + "/nodes/10.0.0.1-tikv", "--folded"]]
     if kind == "perfdata":
         return [["heatmap", target, "--json"], ["heatmap", target, "--by", "op", "-o", str(out / "h.svg")],
                 ["flamegraph", target, "--folded"]]
@@ -305,6 +314,12 @@ def prepare(rng: random.Random, inp: Input, case: Path) -> tuple[str, str]:
         members = sorted(p for p in dst.iterdir() if p.is_file() and p.name not in ("README.md", "report.html"))
         done = [mutate_file(rng, rng.choice(members)) for _ in range(rng.choice((1, 1, 2)))]
         return str(dst), "; ".join(done)
+    if inp.kind == "cluster":  # its manifest, its load log, or a member of one of its nodes
+        dst = case / "cluster"
+        shutil.copytree(inp.path, dst)
+        files = sorted(p for p in dst.rglob("*") if p.is_file() and p.name not in ("README.md", "report.html"))
+        picks = [dst / "cluster.json"] * 3 + [dst / "load.log"] + files
+        return str(dst), "; ".join(mutate_file(rng, rng.choice(picks)) for _ in range(rng.choice((1, 1, 2))))
     if inp.kind == "perfdata":
         dst = case / "loop.perf.data"
         dst.write_bytes(gzip.decompress(inp.path.read_bytes()))
@@ -398,6 +413,7 @@ def test_fuzz_every_reader_through_every_verb(tmp_path: Path) -> None:
         else:
             shutil.rmtree(case, ignore_errors=True)
         cases += 1
+    print(f"fuzzed {cases} cases in {BUDGET:.0f} s (seed {SEED}), verbs {sorted(verbs_seen)}")
     assert not failures, f"{len(failures)} failing case(s) of {cases} (inputs kept in {tmp_path}):\n" + "\n".join(failures)
     assert cases >= 50, f"only {cases} cases in {BUDGET:.0f} s: the budget is too small to fuzz anything"
     assert verbs_seen == {"analyze", "report", "flamegraph", "heatmap", "diff", "stat"}, verbs_seen

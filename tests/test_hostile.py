@@ -18,9 +18,11 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
@@ -596,7 +598,7 @@ def test_a_cut_gzipped_perf_data_is_read_to_the_cut_and_named(tmp_path: Path, ca
     bomb = tmp_path / "bomb.perf.data.gz"  # PERFILE2 then zeros: stopped at the ratio limit, not a disk filled
     bomb.write_bytes(gzip.compress(b"PERFILE2" + bytes(64 << 20)))
     code, _, err = run(capsys, "flamegraph", str(bomb), "-o", str(tmp_path / "o.svg"))
-    assert code == 7 and "bomb" in err or "ratio" in err, err
+    assert code == 7 and ("bomb" in err or "ratio" in err), err
 
 
 @pytest.mark.parametrize("rec", [
@@ -615,3 +617,165 @@ def test_procfs_records_of_the_wrong_shape_are_bad_lines(tmp_path: Path, capsys:
     code, out, err = run(capsys, "report", str(cap), "--format", "json")
     assert code == 0, err
     json.loads(out)
+
+
+@pytest.mark.parametrize("ext", [".pb.gz", ".speedscope.json"])
+def test_stack_exports_never_write_through_a_symbolic_link(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           ext: str) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / f"out{ext}"
+    out.symlink_to(victim)
+    code, _, err = run(capsys, "flamegraph", str(SCRIPT), "-o", str(out))
+    assert code == 8 and "symbolic link" in one_error_line(err)
+    code, _, err = run(capsys, "flamegraph", str(SCRIPT), "-o", str(out), "--force")
+    assert code == 0 and victim.read_text() == "keep" and not out.is_symlink() and out.stat().st_size > 100
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    code, _, err = run(capsys, "flamegraph", str(SCRIPT), "-o", str(tmp_path / "missing" / f"x{ext}"))
+    assert code == 9 and "missing" in one_error_line(err)
+
+
+def test_stat_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "empty.txt").write_text("")
+    for target, want in ((tmp_path / "dir", 4), (tmp_path / "nothing", 7), (tmp_path / "empty.txt", 7), (CONVOY, 7),
+                         (STAT_TABLE, 0)):
+        code, _, err = run(capsys, "stat", str(target))
+        assert code == want, (target, err)
+        if want:
+            one_error_line(err)
+
+
+# --------------------------------------------------------------------------- server-status members
+
+def _server_bundle(tmp_path: Path, edit: Callable[[Path, list[dict[str, Any]]], None]) -> Path:
+    from tests import server_status_seed
+
+    d = server_status_seed.make(tmp_path / "srv")
+    index = [json.loads(ln) for ln in (d / "server-status.jsonl").read_text().splitlines()]
+    edit(d, index)
+    (d / "server-status.jsonl").write_text("".join(json.dumps(r) + "\n" for r in index))
+    return d
+
+
+def _a_profile(index: list[dict[str, Any]], suffix: str = "cpu-window.pb.gz") -> dict[str, Any]:
+    return next(r for r in index if str(r.get("member") or "").endswith(suffix))
+
+
+def _link_out(d: Path, index: list[dict[str, Any]]) -> None:
+    (d / _a_profile(index)["member"]).unlink()
+    (d / _a_profile(index)["member"]).symlink_to("/etc/passwd")
+
+
+@pytest.mark.parametrize("what,edit,warned", [
+    ("times that are not numbers", lambda d, ix: _a_profile(ix).update(t0="two"), "times that are not numbers"),
+    ("a member outside the bundle", lambda d, ix: _a_profile(ix).update(member="../../../etc/passwd"), "unsafe file"),
+    ("a member linked out of the bundle", _link_out, "unsafe file"),
+    ("escapes in a failed request", lambda d, ix: ix[-1].update(url="http://x/\x1b]0;pwn\x07", detail="\x1b[2J<b>"),
+     "requests failed"),
+    ("pids of every type", lambda d, ix: [r.update(pid=p) for r, p in zip(ix, [10**30, "1", None, True, -1] * 9, strict=False)],
+     ""),
+])
+def test_server_status_index_damage_is_one_warning_and_the_rest_is_read(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str], what: str,
+                                                                        edit: Callable[[Path, list[dict[str, Any]]], None],
+                                                                        warned: str) -> None:
+    d = _server_bundle(tmp_path, edit)
+    code, out, err = run(capsys, "report", str(d), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert not [w for w in doc["warnings"] if "could not be read" in w], doc["warnings"]  # not the whole view lost
+    if warned:
+        assert [w for w in doc["warnings"] if warned in w], doc["warnings"]
+    for fmt in ("text", "md"):
+        code, out, _ = run(capsys, "report", str(d), "--format", fmt)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out and (fmt == "text" or "<b>" not in out)
+
+
+def test_a_server_profile_holding_crlf_bytes_is_read_as_binary(tmp_path: Path) -> None:
+    from profiler.analyzers.server.view import read_server_status
+    from profiler.analyzers.stacks.export import StackProfile
+
+    from profiler.bundle import Bundle
+    from profiler.renderers import pprof_out
+
+    def crlf(d: Path, index: list[dict[str, Any]]) -> None:
+        raw = pprof_out.encode(StackProfile({"main.a\r\n;main.b": 130, "main.x": 3338}, "cpu", "nanoseconds"))
+        assert b"\r\n" in raw
+        (d / _a_profile(index)["member"]).write_bytes(gzip.compress(raw))
+
+    v = read_server_status(Bundle.open(_server_bundle(tmp_path, crlf)))
+    assert v is not None and not [w for w in v.warnings if "could not be read" in w]
+    cpu = v.targets[12961].cpu
+    assert cpu is not None and cpu.flat[0][0] == "main.x"
+
+
+# --------------------------------------------------------------------------- names that make regular expressions backtrack
+
+@pytest.mark.parametrize("comm,frame", [
+    ("a" + "1" * 40 + "x", "main.f"),  # pool names: trailing-index stripping
+    ("w", "a/" + "a.func1" * 3000 + "!"),  # Go function names
+    ("w", "f" + ".constprop.1" * 3000 + "!"),  # symbol version and clone suffixes
+    ("w", "f" + "@A" * 6000 + "!"),
+])
+def test_hostile_names_cost_linear_time(tmp_path: Path, capsys: pytest.CaptureFixture[str], comm: str, frame: str) -> None:
+    text = "".join(f"{comm} {100 + i}/{100 + i} [000] {1.0 + i:.6f}: 1 cpu-clock:\n\tffff {frame}{i} (/x)\n\tffff main (/x)\n\n"
+                   for i in range(20))
+    (tmp_path / "s.txt").write_text(text)
+    t0 = time.monotonic()
+    for args in (["flamegraph", str(tmp_path / "s.txt"), "--by", "pool", "-o", str(tmp_path / "f.svg")],
+                 ["flamegraph", str(tmp_path / "s.txt"), "--offcpu", "--folded"]):
+        code, _, err = run(capsys, *args)
+        assert code in (0, 7), err
+    assert time.monotonic() - t0 < 20
+
+
+def test_pool_names_match_the_trailing_index_pattern() -> None:
+    import random
+
+    from profiler.knowledge import _TRAILING_INDEX, pool_of
+
+    rng = random.Random(18)
+    for _ in range(20_000):
+        s = "".join(rng.choice("ab-_:.#0123456789 ") for _ in range(rng.randint(0, 10)))
+        name = s.strip()
+        want = _TRAILING_INDEX.sub("", name).rstrip("-_:.# ") or name
+        assert pool_of(s) == want, s
+
+
+# --------------------------------------------------------------------------- cluster bundles and the load's log
+
+@pytest.mark.parametrize("poke,field", [
+    (lambda m: m["nodes"][0].update(started="two"), "nodes[0].started"),
+    (lambda m: m["nodes"][0].update(pulled_bytes="HUGE"), "nodes[0].pulled_bytes"),  # 5,000 digits, below
+    (lambda m: m["window"].update(duration=[1]), "window.duration"),
+    (lambda m: m.update(nodes={"a": 1}), "nodes"),
+    (lambda m: m["nodes"][1].update(dir="nodes/../../etc"), "nodes/../../etc"),
+])
+def test_a_cluster_manifest_of_the_wrong_shape_is_exit_4_naming_the_field(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str],
+                                                                          poke: Callable[[dict[str, Any]], None],
+                                                                          field: str) -> None:
+    from tests import server_status_seed
+
+    d = server_status_seed.make_cluster(tmp_path / "cl")
+    m = json.loads((d / "cluster.json").read_text())
+    poke(m)
+    (d / "cluster.json").write_text(json.dumps(m).replace('"HUGE"', "9" * 5000))
+    for args in (["analyze", str(d)], ["report", str(d), "--format", "json"], ["report", str(d)]):
+        code, _, err = run(capsys, *args)
+        assert code == 4 and field in one_error_line(err), err
+    code, _, err = run(capsys, "flamegraph", str(d), "--folded")
+    assert code == 4 and "cluster bundle" in one_error_line(err)
+
+
+@pytest.mark.parametrize("log", [b"\x00\xff" * 5000, b"x" * (17 << 20), b"[ 1s ] thds: 99999999999999999999999 tps: nan\n" * 50,
+                                 b"\x1b]0;pwn\x07 tps: 1\n" * 10])
+def test_a_damaged_load_log_leaves_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str], log: bytes) -> None:
+    cap = bundle(tmp_path, SAMPLES / "mariadb-sysbench-run")
+    (cap / "load.log").write_bytes(log)
+    code, out, err = run(capsys, "report", str(cap), "--format", "json")
+    assert code == 0, err
+    json.loads(out)
+    code, out, err = run(capsys, "report", str(cap))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out

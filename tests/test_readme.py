@@ -31,10 +31,11 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, have_perf, is_root
-from tests.report_schema import validate
+from tests.report_schema import files_problems, validate
 
 README = ROOT / "README.md"
-_EMBEDDED = re.compile(r'<script type="application/json" id="profiler-analysis">(.*?)</script>', re.S)
+# a row of attach's collector table, as the README shows it: "  server-status  ok      files..."
+_ROW = re.compile(r"^  ([a-z][a-z-]+)\s+(ok|partial|skipped|failed)(?:\s|$)")
 VENV_BIN = Path(sys.executable).parent
 _PRIVILEGED = re.compile(r"(^|[|&]\s*)(sudo |perf |profiler (attach|run|demo|doctor)\b)")
 
@@ -43,6 +44,7 @@ _PRIVILEGED = re.compile(r"(^|[|&]\s*)(sudo |perf |profiler (attach|run|demo|doc
 class Example:
     command: str
     shows_output: bool = False
+    collectors: dict[str, str] = field(default_factory=dict)  # the collector table rows it shows: name -> status
 
 
 @dataclass
@@ -85,8 +87,14 @@ def blocks() -> list[Block]:
                     b.examples.append(Example(_strip_comment(ln)))
             elif ln.startswith("$ "):
                 nxt = body[k + 1] if k + 1 < len(body) else ""
+                shown = []
+                for later in body[k + 1:]:
+                    if later.startswith("$ "):
+                        break
+                    shown.append(later)
+                rows = dict(m.groups() for m in map(_ROW.match, shown) if m)
                 b.examples.append(Example(_strip_comment(ln[2:]), shows_output=bool(nxt) and not nxt.startswith("$ ")
-                                          and nxt.strip() != "..."))
+                                          and nxt.strip() != "...", collectors=rows))
         if b.examples:
             out.append(b)
         i = j + 1
@@ -239,16 +247,18 @@ def _run_block(block: Block, cwd: Path) -> None:
                                      f"{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
         if e.shows_output:
             assert (proc.stdout + proc.stderr).strip(), f"`{e.command}` printed nothing; the README shows output"
+        got = dict(m.groups() for m in map(_ROW.match, proc.stdout.splitlines()) if m)
+        for name, status in e.collectors.items():  # the table the README shows is the one it prints
+            assert got.get(name) == status, f"README line {block.line}: `{e.command}` shows {name} {status}, " \
+                                            f"printed {got.get(name, 'no such row')}:\n{proc.stdout[-1500:]}"
         for out in re.findall(r"(?:^|\s)-o\s+(\S+)", cmd):
             assert (cwd / out).exists(), f"`{e.command}` did not write {out}"
         if re.search(r"profiler report .*(--json|--format json)(\s|$)", cmd) and "|" not in cmd:
             validate(json.loads(proc.stdout))
     # the reports the examples wrote (made in child processes, out of conftest's reach) follow the
-    # shipped schema too: every HTML report carries its analysis as JSON
-    for page in cwd.rglob("*.html"):
-        m = _EMBEDDED.search(page.read_text(encoding="utf-8", errors="replace"))
-        if m is not None:
-            validate(json.loads(m.group(1)))  # tojson: <, >, & are \u escapes, valid JSON
+    # shipped schema too (conftest checks tmp_path again at the end of the test)
+    bad = files_problems(cwd)
+    assert not bad, "the README's reports break the schema:\n  " + "\n  ".join(bad[:20])
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if not b.privileged], ids=lambda b: b.id)

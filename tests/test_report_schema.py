@@ -61,3 +61,30 @@ def test_a_missing_or_mistyped_field_fails(report: dict[str, object]) -> None:
     r = copy.deepcopy(report)
     r["timeline"]["panels"]["cpu"]["series"] = {"x": ["1"]}  # type: ignore[index]
     assert problems(r)
+
+
+def test_reports_child_processes_write_are_read_back(tmp_path: Path) -> None:
+    """conftest also checks the reports left in a test's tmp_path (written by `python -m profiler`
+    children, out of the to_dict hook's reach): both forms are found, and a bad field in either fails."""
+    import subprocess
+    import sys
+
+    from tests.report_schema import files_problems
+
+    bundle = SAMPLES / "perf" / "fio-fsync-and-python-locks"
+    for fmt in ("json", "html"):
+        subprocess.run([sys.executable, "-m", "profiler", "report", str(bundle), "--format", fmt,
+                        "-o", str(tmp_path / f"r.{fmt}")], check=True, capture_output=True, timeout=300)
+    assert files_problems(tmp_path) == []
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["new_field"] = 1
+    (bad / "r.json").write_text(json.dumps(data))
+    page = (tmp_path / "r.html").read_text()
+    (bad / "r.html").write_text(page.replace('"verdict": {', '"verdict": {"extra": 1, ', 1))
+    found = files_problems(bad)
+    assert any(p.startswith(f"{bad / 'r.json'}:") and "new_field" in p for p in found), found
+    assert any(p.startswith(f"{bad / 'r.html'}:") and "extra" in p for p in found), found
+    (bad / "r.json").unlink()
+    (bad / "r.html").unlink()  # what conftest reads at the end of this test must be sound

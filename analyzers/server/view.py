@@ -83,7 +83,7 @@ def _bad_profile(v: ServerStatusView, name: str, why: str) -> None:
 
 def _read_profile(bundle: Bundle, name: str, v: ServerStatusView) -> Profile | None:
     try:
-        with bundle.open_binary(name) as fh:
+        with bundle.open_binary(name, text=False) as fh:  # binary: no line ends folded, no line limit
             data = fh.read(PROFILE_MAX + 1)
     except (OSError, EOFError, zlib.error) as exc:
         _bad_profile(v, name, f"cannot be read ({exc})")
@@ -102,8 +102,8 @@ def _read_profile(bundle: Bundle, name: str, v: ServerStatusView) -> Profile | N
 
 
 def _target(v: ServerStatusView, pid: Any) -> TargetStatus | None:
-    if not isinstance(pid, int):
-        return None
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < (1 << 31):
+        return None  # no process has that id: a damaged record
     return v.targets.setdefault(pid, TargetStatus(pid))
 
 
@@ -176,7 +176,11 @@ def read_server_status(bundle: Bundle) -> ServerStatusView | None:
         if not members_ok:
             v.warnings.append(f"{name}: listed but missing from the bundle")
             continue
-        when = (float(r.get("t0") or 0) + float(r.get("t1") or 0)) / 2
+        try:
+            when = (float(r.get("t0") or 0) + float(r.get("t1") or 0)) / 2
+        except (TypeError, ValueError):  # a damaged record: that profile only is left out
+            v.warnings.append(f"{members.SERVER_STATUS}: {printable(str(name))}: times that are not numbers: skipped")
+            continue
         if kind == "goroutine" and name.endswith(".txt"):
             try:
                 t.goroutines.append(G.from_text(bundle.iter_lines(name), when))

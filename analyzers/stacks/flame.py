@@ -203,6 +203,7 @@ def _build(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str) -
 KINDS = ("kernel", "user", "go-runtime", "go", "rust-std", "rust", "jit", "inlined", "unknown", "root")
 
 _GO_RUNTIME = re.compile(r"^(runtime|internal/runtime|runtime/internal|sync/atomic)[./]")
+GO_NAME_MAX = 256  # longer names are not tested as Go's (the pattern backtracks polynomially on hostile ones)
 _GO_FUNC = re.compile(r"^[a-z][\w\-]*(?:/[\w.\-]+)*\.(?:\(\*?[\w\[\]\.,]+\)\.)?[\w\[\]\.,]+(?:\.func\d+)*$")
 _RUST_STD = re.compile(r"^<?(?:&(?:mut )?)?(?:core|alloc|hashbrown|parking_lot|crossbeam\w*|tokio|futures\w*)::")
 # "std::" is shared with C++; C++'s library names use reserved "_Upper"/"__x" components.
@@ -237,7 +238,7 @@ def frame_kind(name: str, parent_kind: str | None = None, kernel_names: frozense
         if name.startswith(("<", "_R", "_ZN")) or "{{closure}}" in name or "{closure#" in name:
             return "rust"
         return "user"  # C++
-    if _GO_FUNC.match(name) and ("/" in name or name.startswith("main.")):
+    if len(name) <= GO_NAME_MAX and _GO_FUNC.match(name) and ("/" in name or name.startswith("main.")):
         return "go"
     if name.startswith("L") and "/" in name and ";" not in name:
         return "jit"  # Java-style JIT names (perf-map-agent)

@@ -8,7 +8,7 @@ frame says why the thread waited (lock, idle polling, IO, sleep...), read from i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,7 +138,7 @@ class SwitchFolder:
     """
 
     def __init__(self, *, by_reason: bool = True, pools: bool = False, window: TimeWindow = WHOLE,
-                 unit: float = 1e-6, intervals: dict[tuple[int, int], float] | None = None,
+                 unit: float = 1e-6, intervals: Mapping[tuple[int, int], float] | None = None,
                  futex: bool = False, limit: int | None = None,
                  on_interval: Callable[[float, float, str], None] | None = None, log: ReadLog | None = None) -> None:
         self.stats = OffCpuStats()
@@ -396,7 +396,7 @@ def offcpu_folded(
     pools: bool = False,
     window: TimeWindow = WHOLE,
     unit: float = 1e-6,
-    intervals: dict[tuple[int, int], float] | None = None,
+    intervals: Mapping[tuple[int, int], float] | None = None,
     on_interval: Callable[[float, float, str], None] | None = None,
 ) -> tuple[dict[str, int], OffCpuStats]:
     """Fold parsed sched_switch samples into blocked time per stack (see :class:`SwitchFolder`,

@@ -27,6 +27,7 @@ proportion to its futex stacks' verdicts (``StackMix``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -57,8 +58,10 @@ def _kind_class(w: kw.IdleWait) -> str:
     return IDLE
 
 
+@functools.lru_cache(maxsize=4096)
 def classify_sample(state: str, syscall: str | None, wchan: str | None, runtime: str | None) -> WaitClass:
-    """One procfs sample of a thread that is not running: state letter, syscall name, wchan."""
+    """One procfs sample of a thread that is not running: state letter, syscall name, wchan
+    (pure, and called once per sample of every thread: memoized, a capture has few distinct ones)."""
     wchan = wchan or None
     if state == "D":
         if wchan and ("rwsem" in wchan or "mutex_lock" in wchan):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler import __version__
+from profiler.bundle.manifest import build_checked, load_checked_json
 from profiler.errors import BundleError
 from profiler.files import write_output
 
@@ -129,36 +130,6 @@ class ClusterManifest:
         return next((n for n in self.nodes if n.name == name), None)
 
 
-_NESTED: dict[tuple[str, str], tuple[str, type]] = {
-    ("ClusterManifest", "window"): ("one", Window),
-    ("ClusterManifest", "nodes"): ("list", NodeRecord),
-    ("ClusterManifest", "load"): ("one", ClusterLoad),
-    ("NodeRecord", "clock"): ("one", ClockOffset),
-    ("NodeRecord", "remote"): ("one", RemoteInfo),
-}
-
-
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise BundleError(f"{CLUSTER_MANIFEST}: {where} should be an object")
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        sub = _NESTED.get((cls.__name__, f.name))
-        if sub is not None and value is not None:
-            kind, subcls = sub
-            if kind == "list":
-                if not isinstance(value, list):
-                    raise BundleError(f"{CLUSTER_MANIFEST}: {where}.{f.name} should be a list")
-                value = [_build(subcls, v, f"{where}.{f.name}[{i}]") for i, v in enumerate(value)]
-            else:
-                value = _build(subcls, value, f"{where}.{f.name}")
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
 def node_name(host: str, role: str, suffix: str | None = None) -> str:
     """``<host>-<role>[-suffix]`` made safe as one directory name."""
     raw = f"{host}-{role}" + (f"-{suffix}" if suffix else "")
@@ -176,9 +147,11 @@ def check_node_dir(name: str) -> str:
 
 def parse_cluster_manifest(text: str, where: str = CLUSTER_MANIFEST) -> ClusterManifest:
     try:
-        data = json.loads(text)
+        data = load_checked_json(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{where} is truncated or corrupted ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise BundleError(f"{where} nests objects too deeply to be a cluster manifest") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BundleError(f"{where} is not a profiler cluster manifest (schema is not {SCHEMA!r})")
     version = data.get("version")
@@ -188,9 +161,9 @@ def parse_cluster_manifest(text: str, where: str = CLUSTER_MANIFEST) -> ClusterM
         raise BundleError(f"cluster bundle format v{version} was written by a newer profiler "
                           f"({data.get('tool_version', '?')}); this one ({__version__}) reads up to v{VERSION}")
     try:
-        m: ClusterManifest = _build(ClusterManifest, data, "manifest")
-    except TypeError as exc:
-        raise BundleError(f"{where} is malformed: {exc}") from None
+        m: ClusterManifest = build_checked(ClusterManifest, data, "")  # every field by type and range
+    except BundleError as exc:
+        raise BundleError(f"{where}: {exc}") from None
     for n in m.nodes:
         if n.dir is not None:
             check_node_dir(n.dir)

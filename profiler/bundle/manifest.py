@@ -365,6 +365,18 @@ def _build(cls: type, data: Any, where: str) -> Any:
         kwargs[f.name] = _value((cls.__name__, f.name), hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
     return cls(**kwargs)
 
+def load_checked_json(text: str) -> Any:
+    """JSON text with integers over 40 digits and NaN/Infinity kept as markers that validation
+    refuses naming their field (``json.loads`` alone would raise on 5,000 digits or accept NaN)."""
+    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_NonFinite)
+
+
+def build_checked(cls: type, data: Any, where: str) -> Any:
+    """Dataclass ``cls`` from parsed JSON, every field checked by its type hint (the validation
+    the bundle manifest gets; the cluster manifest uses it too). Raises BundleError naming the field."""
+    return _build(cls, data, where)
+
+
 # Upgrades from older manifest versions, applied in order: version N -> N+1.
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """v2 adds ``runtime_info`` to each target; v1 never read the binary, so it stays unknown

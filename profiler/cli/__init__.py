@@ -6,6 +6,7 @@ Nothing imports this package; it imports the rest.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import signal
 import sys
@@ -55,33 +56,43 @@ def _root(
     """Linux perf profiling and bottleneck analyzer."""
 
 
-def _register() -> None:
-    import profiler.cli.cluster as cluster
-    from profiler.cli import (
-        analyze,
-        attach,
-        demo,
-        diff,
-        doctor,
-        flamegraph,
-        heatmap,
-        report,
-        run,
-        stat,
-        sweep,
-    )
-
-    for mod in (doctor, attach, run, sweep, analyze, report, flamegraph, heatmap, diff, stat, demo, cluster):
-        mod.register(app)
+# The verbs, in --help's order; each module registers itself. main() imports only the verb it
+# runs (a verb's module pulls in what it needs: the analysis, typer's rich help, numpy...), so
+# `profiler flamegraph perf.data` does not pay for importing `attach`, `cluster` and the rest.
+VERBS = ("doctor", "attach", "run", "sweep", "analyze", "report", "flamegraph", "heatmap", "diff", "stat", "demo",
+         "cluster")
+_registered: set[str] = set()
 
 
-_register()
+def _register(only: str | None = None) -> None:
+    for name in VERBS:
+        if name in _registered or (only is not None and name != only):
+            continue
+        importlib.import_module(f"profiler.cli.{name}").register(app)
+        _registered.add(name)
+    rank = {n: i for i, n in enumerate(VERBS)}
+    app.registered_commands.sort(key=lambda c: rank.get(c.name or "", len(rank)))
 
 
 @functools.cache
 def command() -> Any:
-    """The click command behind the app, with every boolean flag shown bare in --help
+    """The click command behind the app (every verb), with every boolean flag shown bare in --help
     (``--force``, not ``--force <bool>``: a flag takes no value; docs/cli.md)."""
+    _register()
+    return _build()
+
+
+def _command_for(argv: list[str]) -> Any:
+    """The click command main() runs: only the verb ``argv`` names when it names one (its module
+    alone is imported), else every verb (--help, a typo: click lists them)."""
+    verb = argv[0] if argv else None
+    if verb not in VERBS or VERBS == tuple(n for n in VERBS if n in _registered):
+        return command()
+    _register(verb)
+    return _build()
+
+
+def _build() -> Any:
     import typer.main
 
     cmd = typer.main.get_command(app)
@@ -116,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure is one line on stderr and a distinct exit code."""
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        command()(args=argv, prog_name="profiler", standalone_mode=True)
+        args = sys.argv[1:] if argv is None else argv
+        _command_for(args)(args=args, prog_name="profiler", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -99,6 +100,8 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
     used, why = registry.backend_choice(options)
+    if report:
+        _preload_report()
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
@@ -161,6 +164,14 @@ def summary(m: Manifest, out: Path) -> str:
     for row in rows:
         lines.append("  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3])
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _preload_report() -> None:
+    """Import the analysis and the renderers before the capture, not after it: the report after
+    the capture is what the user waits for (main() imports only this verb's module)."""
+    with contextlib.suppress(ImportError):
+        import profiler.cli.report  # noqa: F401
+        import profiler.usecases.report  # noqa: F401
 
 
 def _report(out: Path) -> None:

@@ -192,6 +192,9 @@ def detect(input: str, accept: Sequence[Format], *, stdin: IO[bytes] | None = No
                 raise BundleError(f"cannot read {input}: {exc.strerror or exc}") from None
             if not is_bundle:
                 # the same answer from every verb: a directory is meant as a bundle (exit 4)
+                if (p / "cluster.json").is_file():
+                    raise BundleError(f"{input} is a cluster bundle: give one of its nodes ({input}/nodes/NAME), "
+                                      "or use analyze or report on the whole")
                 raise BundleError(f"{input} is a directory but not a capture bundle (no manifest.json)")
             if bundle is None:
                 raise InputError(f"{input} is a capture bundle, not {_alternatives(accept)}")

@@ -20,8 +20,26 @@ def pool_of(thread_name: str) -> str:
     ('grpc-server', 'raftstore', 'rocksdb:low')
     """
     name = thread_name.strip()
-    pool = _TRAILING_INDEX.sub("", name).rstrip("-_:.# ")
+    pool = _strip_index(name).rstrip("-_:.# ")
     return pool or name
+
+
+def _strip_index(name: str) -> str:
+    """``name`` without its trailing instance numbers (what ``_TRAILING_INDEX`` matches), found
+    by one scan from the end: the regular expression backtracks exponentially on a long run of
+    digits that is not at the end, which a damaged thread name can hold."""
+    j = len(name)
+    while True:
+        k = j
+        while k > 0 and name[k - 1].isdecimal():
+            k -= 1
+        if k == j:  # no digits: the index ends here
+            return name[:j]
+        j = k
+        if j > 0 and name[j - 1] in "-_:.#":
+            j -= 1  # the separator before these digits belongs to them
+        else:
+            return name[:j]
 
 
 def target_kind(comm: str, exe: str | None = None, cmdline: list[str] | None = None) -> str | None:

@@ -197,6 +197,7 @@ def entries_for(runtime: str | None) -> list[IdleWait]:
 
 _RUNTIMES = ("go", "rust", "jvm")
 _SUFFIX = re.compile(r"(@@?[A-Z_0-9.]+|\.(constprop|isra|part|cold)\.?\d*)+$")
+SUFFIX_TAIL = 256  # characters of a frame's end searched for version and clone suffixes
 
 
 def normalise(frame: str) -> str:
@@ -204,6 +205,8 @@ def normalise(frame: str) -> str:
     compiler clone suffix (``epoll_wait@@GLIBC_2.3.2`` -> ``epoll_wait``)."""
     while frame.startswith("__GI_"):
         frame = frame[5:]
+    if len(frame) > SUFFIX_TAIL:  # the pattern backtracks polynomially: only a name's tail can hold a suffix
+        return frame[:-SUFFIX_TAIL] + _SUFFIX.sub("", frame[-SUFFIX_TAIL:])
     return _SUFFIX.sub("", frame)
 
 
