@@ -108,3 +108,38 @@ def test_mixed_evidence_lowers_confidence_and_says_why() -> None:
     assert c_mixed == c_alone * 0.7
     assert any(w.startswith("mixed evidence: io_wait scores 0.85 against 0.90 (fsync 90%); to tell them apart: compare")
                for w in why)
+
+
+def _go(demand_util: float, cpu_cores: float, gc_share: float, heap: float, limit: float | None) -> TargetMetrics:
+    from profiler.analyzers.verdict.server import ServerEvidence
+
+    tm = TargetMetrics(pid=3, comm="goworkload", kind=None, runtime="go", label="goworkload (pid 3)", threads=6,
+                       active_threads=2, cpu_cores=cpu_cores, cpu_available=2.0, cpu_util=cpu_cores / 2.0,
+                       demand_util=demand_util, states={"idle": 0.9, "cpu": 0.05}, samples=90)
+    tm.server = ServerEvidence(pid=3, go=True, gc_cpu_share=gc_share, gc_cpu_source="runtime metrics",
+                               heap_inuse=heap, heap_goal=4 * 2**20, memory_limit=limit)
+    return tm
+
+
+def test_the_gc_share_of_a_near_idle_go_process_is_not_memory_pressure() -> None:
+    # go-idle-channels (run B, quiet): 0.005 cores, wants 6% of its 2 cores, GC "71% of its CPU", heap 1 MiB
+    idle = _go(0.06, 0.005, 0.715, 2**20, None)
+    v = vr.target_verdict(idle, _metrics(idle))
+    assert v.category == "not_saturated"
+    assert all(f.score < vr.PRIMARY for f in v.findings if f.category == "memory")
+    # go-gc-memlimit (runs A and B): wants all of its cores, GC a third of its CPU, heap at 96% of GOMEMLIMIT
+    busy = _go(1.1, 0.86, 0.34, 77 * 2**20, 80 * 2**20)
+    v = vr.target_verdict(busy, _metrics(busy))
+    assert v.category == "memory" and "Go terms" in (v.primary.sub_cause or "")
+    # how busy it is unknown: the share counts in full, as before
+    unknown = _go(0.0, 0.005, 0.715, 2**20, None)
+    unknown.demand_util = unknown.cpu_util = None
+    assert vr.target_verdict(unknown, _metrics(unknown)).category == "memory"
+
+
+def test_the_go_rules_calm_bounds_are_the_not_saturated_rules() -> None:
+    from profiler.analyzers.verdict import rules_server
+
+    th = vr.THRESHOLDS["idle.cpu"]
+    assert (rules_server.CALM_AT, rules_server.CALM_FULL) == (th.value, th.full)
+    assert [round(rules_server.calm_weight(x), 6) for x in (0.1, 0.2, 0.35, 0.5, 1.2)] == [0.0, 0.0, 0.5, 1.0, 1.0]

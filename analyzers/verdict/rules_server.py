@@ -74,6 +74,19 @@ def strength(value: float, at: float, full: float) -> float:
     return 0.5 + 0.5 * (value - at) / (full - at)
 
 
+# The not-saturated rule's bounds (analyzers.verdict.rules THRESHOLDS["idle.cpu"]): a target that
+# wants half of its cores or more may be held back; one that wants a fifth or less is calm.
+CALM_AT, CALM_FULL = 0.5, 0.2
+
+
+def calm_weight(busy: float | None) -> float:
+    """How much a share of the process's own CPU counts: 0 for a calm target (it wants a fifth of its
+    cores or less), 1 from half, linear between; 1 when how busy it is is unknown."""
+    if busy is None:
+        return 1.0
+    return min(1.0, max(0.0, (busy - CALM_FULL) / (CALM_AT - CALM_FULL)))
+
+
 def ramp(value: float | None, key: str) -> float:
     """:func:`strength` against the named threshold; no value, no evidence."""
     if value is None:
@@ -152,7 +165,18 @@ def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | Non
         out.append(ServerEv("go_heap_of_memory_limit", lim, "go.heap_limit",
                             f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
                             f"{(ev.memory_limit or 0) / 1048576:.0f} MiB"))
-    g = ramp(gc, "go.gc_cpu")
+    # The GC's share of a process that hardly runs is a share of almost nothing: a near-idle Go
+    # process whose only work is a periodic or floor-sized GC cycle shows 70% "GC CPU" (and the
+    # runtime's /cpu/classes figures overestimate GC time, worst when little else runs). The GC
+    # holds the work back only when the process wants a real part of its CPU: the share counts
+    # as much as the target wants its cores, none where the not-saturated rule calls it calm.
+    busy = tm.demand_util if tm.demand_util is not None else tm.cpu_util
+    weight = calm_weight(busy)
+    if gc is not None and weight < 1.0:
+        out.append(ServerEv("go_gc_weight", weight, None,
+                            f"the share counts {weight:.0%}: the process wants {_pct(busy)} of the cores it may use "
+                            f"(none at {_pct(CALM_FULL)}, in full from {_pct(CALM_AT)})", "weight"))
+    g = ramp(gc, "go.gc_cpu") * weight
     # at the limit alone is not a bottleneck (a cache sized to it); with the GC busy it is
     score = max(g, min(ramp(lim, "go.heap_limit"), g + 0.2)) if lim is not None else g
     if score <= 0:
