@@ -137,6 +137,8 @@ def _rows(m: Manifest) -> list[list[str]]:
     rows = []
     for r in m.collectors:
         notes = []
+        # (block-io's issue/completion difference is left out: flushes complete without an issue;
+        # the heatmap's pairing gives the real paired/unpaired counts)
         for key in ("samples", "rows", "events", "intervals", "lost", "completions"):
             if key in r.stats and not isinstance(r.stats[key], (list, dict)):
                 notes.append(f"{r.stats[key]} {key}")
@@ -148,17 +150,7 @@ def _rows(m: Manifest) -> list[list[str]]:
 
 def summary(m: Manifest, out: Path) -> str:
     """The collector table printed at the end of a capture."""
-    rows = [("collector", "status", "files", "notes")]
-    for r in m.collectors:
-        notes = []
-        # (block-io's issue/completion difference is left out: flushes complete without an issue;
-        # the heatmap's pairing gives the real paired/unpaired counts)
-        for key in ("samples", "rows", "events", "intervals", "lost", "completions"):
-            if key in r.stats and not isinstance(r.stats[key], (list, dict)):
-                notes.append(f"{r.stats[key]} {key}")
-        if r.reason:
-            notes.append(r.reason)
-        rows.append((r.name, r.status, _files(r.files), "; ".join(notes)))
+    rows = [["collector", "status", "files", "notes"], *_rows(m)]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"bundle {out}/: {m.status}" + (f" ({m.reason})" if m.reason else "")]
     for row in rows:

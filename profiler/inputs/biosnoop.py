@@ -16,14 +16,14 @@ skipped and counted.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from profiler.errors import InputError
 from profiler.inputs.source import Format, Source
-from profiler.inputs.streams import iter_decoded
+from profiler.inputs.streams import iter_decoded_lines
 
 __all__ = ["FORMAT", "Biosnoop", "parse_biosnoop", "read_source", "sniff"]
 
@@ -134,19 +134,9 @@ def parse_biosnoop(lines: Iterable[str]) -> Biosnoop:
 def read_source(src: Source) -> Biosnoop:
     """The IOs of ``src``; lines that are no IO are counted in its ReadLog."""
     with src.open_raw() as fh:
-        b = parse_biosnoop(_lines(iter_decoded(fh)))
+        b = parse_biosnoop(iter_decoded_lines(fh))
     src.log.skip(b.skipped_lines, "lines that are not IOs")
     return b
-
-
-def _lines(chunks: Iterable[str]) -> Iterator[str]:
-    rest = ""
-    for chunk in chunks:
-        parts = (rest + chunk).split("\n")
-        rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
 
 
 FORMAT = Format("biosnoop", "biosnoop output (bcc)", sniff)

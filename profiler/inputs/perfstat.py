@@ -26,12 +26,12 @@ module is for a file a user brings.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from profiler.errors import InputError
 from profiler.inputs.source import Format, Source
-from profiler.inputs.streams import iter_decoded
+from profiler.inputs.streams import iter_decoded_lines
 
 __all__ = ["CSV", "TABLE", "Counter", "PerfStatOutput", "parse_csv", "parse_table", "read_source"]
 
@@ -172,19 +172,9 @@ def parse_csv(lines: Iterable[str]) -> PerfStatOutput:
     return out
 
 
-def _lines(chunks: Iterable[str]) -> Iterator[str]:
-    rest = ""
-    for chunk in chunks:
-        parts = (rest + chunk).split("\n")
-        rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
-
-
 def read_source(src: Source) -> PerfStatOutput:
     with src.open_raw() as fh:
-        lines = _lines(iter_decoded(fh))
+        lines = iter_decoded_lines(fh)
         return parse_csv(lines) if src.format is CSV else parse_table(lines)
 
 

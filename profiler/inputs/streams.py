@@ -131,6 +131,17 @@ def iter_decoded(stream: IO[bytes], chunk_size: int = 1 << 22, warnings: list[st
         yield dec.decode(data)
 
 
+def iter_decoded_lines(stream: IO[bytes]) -> Iterator[str]:
+    """:func:`iter_decoded`'s text as lines, split at ``\\n`` (without it), the last one kept when unterminated."""
+    rest = ""
+    for chunk in iter_decoded(stream):
+        parts = (rest + chunk).split("\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
+
+
 def iter_chunks(fh: IO[bytes], size: int = 2 << 20, warnings: list[str] | None = None) -> Iterator[bytes]:
     """Chunks of whole lines (each ending in a newline), read tolerantly (a line longer than the
     line limit ends the input, noted in the stream's ReadLog)."""
