@@ -283,10 +283,28 @@ class _Target:
 
     def abort(self, fh: IO[bytes] | None) -> None:
         if fh is not None:
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, OutputError):  # a full disk fails the last flush
                 fh.close()
         self._discard()
         self._close_dir()
+
+    def keep(self, fh: IO[bytes]) -> None:
+        """Make final whatever reached the file, even when its last bytes cannot be written (a full
+        disk: the buffered rest is lost, what was flushed before is kept under the final name)."""
+        with contextlib.suppress(OSError, ValueError, OutputError):
+            fh.close()  # a buffered writer closes its descriptor even when the last flush fails
+        try:
+            if self.tmp is not None and self.dir_fd is not None:
+                if self.force:
+                    os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                else:
+                    self._link_new(self.dir_fd)
+                self.tmp = None
+        except (OSError, OutputExists):
+            pass
+        finally:
+            self._discard()
+            self._close_dir()
 
     def _discard(self) -> None:
         if self.tmp is not None and self.dir_fd is not None:
@@ -321,8 +339,7 @@ def open_output(path: str | os.PathLike[str] | None, *, force: bool = False, fsy
         yield fh
     except BaseException:
         if keep_partial:
-            with contextlib.suppress(OutputError, OutputExists, OSError):
-                target.commit(fh, sink)
+            target.keep(fh)
         else:
             target.abort(fh)
         raise

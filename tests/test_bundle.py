@@ -19,7 +19,7 @@ from profiler.bundle import (
     TargetInfo,
     parse_manifest,
 )
-from profiler.errors import BundleError, OutputExists
+from profiler.errors import BundleError, OutputError, OutputExists
 
 
 def _write(tmp_path: Path) -> Path:
@@ -129,3 +129,29 @@ def test_truncated_gzip_member_keeps_what_was_read(tmp_path: Path) -> None:
     assert lines[-2] == f"sample {len(lines) - 2}"  # every whole line up to the cut
     warnings = b.read_warnings()
     assert len(warnings) == 1 and warnings[0].startswith("cpu.perf.txt.gz: truncated")
+
+
+def test_a_full_disk_still_gets_the_final_manifest(tmp_path: Path) -> None:
+    """The writer holds space back from the start; the last manifest is written with it."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        w = BundleWriter(mnt / "cap", Manifest(clock=ClockInfo.now()))
+        with pytest.raises(OutputError), w.open_member("big.bin") as fh:  # fill the disk to the last byte
+            while True:
+                fh.write(b"x" * 4096)
+                fh.flush()
+        recs = [CollectorRecord(name=f"c{i}", status="ok", reason="r" * 200, files=["big.bin"]) for i in range(30)]
+        for rec in recs:
+            w.record(rec)  # does not raise: noted, the in-memory manifest keeps it
+        assert w.ran_short is not None and "no space left" in w.ran_short
+        w.finish("partial", "disk full")
+        m = Bundle.open(mnt / "cap").manifest
+        assert m.status == "partial" and [c.name for c in m.collectors] == [r.name for r in recs]
+        assert not (mnt / "cap" / ".space-reserve").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])

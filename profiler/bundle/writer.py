@@ -4,6 +4,12 @@ Collectors write members through :meth:`BundleWriter.open_member` (a fresh tempo
 renamed into place on close, through profiler.files, so a reader never sees half a member under its final name, though a
 capture cut mid-way keeps what it wrote); the session records each collector's state with
 :meth:`BundleWriter.record`, which rewrites ``manifest.json`` atomically.
+
+A full disk must not cost the manifest (without it the members are unreadable): the writer holds
+back :data:`RESERVE_BYTES` in a hidden file from the start. While the capture runs a manifest
+rewrite that fails is only noted (:attr:`BundleWriter.unsaved`; the last one written stays in
+place and the in-memory manifest keeps everything); the final :meth:`BundleWriter.finish` gives the
+reserve up when it must, so the last manifest is written even on a full disk.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ from typing import IO, cast
 
 from profiler.bundle.manifest import CollectorRecord, Manifest, check_member_name
 from profiler.bundle.members import MANIFEST
-from profiler.errors import OutputExists
+from profiler.errors import OutputError, OutputExists
 from profiler.files import open_output, write_output
+
+RESERVE = ".space-reserve"  # hidden, never a member; removed by finish()
+RESERVE_BYTES = 64 * 1024  # a manifest is 4-15 KB; its rewrite needs the old and the new side by side
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -36,6 +45,8 @@ class BundleWriter:
         self.root = Path(root)
         self.manifest = manifest
         self._lock = threading.RLock()  # collectors finish side by side (session._stop_all)
+        self.unsaved: str | None = None  # why the last manifest rewrite failed (a full disk), if it did
+        self.ran_short: str | None = None  # the first such failure: the capture is partial
         if self.root.exists():
             if not self.root.is_dir():
                 raise OutputExists(f"{self.root} exists and is not a directory")
@@ -51,16 +62,57 @@ class BundleWriter:
             raise OutputExists(f"cannot create {self.root}: {exc.strerror or exc}") from None
         if not manifest.created:
             manifest.created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(manifest.clock.wall_start or time.time()))
-        self.save()
+        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())  # cannot even start: raise
+        self._hold_reserve()
 
     def path(self, name: str) -> Path:
         check_member_name(name)
         return self.root / name
 
-    def save(self) -> None:
-        """Rewrite the manifest atomically (called whenever a collector changes state)."""
+    def save(self) -> bool:
+        """Rewrite the manifest atomically (called whenever a collector changes state).
+
+        Never raises: a rewrite that fails (the disk is full) leaves the previous manifest in
+        place, sets :attr:`unsaved` and returns False; :meth:`finish` writes the last one."""
         with self._lock:
-            atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
+            try:
+                atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
+            except OutputError as exc:
+                self.unsaved = str(exc)
+                self.ran_short = self.ran_short or self.unsaved
+                return False
+            self.unsaved = None
+            return True
+
+    def _hold_reserve(self) -> None:
+        try:
+            fd = os.open(self.root / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return  # a leftover of a killed capture, or no room at all: the final save takes its chances
+        try:
+            os.write(fd, bytes(RESERVE_BYTES))  # written, not sparse: the blocks are really taken
+        except OSError:
+            self._give_up_reserve()
+        finally:
+            os.close(fd)
+
+    def _sweep_helpers(self) -> None:
+        """Remove the collectors' hidden working files (``.NAME.tmp``, ``.NAME.stderr``, perf.data
+        being written) that a fault left behind: hidden files no collector record names."""
+        named = {f for rec in self.manifest.collectors for f in rec.files}
+        with contextlib.suppress(OSError):
+            for child in self.root.iterdir():
+                if child.name.startswith(".") and child.name not in named and child.name != RESERVE \
+                        and child.is_file() and not child.is_symlink():
+                    with contextlib.suppress(OSError):
+                        child.unlink()
+
+    def _give_up_reserve(self) -> bool:
+        try:
+            os.unlink(self.root / RESERVE)
+        except OSError:
+            return False
+        return True
 
     def record(self, rec: CollectorRecord) -> None:
         """Add or replace a collector's record and persist the manifest."""
@@ -93,7 +145,15 @@ class BundleWriter:
                     fh.close()
 
     def finish(self, status: str, reason: str | None = None) -> None:
-        self.manifest.status = status
-        self.manifest.reason = reason
-        self.manifest.ended = time.monotonic()
-        self.save()
+        """Write the final manifest, giving up the held-back space when the disk is full;
+        raises OutputError only when even that does not make room."""
+        with self._lock:
+            self.manifest.status = status
+            self.manifest.reason = reason
+            self.manifest.ended = time.monotonic()
+            self._sweep_helpers()  # first: what they held is room for the manifest
+            if not self.save() and self._give_up_reserve():
+                self.save()
+            self._give_up_reserve()
+            if self.unsaved is not None:
+                raise OutputError(self.unsaved)

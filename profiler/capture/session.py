@@ -51,7 +51,7 @@ from profiler.collectors.base import (
     disk_reason,
     skipped,
 )
-from profiler.errors import CapabilityError, Interrupted
+from profiler.errors import CapabilityError, Interrupted, OutputError
 
 TICK = 0.1  # main loop period (s)
 PROGRESS_EVERY = 0.5  # progress line refresh (s)
@@ -238,7 +238,7 @@ class Session:
                         result.stop_reason += f"; killed leftover helpers {killed}"
             self._finish(writer, manifest, result)
             if error is not None:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, OutputError):
                     writer.finish(FAILED if manifest.status == FAILED else PARTIAL,
                                   "; ".join(filter(None, [result.stop_reason, manifest.reason])))
                 raise error
@@ -287,10 +287,7 @@ class Session:
 
     def _record(self, writer: BundleWriter, rec: CollectorRecord) -> None:
         self.records[rec.name] = rec
-        try:
-            writer.record(rec)
-        except OSError:
-            pass  # disk full: the in-memory manifest still has it; the final save retries
+        writer.record(rec)  # a full disk: noted by the writer; the in-memory manifest has it, finish() writes it
 
     def _start_load(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
         """Spawn the load with its output on a pipe a thread copies into load.log, timing each line."""
@@ -386,6 +383,8 @@ class Session:
                         ctx.writer.save()
             if all(t.exited is not None for t in manifest.targets):
                 return "every target exited"
+            if ctx.writer.ran_short is not None:
+                return "the output disk is full"
             if load is not None and load.poll() is not None:
                 if manifest.load is not None:
                     manifest.load.ended = now
@@ -497,11 +496,12 @@ class Session:
             start = manifest.clock.monotonic_start
             reasons.append("target exited: " + ", ".join(f"{t.comm} (pid {t.pid}) after {t.exited - start:.1f}s"
                                                         for t in early if t.exited is not None))
+        if writer.ran_short is not None:
+            if status == OK:
+                status = PARTIAL
+            reasons.append(f"the output disk filled up ({writer.ran_short})")
         manifest.options["stop_reason"] = result.stop_reason
-        try:
-            writer.finish(status, "; ".join(reasons) or None)
-        except OSError as exc:
-            manifest.status, manifest.reason = PARTIAL, disk_reason(exc)
+        writer.finish(status, "; ".join(reasons) or None)  # a full disk: the held-back space is given up for it
 
 
 def _poll(c: Collector) -> str | None:

@@ -209,8 +209,19 @@ def command(
     start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
-    capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
-            collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
+    result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
+                     collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
+    partial_is_an_error(result)
+
+
+def partial_is_an_error(result: CaptureResult) -> None:
+    """Exit 6 for a partial capture (docs/cli.md): it is kept and reported, and a script learns it is incomplete."""
+    if result.manifest.status != "partial":
+        return
+    why = (result.manifest.reason or "").split("; ")[0]
+    why = why if len(why) <= 160 else why[:157] + "..."
+    raise CaptureIncomplete(f"the capture is partial ({why}): {result.output}/ keeps what was captured "
+                            "and its manifest says why in full")
 
 
 def register(app: typer.Typer) -> None:

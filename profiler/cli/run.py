@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import capture, make_options, status_options
+from profiler.cli.attach import capture, make_options, partial_is_an_error, status_options
 from profiler.errors import UsageError
 
 HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle (load.log) and its exit code passed through.
@@ -49,7 +49,8 @@ def command(
                      collectors=collectors or None, load=list(load), report=not no_report)
     code = result.load_exit_code
     if code:
-        raise typer.Exit(code)
+        raise typer.Exit(code)  # the load's own failure comes first: it is what the user ran
+    partial_is_an_error(result)
 
 
 def register(app: typer.Typer) -> None:
