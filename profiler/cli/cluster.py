@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
+from profiler.cli._capture import make_options
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import make_options
 from profiler.errors import CaptureIncomplete, Interrupted, UsageError
 
 HELP = """Capture a whole cluster in one window over SSH: every tidb, tikv and pd host, one report.
@@ -103,7 +103,12 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
         raise Interrupted(f"interrupted: the cluster bundle in {out}/ was kept, marked {m.status}")
     if m.status == "failed":
         raise CaptureIncomplete(f"cluster capture failed: {m.reason}")
-    return m.load.exit_code if m.load is not None else None
+    code = m.load.exit_code if m.load is not None else None
+    if not code and m.status == "partial":  # the load's own failure comes first (as in `run`)
+        lost = ", ".join(f"{r.name} {r.status}" for r in m.nodes if r.status != "ok") or m.reason
+        raise CaptureIncomplete(f"the cluster capture is partial ({lost}): {out}/ keeps every node's bundle "
+                                "that came back, and cluster.json says why")
+    return code
 
 
 def _size(text: str) -> int:
