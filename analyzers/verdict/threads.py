@@ -149,7 +149,8 @@ def thread_time(s: procmod.ThreadSeries, names: dict[int, str], runtime: str | N
 
 def _maybe_in_io(s: procmod.ThreadSeries) -> np.ndarray:
     """Per sample: could the thread have been in an IO wait then (D state, or an IO syscall)?"""
-    return (s.state == ord("D")) | (s.wait == procmod.DISK)
+    out: np.ndarray = (s.state == ord("D")) | (s.wait == procmod.DISK)
+    return out
 
 
 def blkio_wait(s: procmod.ThreadSeries) -> float | None:
