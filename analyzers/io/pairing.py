@@ -17,6 +17,7 @@ from typing import IO
 
 import numpy as np
 
+from profiler.bundle import blockevents
 from profiler.inputs import blocktrace, perfdata_blocks
 from profiler.inputs.blocktrace import (
     COMPLETE,
@@ -365,6 +366,29 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
     for i in range(0, len(events), slice_size):
         p.feed_events(events[i : i + slice_size], owned=inplace)
     return p.finish()
+
+
+def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+    """Pair a bundle's ``block.events.bin`` (the block-io collector's binary member), streaming;
+    a block cut short or corrupt ends the reading there and is said in the warnings."""
+    p = BlockPairer()
+    state = blockevents.ReadState()
+    for batch in perfdata_blocks.iter_member_events(fh, p.comms, state):
+        p.feed_batch(batch)
+        if on_chunk is not None:
+            on_chunk(p)
+    bio = p.finish()
+    if state.damage:
+        bio.warnings.append(f"{blockevents.MEMBER}: {state.damage}")
+    return bio
+
+
+def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+    """Pair a bundle's block events member, whichever format it has: ``block.events.bin``
+    (binary, bundles since v4) or ``block.trace.gz`` (ftrace text, before)."""
+    if member == blockevents.MEMBER:
+        return pair_member(fh, on_chunk)
+    return pair_stream(fh, on_chunk, only_block_lines=True)
 
 
 def read_perf_data(path: str | Path) -> BlockIO:

@@ -1,0 +1,278 @@
+"""The block-io collector's binary member ``block.events.bin`` (bundle layer): format, writer, reader.
+
+The collector records the block_rq_* tracepoints with ``perf record -a`` and, at stop, turns
+its perf.data (~115 bytes an event) into this columnar file (~15): the fields the pairing needs,
+nothing printed and parsed again. Both sides use this module: the collector writes it from a
+perf.data (:func:`convert`), the inputs layer reads it (:func:`iter_blocks`).
+
+Layout (little-endian)::
+
+    header   b"PRFBLKEV" u32 version (1) u32 0
+    block*   b"BLK1" u32 n  u32 comm_bytes  u32 zlen  u32 crc32(z)  z = zlib(payload)
+    payload  comm_bytes of new task names, each NUL-terminated (appended to the file's table:
+             the comm column indexes it, 0 is "no name"), then the columns of n events, whole
+             column after whole column, in :data:`COLUMNS` order; ``t`` holds the first time
+             and then differences (events are written in time order).
+
+``t`` is CLOCK_MONOTONIC nanoseconds (``perf record -k CLOCK_MONOTONIC``), ``kind`` is 1 issue,
+2 complete, 3 requeue, 4 merge; ``dev`` the kernel's dev_t (major << 20 | minor); ``rwbs`` the
+first 8 bytes of the tracepoint's rwbs string (NUL-padded); ``tid`` the thread that hit the
+tracepoint. A block cut short or failing its CRC ends the reading: what came before is kept.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from profiler.bundle import members
+from profiler.bundle import perfdata as pd
+
+try:
+    import numpy as np
+except ImportError:  # the cluster agent's bare python3: the collector writes text instead (HAVE_NUMPY)
+    np = None  # type: ignore[assignment]
+
+HAVE_NUMPY = np is not None
+
+MEMBER = members.BLOCK_EVENTS
+MAGIC = b"PRFBLKEV"
+VERSION = 1
+_HEAD = struct.Struct("<8sII")
+_BLOCK = struct.Struct("<4sIIII")
+_BLOCK_MAGIC = b"BLK1"
+ZLEVEL = 1  # zlib's fastest: ~15 bytes an event, well ahead of the events' rate
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("t", "<u8"), ("kind", "u1"), ("dev", "<u4"), ("sector", "<u8"), ("nr", "<u4"), ("bytes", "<u4"),
+    ("tid", "<i4"), ("comm", "<u2"), ("rwbs", "<u8"),
+)
+RAW_DTYPE = np.dtype([(n, d) for n, d in COLUMNS] + [("off", "<i8")]) if np is not None else None
+ISSUE, COMPLETE, REQUEUE, MERGE = 1, 2, 3, 4
+TRACEPOINTS = {"block:block_rq_issue": ISSUE, "block:block_rq_complete": COMPLETE,
+               "block:block_rq_requeue": REQUEUE, "block:block_rq_merge": MERGE}
+MAX_BLOCK = 1 << 18  # events per block (~10 MB of columns before compression)
+
+
+class BlockEventsError(Exception):
+    """Not a block events member (wrong magic or version)."""
+
+
+class Writer:
+    """Writes batches of :data:`RAW_DTYPE` events (time-ordered) as blocks."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.comms: dict[bytes, int] = {b"": 0}
+        self.new_comms: list[bytes] = []
+        self.events = 0
+        fh.write(_HEAD.pack(MAGIC, VERSION, 0))
+
+    def comm_id(self, name: bytes) -> int:
+        idx = self.comms.get(name)
+        if idx is None:
+            idx = min(len(self.comms), 0xFFFF)
+            self.comms[name] = idx
+            if idx < 0xFFFF:
+                self.new_comms.append(name)
+        return idx
+
+    def write(self, ev: np.ndarray) -> None:
+        for i in range(0, len(ev), MAX_BLOCK):
+            self._block(ev[i : i + MAX_BLOCK])
+
+    def _block(self, ev: np.ndarray) -> None:
+        n = len(ev)
+        if not n:
+            return
+        names = b"".join(c.replace(b"\0", b"") + b"\0" for c in self.new_comms)
+        self.new_comms = []
+        t = ev["t"].astype("<u8")
+        with np.errstate(over="ignore"):
+            dt = np.empty_like(t)
+            dt[0] = t[0]
+            np.subtract(t[1:], t[:-1], out=dt[1:])
+        parts = [names, dt.tobytes()] + [np.ascontiguousarray(ev[c], dtype=d).tobytes() for c, d in COLUMNS[1:]]
+        z = zlib.compress(b"".join(parts), ZLEVEL)
+        self.fh.write(_BLOCK.pack(_BLOCK_MAGIC, n, len(names), len(z), zlib.crc32(z)))
+        self.fh.write(z)
+        self.events += n
+
+
+@dataclass
+class Block:
+    """One block read back: the columns of its events (``t`` in absolute ns) and the file's
+    comm table so far."""
+
+    cols: dict[str, np.ndarray]
+    comms: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.cols["t"])
+
+
+@dataclass
+class ReadState:
+    events: int = 0
+    damage: str | None = None  # why the reading stopped early (cut short, bad CRC)
+    comms: list[bytes] = field(default_factory=lambda: [b""])
+
+
+def sniff(head: bytes) -> bool:
+    return head[:8] == MAGIC
+
+
+def iter_blocks(fh: IO[bytes], state: ReadState | None = None) -> Iterator[Block]:
+    """The blocks of a member, in order; damage ends the iteration and is said in ``state.damage``."""
+    st = state if state is not None else ReadState()
+    head = fh.read(_HEAD.size)
+    if len(head) < _HEAD.size or head[:8] != MAGIC:
+        raise BlockEventsError("not a block events member (no PRFBLKEV header)")
+    version = _HEAD.unpack(head)[1]
+    if version != VERSION:
+        raise BlockEventsError(f"block events format v{version}; this profiler reads v{VERSION}")
+    sizes = [np.dtype(d).itemsize for _c, d in COLUMNS]
+    while True:
+        bh = fh.read(_BLOCK.size)
+        if not bh:
+            return
+        if len(bh) < _BLOCK.size:
+            st.damage = f"cut short after {st.events} events"
+            return
+        magic, n, comm_bytes, zlen, crc = _BLOCK.unpack(bh)
+        if magic != _BLOCK_MAGIC:
+            st.damage = f"corrupt block after {st.events} events"
+            return
+        z = fh.read(zlen)
+        if len(z) < zlen:
+            st.damage = f"cut short after {st.events} events"
+            return
+        if zlib.crc32(z) != crc:
+            st.damage = f"corrupt block (CRC) after {st.events} events"
+            return
+        try:
+            payload = zlib.decompress(z)
+        except zlib.error:
+            st.damage = f"corrupt compressed block after {st.events} events"
+            return
+        if len(payload) != comm_bytes + n * sum(sizes):
+            st.damage = f"corrupt block (size) after {st.events} events"
+            return
+        st.comms.extend(payload[:comm_bytes].split(b"\0")[:-1] if comm_bytes else [])
+        cols: dict[str, np.ndarray] = {}
+        p = comm_bytes
+        for (c, d), sz in zip(COLUMNS, sizes, strict=True):
+            cols[c] = np.frombuffer(payload, dtype=d, count=n, offset=p)
+            p += n * sz
+        with np.errstate(over="ignore"):
+            cols["t"] = np.cumsum(cols["t"], dtype=np.uint64)  # the first is absolute
+        st.events += n
+        yield Block(cols, st.comms)
+
+
+# --------------------------------------------------------------------------- from perf.data
+
+
+@dataclass
+class Converted:
+    """What :func:`convert` wrote: events per kind, lost events perf recorded, issues by target threads."""
+
+    counts: dict[str, int]
+    lost: int
+    target_issues: int
+    events: int
+
+
+def decoder(f: pd.PerfFile, intern: Callable[[bytes], int]) -> Callable[[pd.Records], np.ndarray]:
+    """Per chunk of a perf.data's records: its block events as :data:`RAW_DTYPE` (any order)."""
+    evs = [(ev, TRACEPOINTS[ev.name]) for ev in f.events if ev.name in TRACEPOINTS]
+    if not any(k == ISSUE for _e, k in evs) or not any(k == COMPLETE for _e, k in evs):
+        raise pd.PerfDataUnsupported("no block_rq_issue and block_rq_complete events in this perf.data")
+    flds = {}
+    for ev, _k in evs:
+        fl = f.tp_fields(ev.name)
+        if not {"dev", "sector", "nr_sector", "rwbs"} <= set(fl):
+            raise pd.PerfDataUnsupported(f"no dev, sector, nr_sector or rwbs in {ev.name}'s format")
+        flds[ev.index] = fl
+
+    def decode(rec: pd.Records) -> np.ndarray:
+        cols = pd.samples(rec, f, [e for e, _k in evs])
+        parts = []
+        for ev, kind in evs:
+            c = cols.get(ev.index)
+            if c is None or not len(c.offs):
+                continue
+            if (c.raw < 0).any():
+                raise pd.PerfDataUnsupported("block samples without raw tracepoint data")
+            fl = flds[ev.index]
+            a = np.zeros(len(c.offs), RAW_DTYPE)
+            a["off"], a["t"], a["tid"], a["kind"] = c.offs, c.time, c.tid, kind
+            a["dev"] = pd.tp_column(rec, c.raw, fl["dev"])
+            a["sector"] = pd.tp_column(rec, c.raw, fl["sector"])
+            a["nr"] = pd.tp_column(rec, c.raw, fl["nr_sector"])
+            if "bytes" in fl:
+                a["bytes"] = pd.tp_column(rec, c.raw, fl["bytes"])
+            a["rwbs"] = rec.u64[c.raw + fl["rwbs"].offset] & _low_bytes(min(8, fl["rwbs"].size))
+            if "comm" in fl and kind in (ISSUE, MERGE):
+                a["comm"] = pd.tp_strings(rec, c.raw, fl["comm"], intern)
+            parts.append(a)
+        return np.concatenate(parts) if parts else np.zeros(0, RAW_DTYPE)
+
+    return decode
+
+
+def _low_bytes(n: int) -> np.uint64:
+    return np.uint64((1 << (8 * n)) - 1) if n < 8 else np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class Converter:
+    """perf.data files of one ``perf record`` (its ``--switch-output`` segments, oldest first)
+    -> this member, streaming, with one time ordering across the files."""
+
+    def __init__(self, out: IO[bytes], is_target: Callable[[int], bool] | None = None) -> None:
+        self.w = Writer(out)
+        self.is_target = is_target
+        self.counts = {name.split(":")[1]: 0 for name in TRACEPOINTS}
+        self.lost = 0
+        self.target = 0
+        self.seen: dict[int, bool] = {}
+
+    def _items(self, paths: Iterable[Path], unlink: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for path in paths:
+            with pd.PerfFile(path) as f:
+                decode = decoder(f, self.w.comm_id)
+                for rec in f.chunks():
+                    self.lost += rec.lost()
+                    yield decode(rec), rec.of_type(pd.RECORD_FINISHED_ROUND)
+            yield np.zeros(0, RAW_DTYPE), np.array([pd.ROUND_END], np.int64)  # a switch ends a round
+            if unlink:
+                Path(path).unlink(missing_ok=True)
+
+    def run(self, paths: Iterable[Path], *, unlink: bool = False) -> None:
+        names = {k: name.split(":")[1] for name, k in TRACEPOINTS.items()}
+        for batch in pd.in_order(self._items(paths, unlink)):
+            per = np.bincount(batch["kind"], minlength=5)
+            for k, name in names.items():
+                self.counts[name] += int(per[k])
+            if self.is_target is not None:
+                issuers, n = np.unique(batch["tid"][batch["kind"] == ISSUE], return_counts=True)
+                for tid, c in zip(issuers.tolist(), n.tolist(), strict=True):
+                    ok = self.seen.get(tid)
+                    if ok is None:
+                        ok = self.seen[tid] = self.is_target(tid)
+                    self.target += c if ok else 0
+            self.w.write(batch)
+
+    def result(self) -> Converted:
+        return Converted(dict(self.counts), self.lost, self.target, self.w.events)
+
+
+def convert(src: str | Path, out: IO[bytes], is_target: Callable[[int], bool] | None = None) -> Converted:
+    """A perf.data of block tracepoints -> this member, streaming (memory: two of perf's rounds)."""
+    c = Converter(out, is_target)
+    c.run([Path(src)])
+    return c.result()
