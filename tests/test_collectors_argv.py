@@ -248,28 +248,19 @@ def test_trace_counter_counts_events_and_target_issues_across_chunks(split: int)
     assert tc.target_issues == 3
 
 
-def test_block_io_records_binary_segments_system_wide(ctx: CaptureContext) -> None:
-    c = blockio.BlockIO()
-    argv = c.argv(ctx)
-    assert argv[:3] == ["perf", "record", "-a"] and "block:block_rq_issue" in argv and "block:block_rq_complete" in argv
-    assert argv[argv.index("-k") + 1] == "CLOCK_MONOTONIC"
-    assert "--switch-output=2s" in argv and "--synth=no" in argv
-    assert argv[-1].endswith(".block-io.perf.data")
+def test_ring_buffer_is_sized_from_a_total_budget() -> None:
+    assert blockio.buffer_kb_per_cpu(2) == 32768
+    assert blockio.buffer_kb_per_cpu(16) == 4096
+    assert blockio.buffer_kb_per_cpu(256) == 1024
 
 
-def test_trace_counter_reads_perf_script_text_too() -> None:
-    text = (b"             fio  7 [001]    10.000001: block:block_rq_issue: 254,0 RS 4096 () 8 + 8 be,0,4 [fio]\n"
-            b"         swapper  0 [000]    10.000101: block:block_rq_complete: 254,0 RS () 8 + 8 be,0,4 [0]\n")
-    tc = blockio.TraceCounter(["block_rq_issue", "block_rq_complete"], lambda tid: tid == 7)
-    tc.feed(text)
-    tc.close()
-    assert tc.counts == {"block_rq_issue": 1, "block_rq_complete": 1} and tc.target_issues == 1
-
-
-def test_block_counter_parser() -> None:
+def test_block_counter_and_ring_stats_parsers() -> None:
     counted = blockio.parse_counter("# started on x\n\n725000,,block:block_rq_issue,1000,100.00,,\n"
                                     "724990,,block:block_rq_complete,1000,100.00,,\n")
     assert counted == {"block_rq_issue": 725000, "block_rq_complete": 724990}
+    st = blockio.parse_cpu_stats("entries: 0\noverrun: 12\ncommit overrun: 0\nbytes: 0\n"
+                                 "oldest event ts:     0.000000\nnow ts:   960.368984\ndropped events: 3\n")
+    assert st["overrun"] == 12 and st["dropped events"] == 3
 
 
 def test_registry_lists_every_collector_once() -> None:

@@ -245,8 +245,7 @@ class PerfFile:
         fmt = self._tracing_formats().get(name.split(":")[-1])
         if fmt is None:
             raise PerfDataUnsupported(f"no format for {name} in the tracing data")
-        return {m.group(2).decode(): TpField(int(m.group(3)), int(m.group(4)), m.group(5) == b"1")
-                for m in _FIELD.finditer(fmt)}
+        return tp_format_fields(fmt)
 
     def tp_flags(self, name: str) -> list[tuple[int, str]]:
         """The ``__print_flags`` table of a tracepoint's print format (sched_switch's prev_state letters)."""
@@ -282,6 +281,12 @@ class PerfFile:
         for base, size, offs in plan:
             self.fh.seek(base)
             yield Records(self.fh.read(size), offs, base)
+
+
+def tp_format_fields(fmt: bytes) -> dict[str, TpField]:
+    """A tracepoint's format text (tracefs ``events/SYS/NAME/format``) -> field offsets and sizes."""
+    return {m.group(2).decode(): TpField(int(m.group(3)), int(m.group(4)), m.group(5) == b"1")
+            for m in _FIELD.finditer(fmt)}
 
 
 def walk(buf: bytes) -> tuple[np.ndarray, int]:
