@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from profiler.collectors.elf import Elf, ElfError
 
+from profiler.tolerant import uvarint
+
 BUILDINFO_MAGIC = b"\xff Go buildinf:"
 _PCLN_MAGICS = {0xFFFFFFFB: "1.2", 0xFFFFFFFA: "1.16", 0xFFFFFFF0: "1.18", 0xFFFFFFF1: "1.20"}
 MAX_MODINFO = 4 << 20
@@ -47,16 +49,10 @@ class GoBuildInfo:
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ElfError("build info: a length cut short")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
+    try:
+        return uvarint(buf, pos)
+    except ValueError:
+        raise ElfError("build info: a length cut short") from None
 
 
 def _parse_modinfo(text: str, info: GoBuildInfo) -> None:

@@ -18,6 +18,9 @@ The rules (docs/cli.md#outputs):
   existing file; with ``force`` the link itself is replaced by the new file (whatever it pointed
   to is left untouched). So a bundle holding ``report.html -> /etc/passwd`` gets a new
   report.html, and /etc/passwd stays as it was.
+- A file that grows while it is read (a load's log followed live) is :func:`create_growing`: inside
+  an output directory this run made, whatever is at its name is removed (never followed) and the
+  file is created exclusively.
 - Every operating-system error (a missing directory, a directory, a read-only file system, a
   full disk, no permission) is one :class:`~profiler.errors.OutputError` line (exit code 9).
 """
@@ -38,7 +41,7 @@ from typing import IO, Any, cast
 
 from profiler.errors import OutputError, OutputExists
 
-__all__ = ["STDOUT", "is_stdout", "open_output", "write_output", "output_kind"]
+__all__ = ["STDOUT", "create_growing", "is_stdout", "open_output", "write_output", "output_kind"]
 
 STDOUT = "-"
 # names that mean an already open descriptor, not a file to create
@@ -357,3 +360,24 @@ def write_output(path: str | os.PathLike[str] | None, data: str | bytes | Iterab
         else:
             for chunk in data:
                 fh.write(chunk.encode("utf-8", "surrogateescape"))
+
+
+def create_growing(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A file written as it grows (a load's log another thread or a child writes into), inside an
+    output directory this run made: a link or file already at the name is removed, never followed,
+    and the file is created exclusively; errors are one OutputError line."""
+    p = os.fspath(path)
+    try:
+        if stat.S_ISDIR(os.lstat(p).st_mode):
+            raise OutputError(f"cannot write {p}: it is a directory")
+        os.unlink(p)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _error(p, exc) from None
+    try:
+        fd = os.open(p, _OPEN_FLAGS, 0o644)
+    except OSError as exc:
+        raise _error(p, exc) from None
+    return os.fdopen(fd, "wb")
+

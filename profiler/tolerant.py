@@ -24,6 +24,9 @@ health, warnings, the JSON's ``reading`` section). What it does (docs/bundle.md#
 
 Readers count what they skip (lines that do not parse) into the same log in bulk
 (:meth:`ReadLog.skip`): one call per chunk or per input, never per line.
+
+Binary readers share :func:`uvarint` (pprof's protobuf, Go's build information): it raises on a
+number cut short, and each reader names that in its own terms.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import IO, Any
 
 __all__ = [
     "BOMB_FLOOR", "BOMB_RATIO", "CHUNK", "GZIP_MAGIC", "LINE_LIMIT", "ReadLog", "TolerantReader", "open_tolerant",
-    "human_bytes", "squeeze_blank_lines",
+    "human_bytes", "squeeze_blank_lines", "uvarint",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -46,6 +49,24 @@ LINE_LIMIT = 16 << 20  # a text line longer than this is not text: reading stops
 BOMB_RATIO = 200  # inflating beyond this ratio (real captures: 10-60x; gzip of zeros: 230-1030x) ...
 BOMB_FLOOR = 16 << 20  # ... past this many bytes stops the reading
 _RAW_CHUNK = 256 << 10  # compressed bytes fed to zlib at a time
+
+
+def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """One unsigned LEB128 number (protobuf's varint, Go's uvarint) at ``pos``: (value, next pos).
+    ValueError when the bytes end inside it or it runs past 10 bytes (64 bits): callers name it."""
+    result = shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise ValueError("cut inside a number")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("a number longer than 10 bytes")
 
 
 def human_bytes(n: int) -> str:

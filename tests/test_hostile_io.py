@@ -278,3 +278,22 @@ def test_every_sample_manifest_still_loads() -> None:
     assert len(found) >= 10
     for p in found:
         parse_manifest(p.read_text(), str(p))
+
+
+def test_a_growing_file_replaces_a_planted_link_and_never_follows_it(tmp_path: Path) -> None:
+    """load.log is written as the load runs (create_growing): a link planted at its name in the
+    output directory is replaced, and what it pointed to is left as it was."""
+    from profiler.files import create_growing
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "load.log").symlink_to(outside)
+    with create_growing(cap / "load.log") as fh:
+        fh.write(b"tps: 42\n")
+    assert outside.read_text() == "keep me\n"
+    assert not (cap / "load.log").is_symlink() and (cap / "load.log").read_bytes() == b"tps: 42\n"
+    (cap / "dir").mkdir()
+    with pytest.raises(OutputError, match="is a directory"):
+        create_growing(cap / "dir")

@@ -58,8 +58,8 @@ class BundleWriter:
                         child.unlink()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputExists(f"cannot create {self.root}: {exc.strerror or exc}") from None
+        except OSError as exc:  # a missing parent, a read-only file system, no permission: exit 9
+            raise OutputError(f"cannot create {self.root}: {exc.strerror or exc}") from None
         if not manifest.created:
             manifest.created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(manifest.clock.wall_start or time.time()))
         atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())  # cannot even start: raise

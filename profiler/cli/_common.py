@@ -27,6 +27,20 @@ def parse_duration(text: str) -> float:
     return secs
 
 
+def parse_size(text: str) -> int:
+    """500M, 4G, 1.5T, 4096 (bytes); one UsageError line otherwise."""
+    t = text.strip().upper().removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMGT" else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise UsageError(f"cannot read size {text!r}: use e.g. 500M, 4G") from None
+    if value <= 0:
+        raise UsageError("sizes must be positive")
+    return value
+
+
 def check_output(path: Path, force: bool) -> Path:
     """Refuse early (before the work) an output that would be refused at the end: an existing
     regular file or symbolic link without --force (exit 8), a directory or a missing directory

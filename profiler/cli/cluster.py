@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from profiler.cli._common import parse_duration
-from profiler.cli.attach import make_options
+from profiler.cli._capture import make_options
+from profiler.cli._common import parse_duration, parse_size
 from profiler.errors import CaptureIncomplete, Interrupted, UsageError
 
 HELP = """Capture a whole cluster in one window over SSH: every tidb, tikv and pd host, one report.
@@ -77,7 +77,7 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
         collectors=collectors or None,
         ssh=SshOptions(config=ssh_config, known_hosts=known_hosts, identity=identity,
                        connect_timeout=parse_duration(connect_timeout)),
-        python=python, ship=ship, max_node_bytes=_size(max_node_size), load=load, force=force)
+        python=python, ship=ship, max_node_bytes=parse_size(max_node_size), load=load, force=force)
     for n in notes:
         typer.echo(f"profiler cluster: {n}", err=True)
     what = f"until {load[0]} exits" if load else (f"for {duration:g}s" if duration else "until Ctrl-C")
@@ -103,20 +103,12 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
         raise Interrupted(f"interrupted: the cluster bundle in {out}/ was kept, marked {m.status}")
     if m.status == "failed":
         raise CaptureIncomplete(f"cluster capture failed: {m.reason}")
-    return m.load.exit_code if m.load is not None else None
-
-
-def _size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMGT" else t
-    try:
-        value = int(float(num) * mult)
-    except ValueError:
-        raise UsageError(f"cannot read size {text!r}: use e.g. 500M, 4G") from None
-    if value <= 0:
-        raise UsageError("sizes must be positive")
-    return value
+    code = m.load.exit_code if m.load is not None else None
+    if not code and m.status == "partial":  # the load's own failure comes first (as in `run`)
+        lost = ", ".join(f"{r.name} {r.status}" for r in m.nodes if r.status != "ok") or m.reason
+        raise CaptureIncomplete(f"the cluster capture is partial ({lost}): {out}/ keeps every node's bundle "
+                                "that came back, and cluster.json says why")
+    return code
 
 
 _TOPOLOGY = typer.Option(None, "--topology", "-t", help="A TiUP topology file (global user/ssh_port/deploy_dir, pd_servers, tidb_servers, tikv_servers).")

@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import members
+from profiler.cli._capture import capture, make_options
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import capture, make_options
 from profiler.errors import CapabilityError
 
 HELP = """Start the bundled demo workload (a process with named CPU, IO, lock and idle thread pools), profile it with `attach`, and write the report.

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from profiler.cli._capture import capture, make_options, partial_is_an_error, status_options
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import capture, make_options, partial_is_an_error, status_options
 from profiler.errors import UsageError
 
 HELP = """Capture from the targets exactly while a load command runs; its output is saved in the bundle (load.log) and its exit code passed through.

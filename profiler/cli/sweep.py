@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from profiler.cli._capture import make_options
 from profiler.cli._common import parse_duration
-from profiler.cli.attach import make_options
 from profiler.collectors import registry
 from profiler.errors import UsageError
 from profiler.usecases.sweep import SWEEP_JSON, SWEEP_REPORT, SweepRequest, sweep

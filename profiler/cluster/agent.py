@@ -127,11 +127,13 @@ class Agent:
         return 0
 
     def capture(self, req: dict[str, Any]) -> None:
+        from profiler.bundle.members import MANIFEST
         from profiler.capture.session import Session
         from profiler.capture.targets import Target, resolve
         from profiler.collectors import registry
         from profiler.collectors.base import CaptureOptions
-        from profiler.errors import ProfilerError
+        from profiler.errors import OutputError, ProfilerError
+        from profiler.files import write_output
 
         out = self.workdir / "bundle"
         try:
@@ -172,8 +174,8 @@ class Agent:
             # the capture was cut short (lost link, Ctrl-C at the controller): say so in the node's own bundle too
             m.reason = "; ".join(filter(None, [m.reason, self.stop_reason]))
             m.status = "partial" if m.status == "ok" else m.status
-            with contextlib.suppress(OSError):
-                (out / "manifest.json").write_text(m.to_json())
+            with contextlib.suppress(OSError, OutputError):
+                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, special=False)
         first = min((c.started for c in m.collectors if c.started), default=None)
         self.emit(event="done", status=m.status, reason=m.reason, stop_reason=result.stop_reason,
                   bytes=_tree_size(out), first_collector_mono=first, clock_offset=m.clock.offset,

@@ -51,6 +51,7 @@ from profiler.cluster import clock, pull, zipapp
 from profiler.cluster.ssh import SshError, SshHost, SshOptions, stop_process
 from profiler.cluster.topology import NodeSpec
 from profiler.errors import BundleError, OutputExists, ProfilerError
+from profiler.files import create_growing
 
 PINGS = 8
 WORKDIR_RE = re.compile(r"^/[A-Za-z0-9._/-]*/profiler-cluster\.[A-Za-z0-9]{6,}$")
@@ -616,7 +617,7 @@ class ClusterCapture:
         m.load = ClusterLoad(argv=list(self.opts.load), log=LOAD_LOG)
         while time.time() < planned and not self._sigint:
             time.sleep(min(0.05, max(0.0, planned - time.time())))
-        log = open(self.out / LOAD_LOG, "wb")  # noqa: SIM115 - handed to the child
+        log = create_growing(self.out / LOAD_LOG)  # handed to the child
         try:
             proc = subprocess.Popen(list(self.opts.load), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from profiler.errors import InputError
 from profiler.inputs.source import Format, Source
 from profiler.inputs.streams import HEAD_SIZE
+from profiler.tolerant import uvarint
 
 __all__ = ["FORMAT", "Profile", "SampleType", "parse_profile", "read_source"]
 
@@ -47,19 +48,10 @@ class _Malformed(Exception):
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise _Malformed("message cut inside a number")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise _Malformed("a number longer than 10 bytes")
+    try:
+        return uvarint(buf, pos)
+    except ValueError as exc:
+        raise _Malformed(f"message {exc}") from None
 
 
 def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
