@@ -11,11 +11,14 @@ profiler/bundle/perfdata.py).
 Layout (little-endian)::
 
     header   b"PRFBLKEV" u32 version (1) u32 0
-    block*   b"BLK1" u32 n  u32 comm_bytes  u32 zlen  u32 crc32(z)  z = zlib(payload)
+    block*   b"BLK1" u32 n  u32 comm_bytes  u32 zlen  u32 crc32(z)  u16 n_rwbs  u16 n_dev  u32 flags
+             z = zlib(payload)
     payload  comm_bytes of new task names, each NUL-terminated (appended to the file's table:
-             the comm column indexes it, 0 is "no name"), then the columns of n events, whole
-             column after whole column, in :data:`COLUMNS` order; ``t`` holds the first time
-             and then differences (events are written in time order).
+             the comm column indexes it, 0 is "no name"); u64 first time; n_rwbs u64 and n_dev
+             u32 table entries; then the columns of the n events, whole column after whole
+             column: time differences (u32, or u64 with flags & 1), rwbs (u8 index into its
+             table, or u64 with flags & 4), dev (u8 index, or u32 with flags & 2), kind u8,
+             sector u64, nr u32, bytes u32, tid i32, comm u16.
 
 ``t`` is CLOCK_MONOTONIC nanoseconds (``trace_clock=mono``, or ``perf record -k CLOCK_MONOTONIC``), ``kind`` is 1 issue,
 2 complete, 3 requeue, 4 merge; ``dev`` the kernel's dev_t (major << 20 | minor); ``rwbs`` the
@@ -46,7 +49,8 @@ MEMBER = members.BLOCK_EVENTS
 MAGIC = b"PRFBLKEV"
 VERSION = 1
 _HEAD = struct.Struct("<8sII")
-_BLOCK = struct.Struct("<4sIIII")
+_BLOCK = struct.Struct("<4sIIIIHHI")
+_T32, _DEV_RAW, _RWBS_RAW = 1, 2, 4  # block flags: t differences in u32; dev, rwbs without a table
 _BLOCK_MAGIC = b"BLK1"
 ZLEVEL = 1  # zlib's fastest: ~15 bytes an event, well ahead of the events' rate
 
@@ -94,16 +98,60 @@ class Writer:
             return
         names = b"".join(c.replace(b"\0", b"") + b"\0" for c in self.new_comms)
         self.new_comms = []
+        flags = 0
         t = ev["t"].astype("<u8")
         with np.errstate(over="ignore"):
             dt = np.empty_like(t)
-            dt[0] = t[0]
+            dt[0] = 0
             np.subtract(t[1:], t[:-1], out=dt[1:])
-        parts = [names, dt.tobytes()] + [np.ascontiguousarray(ev[c], dtype=d).tobytes() for c, d in COLUMNS[1:]]
-        z = zlib.compress(b"".join(parts), ZLEVEL)
-        self.fh.write(_BLOCK.pack(_BLOCK_MAGIC, n, len(names), len(z), zlib.crc32(z)))
+        if n == 1 or int(dt.max()) < (1 << 32):
+            flags |= _T32
+            tcol = dt.astype("<u4").tobytes()
+        else:
+            tcol = dt.tobytes()
+        tables = [struct.pack("<Q", int(t[0]))]
+        cols = [tcol]
+        ntab = []
+        for name, dtype, raw_flag in (("rwbs", "<u8", _RWBS_RAW), ("dev", "<u4", _DEV_RAW)):
+            table, idx = _dictionary(ev[name])
+            if len(table) <= 256:
+                tables.append(table.astype(dtype).tobytes())
+                ntab.append(len(table))
+                cols.append(idx.astype(np.uint8).tobytes())
+            else:
+                flags |= raw_flag
+                ntab.append(0)
+                cols.append(np.ascontiguousarray(ev[name], dtype=dtype).tobytes())
+        cols += [np.ascontiguousarray(ev[c], dtype=d).tobytes() for c, d in _PLAIN]
+        z = zlib.compress(b"".join([names, *tables, *cols]), ZLEVEL)
+        self.fh.write(_BLOCK.pack(_BLOCK_MAGIC, n, len(names), len(z), zlib.crc32(z), ntab[0], ntab[1], flags))
         self.fh.write(z)
         self.events += n
+
+
+_PLAIN: tuple[tuple[str, str], ...] = (("kind", "u1"), ("sector", "<u8"), ("nr", "<u4"), ("bytes", "<u4"),
+                                       ("tid", "<i4"), ("comm", "<u2"))
+
+
+def _dictionary(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A column of few distinct values -> (table, index of each value); a single value costs no sort."""
+    first = col[0]
+    if (col == first).all():
+        return np.asarray([first]), np.zeros(len(col), np.uint8)
+    table, idx = np.unique(col, return_inverse=True)
+    return table, idx.ravel()
+
+
+class _Cursor:
+    """Columns read one after the other from a block's payload."""
+
+    def __init__(self, payload: bytes, pos: int) -> None:
+        self.payload, self.pos = payload, pos
+
+    def take(self, dtype: str, count: int) -> np.ndarray:
+        a: np.ndarray = np.frombuffer(self.payload, dtype=dtype, count=count, offset=self.pos)
+        self.pos += a.nbytes
+        return a
 
 
 @dataclass
@@ -113,6 +161,8 @@ class Block:
 
     cols: dict[str, np.ndarray]
     comms: list[bytes]
+    rwbs_table: np.ndarray | None = None  # the block's distinct rwbs values, and each event's index
+    rwbs_idx: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.cols["t"])
@@ -138,7 +188,6 @@ def iter_blocks(fh: IO[bytes], state: ReadState | None = None) -> Iterator[Block
     version = _HEAD.unpack(head)[1]
     if version != VERSION:
         raise BlockEventsError(f"block events format v{version}; this profiler reads v{VERSION}")
-    sizes = [np.dtype(d).itemsize for _c, d in COLUMNS]
     while True:
         bh = fh.read(_BLOCK.size)
         if not bh:
@@ -146,7 +195,7 @@ def iter_blocks(fh: IO[bytes], state: ReadState | None = None) -> Iterator[Block
         if len(bh) < _BLOCK.size:
             st.damage = f"cut short after {st.events} events"
             return
-        magic, n, comm_bytes, zlen, crc = _BLOCK.unpack(bh)
+        magic, n, comm_bytes, zlen, crc, n_rwbs, n_dev, flags = _BLOCK.unpack(bh)
         if magic != _BLOCK_MAGIC:
             st.damage = f"corrupt block after {st.events} events"
             return
@@ -162,19 +211,42 @@ def iter_blocks(fh: IO[bytes], state: ReadState | None = None) -> Iterator[Block
         except zlib.error:
             st.damage = f"corrupt compressed block after {st.events} events"
             return
-        if len(payload) != comm_bytes + n * sum(sizes):
+        tsz = 4 if flags & _T32 else 8
+        rsz = 8 if flags & _RWBS_RAW else 1
+        dsz = 4 if flags & _DEV_RAW else 1
+        want = comm_bytes + 8 + 8 * n_rwbs + 4 * n_dev + n * (tsz + rsz + dsz + 1 + 8 + 4 + 4 + 4 + 2)
+        if len(payload) != want or (not n_rwbs) != bool(flags & _RWBS_RAW) or (not n_dev) != bool(flags & _DEV_RAW):
             st.damage = f"corrupt block (size) after {st.events} events"
             return
         st.comms.extend(payload[:comm_bytes].split(b"\0")[:-1] if comm_bytes else [])
+        cur = _Cursor(payload, comm_bytes)
+        t0 = np.uint64(cur.take("<u8", 1)[0])
+        rwbs_table = cur.take("<u8", n_rwbs)
+        dev_table = cur.take("<u4", n_dev)
+
+        def take(dtype: str, _size: int, cur: _Cursor = cur, n: int = n) -> np.ndarray:
+            return cur.take(dtype, n)
+
+        dt = take("<u4" if tsz == 4 else "<u8", tsz)
+        rwbs_idx = take("u1", 1) if n_rwbs else None
+        rwbs_raw = None if n_rwbs else take("<u8", 8)
+        dev_idx = take("u1", 1) if n_dev else None
+        dev_raw = None if n_dev else take("<u4", 4)
         cols: dict[str, np.ndarray] = {}
-        p = comm_bytes
-        for (c, d), sz in zip(COLUMNS, sizes, strict=True):
-            cols[c] = np.frombuffer(payload, dtype=d, count=n, offset=p)
-            p += n * sz
+        for c, d in _PLAIN:
+            cols[c] = take(d, np.dtype(d).itemsize)
+        if n and ((rwbs_idx is not None and int(rwbs_idx.max()) >= n_rwbs)
+                  or (dev_idx is not None and int(dev_idx.max()) >= n_dev)):
+            st.damage = f"corrupt block (table) after {st.events} events"
+            return
         with np.errstate(over="ignore"):
-            cols["t"] = np.cumsum(cols["t"], dtype=np.uint64)  # the first is absolute
+            t = np.cumsum(dt, dtype=np.uint64)
+            t += t0
+        cols["t"] = t
+        cols["dev"] = dev_table[dev_idx] if dev_idx is not None else dev_raw  # type: ignore[assignment]
+        cols["rwbs"] = rwbs_table[rwbs_idx] if rwbs_idx is not None else rwbs_raw  # type: ignore[assignment]
         st.events += n
-        yield Block(cols, st.comms)
+        yield Block(cols, st.comms, rwbs_table if rwbs_idx is not None else None, rwbs_idx)
 
 
 # --------------------------------------------------------------------------- from perf.data

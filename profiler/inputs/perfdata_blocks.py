@@ -71,7 +71,8 @@ def rwbs_op_flags(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return op, flags
 
 
-def _events(raw: np.ndarray | dict[str, np.ndarray], comm_map: np.ndarray) -> np.ndarray:
+def _events(raw: np.ndarray | dict[str, np.ndarray], comm_map: np.ndarray,
+            rwbs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Raw columns (:data:`blockevents.RAW_DTYPE` fields) -> :data:`EVENT_DTYPE`, comm ids mapped."""
     n = len(raw["t"])
     ev = np.empty(n, EVENT_DTYPE)
@@ -79,7 +80,11 @@ def _events(raw: np.ndarray | dict[str, np.ndarray], comm_map: np.ndarray) -> np
     for name in ("sector", "dev", "bytes", "nr", "tid", "kind"):
         ev[name] = raw[name]
     ev["comm"] = np.take(comm_map, raw["comm"], mode="clip") if len(comm_map) else 0
-    ev["op"], ev["flags"] = rwbs_op_flags(raw["rwbs"])
+    if rwbs is not None:  # a table of the distinct values and each event's index: decode the table only
+        op, flags = rwbs_op_flags(rwbs[0])
+        ev["op"], ev["flags"] = op[rwbs[1]], flags[rwbs[1]]
+    else:
+        ev["op"], ev["flags"] = rwbs_op_flags(raw["rwbs"])
     return ev
 
 
@@ -131,4 +136,5 @@ def iter_member_events(fh: IO[bytes], comms: CommTable, state: be.ReadState) -> 
         if len(block.comms) > mapped:
             comm_map = np.concatenate([comm_map, np.array([comms.intern(n) for n in block.comms[mapped:]], np.uint16)])
             mapped = len(block.comms)
-        yield _events(block.cols, comm_map)
+        table = (block.rwbs_table, block.rwbs_idx) if block.rwbs_table is not None and block.rwbs_idx is not None else None
+        yield _events(block.cols, comm_map, table)
