@@ -60,6 +60,9 @@ KERNEL_ISSUERS = re.compile(
 )
 
 
+ISSUER_CLASSES = ("target", "kernel", "other")
+
+
 def issuer_class(comm: str, tid: int, target_tids: frozenset[int] = frozenset(), target_comms: frozenset[str] = frozenset()) -> str:
     """'target' (the profiled process's threads), 'kernel' (writeback/journal/...), or 'other'."""
     if tid in target_tids or (comm and comm in target_comms):
@@ -110,12 +113,22 @@ class BlockIO:
 
     def issuer_classes(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
         """Issuer class ('target'/'kernel'/'other') per IO, as an array of str."""
+        out: np.ndarray = np.asarray(ISSUER_CLASSES, dtype="U6")[self.issuer_class_index(target_tids, target_comms)]
+        return out
+
+    def issuer_class_index(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
+        """Issuer class per IO as an index into :data:`ISSUER_CLASSES` (one label per distinct
+        (comm, tid), not per IO)."""
         tids = frozenset(int(t) for t in target_tids)
         comms = frozenset(target_comms)
+        if not len(self.ios):
+            return np.zeros(0, np.int8)
         key = self.ios["comm"].astype(np.int64) << 32 | (self.ios["tid"].astype(np.int64) & 0xFFFFFFFF)
         uniq, inv = np.unique(key, return_inverse=True)
-        labels = [issuer_class(self.comms[int(k >> 32)], int(np.int32(np.uint32(k & 0xFFFFFFFF))), tids, comms) for k in uniq]
-        return np.asarray(labels, dtype="U6")[inv.ravel()] if len(uniq) else np.zeros(0, "U6")
+        labels = np.array([ISSUER_CLASSES.index(issuer_class(self.comms[int(k >> 32)], int(np.int32(np.uint32(k & 0xFFFFFFFF))),
+                                                            tids, comms)) for k in uniq.tolist()], np.int8)
+        out: np.ndarray = labels[inv.reshape(-1)]
+        return out
 
 
 

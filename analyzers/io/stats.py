@@ -131,9 +131,11 @@ def size_histogram(nbytes: np.ndarray) -> list[dict[str, int]]:
         return []
     b = np.asarray(nbytes, dtype=np.float64)
     exp = np.where(b > 0, np.ceil(np.log2(np.maximum(b, 1))), -1).astype(np.int64)
+    per = np.bincount(exp + 1)  # -1 (0 bytes) .. 64: a handful of bins
     out = []
-    for e, n in zip(*np.unique(exp, return_counts=True), strict=True):
-        out.append({"le": 0 if e < 0 else int(2**e), "count": int(n)})
+    for i in np.flatnonzero(per):
+        e = int(i) - 1
+        out.append({"le": 0 if e < 0 else int(2**e), "count": int(per[i])})
     return out
 
 
@@ -259,22 +261,37 @@ def split(bio: BlockIO, by: str, *, target_tids: tuple[int, ...] = (), target_co
     ios = bio.ios
     out: dict[str, np.ndarray] = {}
     if by == "op":
-        for op in np.unique(ios["op"]):
-            out[blocktrace.op_name(int(op))] = ios["op"] == op
+        ops = np.ascontiguousarray(ios["op"])
+        for op in _distinct(ops):
+            out[blocktrace.op_name(int(op))] = ops == op
     elif by == "device":
-        for dev in np.unique(ios["dev"]):
-            out[blocktrace.dev_name(int(dev))] = ios["dev"] == dev
+        devs = np.ascontiguousarray(ios["dev"])
+        for dev in _distinct(devs):
+            out[blocktrace.dev_name(int(dev))] = devs == dev
     elif by == "issuer":
-        cls = bio.issuer_classes(target_tids, target_comms)
-        for name in ("target", "kernel", "other"):
-            m = cls == name
-            if m.any():
-                out[name] = m
+        cls = bio.issuer_class_index(target_tids, target_comms)
+        present = np.bincount(cls, minlength=len(blockio.ISSUER_CLASSES))
+        for i, name in enumerate(blockio.ISSUER_CLASSES):
+            if present[i]:
+                out[name] = cls == i
     elif by == "comm":
-        for c in np.unique(ios["comm"]):
+        for c in _distinct(ios["comm"]):
             out[bio.comms[int(c)] or "?"] = ios["comm"] == c
     else:
         raise ValueError(f"cannot split by {by!r}: use op, device or issuer")
+    return out
+
+
+def _distinct(col: np.ndarray) -> np.ndarray:
+    """np.unique of a column of few distinct values, without sorting millions of them."""
+    if not len(col):
+        return np.zeros(0, col.dtype)
+    if col.dtype.itemsize <= 2:
+        return np.flatnonzero(np.bincount(col.astype(np.int64, copy=False), minlength=1)).astype(col.dtype)
+    first = col[0]
+    if (col == first).all():
+        return np.asarray([first], col.dtype)
+    out: np.ndarray = np.unique(col)
     return out
 
 
@@ -367,8 +384,10 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
                  for k, m in split(bio, "issuer", target_tids=target_tids, target_comms=target_comms).items()}
     top: list[dict[str, Any]] = []
     if len(ios):
-        comm = ios["comm"]
-        cidx, cnt = np.unique(comm, return_counts=True)
+        comm = np.ascontiguousarray(ios["comm"])
+        per = np.bincount(comm.astype(np.int64))
+        cidx = np.flatnonzero(per)
+        cnt = per[cidx]
         for ci in cidx[np.argsort(-cnt, kind="stable")][:10]:
             m = comm == ci
             name = bio.comms[int(ci)] or "?"
