@@ -280,7 +280,11 @@ class RawReader:
         self.stream = stream
         self.fds: list[int] = []
         for cpu in sorted(os.listdir(os.path.join(inst.path, "per_cpu")), key=lambda c: int(c[3:]) if c[3:].isdigit() else -1):
-            self.fds.append(os.open(os.path.join(inst.path, "per_cpu", cpu, "trace_pipe_raw"), os.O_RDONLY | os.O_NONBLOCK))
+            try:
+                self.fds.append(os.open(os.path.join(inst.path, "per_cpu", cpu, "trace_pipe_raw"), os.O_RDONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno not in (errno.ENODEV, errno.ENXIO, errno.ENOENT):  # an offline CPU has no buffer to read
+                    raise
         self.held: list[list[bytes]] = [[] for _ in self.fds]  # pages read, not decoded yet
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -307,7 +311,7 @@ class RawReader:
                 except BlockingIOError:
                     break
                 except OSError as exc:
-                    if exc.errno in (errno.EAGAIN, errno.EINTR):
+                    if exc.errno in (errno.EAGAIN, errno.EINTR, errno.ENODEV, errno.ENXIO):  # nothing (yet), or a CPU gone offline
                         break
                     raise
                 if not page:
@@ -561,6 +565,8 @@ class BlockIO(CollectorBase):
             rec.stats["target_issues"] = target_issues
             rec.stats["enabled"] = [f"block:{e}" for e in self.enabled]
             reasons = [r for r in (self.died, why) if r]
+            if self.died:
+                rec.stats["died"] = True  # the reader or gzip ended: a fault, not a loss (session's exit code)
             rec.status = PARTIAL if reasons else OK
             rec.reason = "; ".join(reasons) or None
         except OSError as exc:
