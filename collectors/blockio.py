@@ -556,7 +556,10 @@ class BlockIO(CollectorBase):
                 trace, target_issues = self._finish_text(ctx)
             ratio = 1.0
             if counted and self.counter_t1 > self.counter_t0 and self.trace_t1:
-                ratio = (self.trace_t1 - self.trace_t0) / (self.counter_t1 - self.counter_t0)
+                # the share of the counter's window the trace covered: the counter starts before
+                # the trace (what it counts before the trace starts is no loss), and stops first
+                covered = min(self.counter_t1, self.trace_t1) - max(self.counter_t0, self.trace_t0)
+                ratio = max(0.0, covered) / (self.counter_t1 - self.counter_t0)
             stats, why = balance(trace, counted, ring_lost, ratio)
             stats["window_ratio"] = round(ratio, 4)
             rec.stats.update(stats)
