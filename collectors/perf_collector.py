@@ -188,6 +188,7 @@ class PerfCollector(CollectorBase):
                 # perf's own end comes first in the reason: later errors (perf script refusing a
                 # perf.data whose header was never finished) follow from it
                 rec.reason = self.died + (f"; {rec.reason}" if rec.reason and self.died not in rec.reason else "")
+                rec.stats["died"] = True  # a fault, not a loss: the capture's exit code says so (session)
                 if rec.status == OK:
                     rec.status = PARTIAL
                 if rec.stats.get("samples") == 0 and rec.status == PARTIAL:

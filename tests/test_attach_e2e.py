@@ -223,7 +223,7 @@ def test_perf_killed_mid_capture_marks_that_collector_partial(clean_state: Path)
             if attach.poll() is None:
                 attach.kill()
                 attach.wait()
-    assert attach.returncode == 6, err  # partial (docs/cli.md): kept, and one line says why
+    assert attach.returncode == 6, err  # partial by a fault (docs/cli.md): kept, and one line says why
     assert err.count(b"profiler: error: the capture is partial") == 1
     m = Bundle.open(out).manifest
     cpu = m.collector("cpu-stacks")
@@ -241,7 +241,7 @@ def test_perf_missing_skips_perf_collectors_but_tracefs_still_captures(clean_sta
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"]) as proc:
         attach = _spawn_attach(out, proc.pid, "2s", env=env)
         _, err = attach.communicate(timeout=60)
-    assert attach.returncode == 6, err  # partial (docs/cli.md): kept, and one line says why
+    assert attach.returncode == 6, err  # partial by a fault (docs/cli.md): kept, and one line says why
     assert err.count(b"profiler: error: the capture is partial") == 1
     m = Bundle.open(out).manifest
     for name in ("cpu-stacks", "offcpu-stacks", "syscalls"):

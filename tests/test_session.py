@@ -24,8 +24,9 @@ class Ticker(CollectorBase):
     backend = "procfs"
 
     def __init__(self, name: str = "ticker", probe_ok: bool = True, reason: str = "",
-                 fail_start: bool = False, fail_stop: OSError | None = None) -> None:
+                 fail_start: bool = False, fail_stop: OSError | None = None, lost: int = 0) -> None:
         self.name = name
+        self.lost = lost  # events "lost to a busy host": partial, as perf's buffer overruns make it
         self.probe_ok, self.reason = probe_ok, reason
         self.fail_start, self.fail_stop = fail_start, fail_stop
         self.t0 = 0.0
@@ -50,6 +51,9 @@ class Ticker(CollectorBase):
                 raise self.fail_stop
         rec.ended = time.monotonic()
         rec.status = "ok"
+        if self.lost:
+            rec.stats["lost"] = self.lost
+            rec.status, rec.reason = "partial", f"lost {self.lost} events (buffer overrun)"
         return rec
 
 
@@ -89,13 +93,15 @@ def test_host_limit_skip_keeps_ok_but_perf_missing_makes_partial(tmp_path: Path,
     assert lbr is not None and lbr.status == "skipped" and lbr.reason == "needs hardware LBR"
 
     cols = [Ticker(), Ticker("perfy", probe_ok=False, reason="perf not found ('perf' is not on PATH)")]
-    _session(tmp_path / "2", sleeper.pid, cols).run()
+    result = _session(tmp_path / "2", sleeper.pid, cols).run()
     m = Bundle.open(tmp_path / "2" / "cap").manifest
     assert m.status == "partial" and "perf not found" in (m.reason or "")
+    assert result.fault is not None and "perf not found" in result.fault  # the user must act: exit 6
 
 
 def test_a_collector_that_cannot_start_does_not_stop_the_others(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
-    _session(tmp_path, sleeper.pid, [Ticker("bad", fail_start=True), Ticker()]).run()
+    result = _session(tmp_path, sleeper.pid, [Ticker("bad", fail_start=True), Ticker()]).run()
+    assert result.fault is not None and "cannot open the thing" in result.fault
     m = Bundle.open(tmp_path / "cap").manifest
     bad, good = m.collector("bad"), m.collector("ticker")
     assert bad is not None and bad.status == "failed" and "cannot open the thing" in (bad.reason or "")
@@ -103,9 +109,19 @@ def test_a_collector_that_cannot_start_does_not_stop_the_others(tmp_path: Path, 
     assert m.status == "partial"
 
 
+def test_events_lost_to_a_busy_host_are_partial_but_no_fault(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """Lost events leave the bundle partial (the report says how much), but the capture did what was
+    asked: no fault, so attach exits 0 with a warning (as perf record does on lost events)."""
+    result = _session(tmp_path, sleeper.pid, [Ticker("busy", lost=361), Ticker()]).run()
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert m.status == "partial" and "lost 361 events" in (m.reason or "")
+    assert result.fault is None
+
+
 def test_disk_full_while_stopping_keeps_the_bundle_partial(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     full = OSError(errno.ENOSPC, "No space left on device")
-    _session(tmp_path, sleeper.pid, [Ticker("full", fail_stop=full), Ticker()]).run()
+    result = _session(tmp_path, sleeper.pid, [Ticker("full", fail_stop=full), Ticker()]).run()
+    assert result.fault is not None and "disk full" in result.fault
     b = Bundle.open(tmp_path / "cap")
     rec = b.manifest.collector("full")
     assert rec is not None and rec.status == "partial" and "disk full" in (rec.reason or "")
@@ -125,6 +141,7 @@ def test_capture_ends_when_every_target_exits(tmp_path: Path) -> None:
     m = Bundle.open(tmp_path / "cap").manifest
     assert result.stop_reason == "every target exited"
     assert m.status == "partial" and "target exited" in (m.reason or "")
+    assert result.fault is not None and "target exited" in result.fault
     assert m.targets[0].exited is not None
 
 

@@ -157,7 +157,7 @@ def target_metrics(target: TargetInfo, pd: procmod.ProcData | None, host_cpus: i
     tm.wchans = top(wch)
     # delay accounting (only meaningful when task_delayacct was on)
     if pd.host.get("task_delayacct") == 1 and active:
-        bk = sum(max(0.0, s.delta(s.blkio)) for s in series if any(a.tid == s.tid for a in active))
+        bk = sum(a.blkio_seconds or 0.0 for a in active)
         tot = sum(a.span for a in active)
         # Threads created before task_delayacct was turned on are not accounted (seen on 6.18):
         # a zero here is "unknown", not "no IO wait".

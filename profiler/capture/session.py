@@ -67,6 +67,10 @@ class CaptureResult:
     stop_reason: str = ""
     load_exit_code: int | None = None
     records: list[CollectorRecord] = field(default_factory=list)
+    # what made the capture partial that the user must act on (perf missing or no permission, a
+    # target gone, a full disk, a collector failed or killed): exit code 6. A capture partial only
+    # because collectors lost events to a busy host is kept, reported and exits 0, as perf does.
+    fault: str | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -478,16 +482,20 @@ class Session:
             status = FAILED
             why = "; ".join(f"{r.name}: {r.reason}" for r in recs if r.reason) or "no collector"
             reasons.append(f"no collector captured anything ({why})")
+        faults: list[str] = []
         for r in recs:
             if r.status == SKIPPED and _setup_problem(r.reason or ""):
                 # perf missing or no permission: fixable by the user, so the evidence is incomplete
                 if status == OK:
                     status = PARTIAL
                 reasons.append(f"{r.name} skipped: {r.reason}")
+                faults.append(reasons[-1])
             if r.status in (PARTIAL, FAILED):
                 if status == OK:
                     status = PARTIAL
                 reasons.append(f"{r.name} {r.status}: {r.reason}")
+                if r.status == FAILED or r.stats.get("died") or _disk(r.reason or ""):
+                    faults.append(reasons[-1])
         early = [t for t in manifest.targets if t.exited is not None]
         if early and manifest.load is None and (
             manifest.duration is None or result.stop_reason == "every target exited"
@@ -497,10 +505,15 @@ class Session:
             start = manifest.clock.monotonic_start
             reasons.append("target exited: " + ", ".join(f"{t.comm} (pid {t.pid}) after {t.exited - start:.1f}s"
                                                         for t in early if t.exited is not None))
+            faults.append(reasons[-1])
         if writer.ran_short is not None:
             if status == OK:
                 status = PARTIAL
             reasons.append(f"the output disk filled up ({writer.ran_short})")
+            faults.append(reasons[-1])
+        if status == FAILED and reasons:
+            faults.append(reasons[0])
+        result.fault = faults[0] if faults else None
         manifest.options["stop_reason"] = result.stop_reason
         writer.finish(status, "; ".join(reasons) or None)  # a full disk: the held-back space is given up for it
 
@@ -524,6 +537,11 @@ def _safe_argv(c: Collector, ctx: CaptureContext) -> list[str]:
         return list(c.argv(ctx))
     except Exception:  # noqa: BLE001
         return []
+
+
+def _disk(reason: str) -> bool:
+    """A collector's reason that says the output disk filled up (disk_reason, or an OutputError line)."""
+    return "disk full" in reason or "no space left" in reason
 
 
 def _setup_problem(reason: str) -> bool:

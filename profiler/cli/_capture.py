@@ -160,10 +160,19 @@ def _report(out: Path) -> None:
 
 
 def partial_is_an_error(result: CaptureResult) -> None:
-    """Exit 6 for a partial capture (docs/cli.md): it is kept and reported, and a script learns it is incomplete."""
+    """Exit 6 when a fault made the capture partial (docs/cli.md): perf missing or no permission, a
+    target gone, a full disk, a collector failed or killed. The bundle is kept and reported either
+    way; a capture partial only because collectors lost events on a busy host exits 0 with a warning."""
     if result.manifest.status != "partial":
         return
-    why = (result.manifest.reason or "").split("; ")[0]
-    why = why if len(why) <= 160 else why[:157] + "..."
-    raise CaptureIncomplete(f"the capture is partial ({why}): {result.output}/ keeps what was captured "
-                            "and its manifest says why in full")
+    if result.fault is None:
+        typer.echo(f"profiler: warning: the capture is partial ({_first(result.manifest.reason)}); "
+                   "the report says how much was lost", err=True)
+        return
+    raise CaptureIncomplete(f"the capture is partial ({_first(result.fault)}): {result.output}/ keeps what was "
+                            "captured and its manifest says why in full")
+
+
+def _first(reason: str | None) -> str:
+    why = (reason or "").split("; ")[0]
+    return why if len(why) <= 160 else why[:157] + "..."

@@ -104,10 +104,10 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
     if m.status == "failed":
         raise CaptureIncomplete(f"cluster capture failed: {m.reason}")
     code = m.load.exit_code if m.load is not None else None
-    if not code and m.status == "partial":  # the load's own failure comes first (as in `run`)
-        lost = ", ".join(f"{r.name} {r.status}" for r in m.nodes if r.status != "ok") or m.reason
-        raise CaptureIncomplete(f"the cluster capture is partial ({lost}): {out}/ keeps every node's bundle "
-                                "that came back, and cluster.json says why")
+    gone = [f"{r.name} {r.status}" for r in m.nodes if r.status not in ("ok", "partial")]
+    if not code and gone:  # a node unreachable, lost or failed is a fault (the load's own failure comes first)
+        raise CaptureIncomplete(f"the cluster capture is partial ({', '.join(gone)}): {out}/ keeps every node's "
+                                "bundle that came back, and cluster.json says why")
     return code
 
 
