@@ -98,7 +98,7 @@ def balance(trace: dict[str, int], counted: dict[str, int] | None, ring_lost: in
     """Compare the trace with the independent count; returns (stats, reason it is incomplete or None).
 
     The counter starts before the trace and is stopped before it (the stop waits for it):
-    ``window_ratio`` is the trace's window over the counter's, and the events the counter may
+    ``window_ratio`` is the share of the counter's window the trace covered, and the events the counter may
     have seen outside the trace's window, plus IOs in flight at either edge, are allowed as slack.
     """
     stats: dict[str, Any] = {"trace": dict(trace), "ring_buffer_lost": ring_lost}
