@@ -26,7 +26,7 @@ import pytest
 from profiler.collectors.base import CaptureOptions
 from profiler.collectors.offcpu import OffCpu
 
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, blockevents
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 from profiler.cli import main
@@ -130,8 +130,10 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     off = list(b.iter_lines("offcpu.perf.txt.gz"))
     within(_first_time(off, r"\]\s+(\d+\.\d+):.*sched:sched_switch"), "sched_switch")
     assert any("prev_state=D" in line for line in off)  # fio's direct IO waits
-    block = list(b.iter_lines("block.trace.gz"))
-    within(_first_time(block, r"\s(\d+\.\d+): block_rq_complete"), "block completion")
+    with open(b.path("block.events.bin"), "rb") as fh:
+        blocks = list(blockevents.iter_blocks(fh))
+    first = [blk.cols["t"][blk.cols["kind"] == blockevents.COMPLETE] for blk in blocks]
+    within(float(next(t for t in first if len(t))[0]) / 1e9, "block completion")
     assert by["block-io"].stats["target_issues"] > 0  # fio's own reads and writes
     sys_rows = list(b.iter_lines("syscalls.csv"))
     assert sys_rows[0] == "time,tid,comm,syscall,count,total_ns"
