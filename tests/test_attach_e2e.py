@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 import os
 import re
 import shutil
@@ -145,6 +146,10 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     assert by["perf-stat"].stats["not_supported"] is not None
     intervals = list(b.iter_lines("offcpu.csv.gz"))
     assert intervals[0] == "tid,comm,off,on,state" and len(intervals) > 1
+    rj = clean_state / "r.json"
+    assert main(["report", str(out), "--format", "json", "-o", str(rj)]) == 0
+    io = json.loads(rj.read_text())["io"]  # the verdict names the member it paired the IOs from
+    assert io is not None and io["source"] == "block.events.bin" and io["total"] > 0
 
 
 def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:

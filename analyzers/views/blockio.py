@@ -33,6 +33,7 @@ class IOEvents:
     tid: np.ndarray
     comm: np.ndarray
     unpaired: int = 0
+    source: str = members.BLOCK_EVENTS  # the member they were paired from (block.trace.gz before v4)
 
 
 def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
@@ -111,6 +112,8 @@ def read_block_io(bundle: Bundle) -> BlockIo | None:
         try:
             view.analysis = io_from_bundle(bundle)
             view.events = io_events_from(view.analysis)
+            if view.events is not None:
+                view.events.source = member
         except Exception as exc:  # noqa: BLE001 - a broken trace lowers confidence, never crashes
             view.errors[member] = exc
     if view.events is None and bundle.has(members.BLOCK_HIST):
