@@ -162,8 +162,9 @@ def _io_trace_heatmap(v: BundleViews) -> heatmap.LatencyHeatmap | None:
     """The perf backend's IO latency heatmap: its paired IOs binned, a panel per op."""
     if v.io is None:
         return None
-    if members.BLOCK_TRACE in v.io.errors:
-        raise v.io.errors[members.BLOCK_TRACE]
+    for m in (members.BLOCK_EVENTS, members.BLOCK_TRACE):
+        if m in v.io.errors:
+            raise v.io.errors[m]
     return heatmap.from_io(v.io.analysis) if v.io.analysis is not None else None
 
 
@@ -194,6 +195,7 @@ _BUILDERS: tuple[tuple[str, str, str, Callable[[BundleViews], Any]], ...] = (
     ("cpu_flame", members.CPU_STACKS, "cpu-stacks", _cpu_flame),
     ("offcpu_flame", members.OFFCPU_STACKS, "offcpu-stacks", _offcpu_flame),
     ("offcpu_flame", members.OFFCPU_FOLDED, "offcpu-stacks", _offcpu_flame),
+    ("io_heatmap", members.BLOCK_EVENTS, "block-io", _io_trace_heatmap),
     ("io_heatmap", members.BLOCK_TRACE, "block-io", _io_trace_heatmap),
     ("io_heatmap", members.BLOCK_HIST, "block-io", _io_hist_heatmap),
     ("cpu_heatmap", members.CPU_STACKS, "cpu-stacks", _cpu_heatmap),

@@ -192,7 +192,11 @@ def run_one(w: Workload, duration: float, work: Path) -> dict[str, object]:
         events: dict[str, int] = {}
         for data in bundle.glob("*.perf.data"):
             events.update(perf_events(data))
-        blk = next((c for c in m["collectors"] if c["name"] == "block-io"), {}).get("stats", {}).get("events", 0)
+        blk_stats = next((c for c in m["collectors"] if c["name"] == "block-io"), {}).get("stats", {})
+        blk = blk_stats.get("events", 0)
+        # the block-io reader's CPU during the capture (binary reader; the text reader of bundles
+        # before v4 said only reader_cpu_seconds, its cat | gzip pair, also during the capture)
+        blk_reader = blk_stats.get("reader_cpu_seconds_in_capture", blk_stats.get("reader_cpu_seconds"))
         floor_cpu, floor_wall = perf_script_floor(bundle)
         fin = {c["name"]: c["stats"].get("finish_cpu_seconds") for c in m["collectors"]
                if c["stats"].get("finish_cpu_seconds") is not None}
@@ -203,7 +207,7 @@ def run_one(w: Workload, duration: float, work: Path) -> dict[str, object]:
             "syscall_events": events.get("raw_syscalls:sys_enter", 0) + events.get("raw_syscalls:sys_exit", 0),
             "block_events": blk, "after_capture_s": t_exit - t_end, "after_capture_cpu_s": post_cpu,
             "floor_cpu_s": floor_cpu, "floor_wall_s": floor_wall, "max_rss_mb": ru.ru_maxrss / 1024,
-            "finish_cpu": fin,
+            "finish_cpu": fin, "block_reader_cpu_s": blk_reader,
         }
     finally:
         teardown(ctx)
@@ -254,7 +258,8 @@ def main() -> int:
                       f"{r['block_events']:9d} {r['after_capture_s']:8.1f} {r['after_capture_cpu_s']:9.2f} "
                       f"{r['floor_cpu_s']:9.2f} {r['floor_wall_s']:8.1f} {ratio:9.2f} {r['max_rss_mb']:7.0f} {r['load']:>10s}",
                       flush=True)
-                print(f"{'':28s}      collectors' finish CPU s: {r['finish_cpu']}", flush=True)
+                print(f"{'':28s}      collectors' finish CPU s: {r['finish_cpu']}; block-io reader CPU s "
+                      f"during the capture: {r['block_reader_cpu_s']}", flush=True)
     print("(after s: capture end -> report written, wall; after CPU: CPU seconds of the attach tree in that time; "
           "floor: plain perf script over the same perf.data files; load: 1-min load average before/after)")
     return 0

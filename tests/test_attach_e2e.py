@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ import pytest
 from profiler.collectors.base import CaptureOptions
 from profiler.collectors.offcpu import OffCpu
 
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, blockevents
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 from profiler.cli import main
@@ -130,8 +131,10 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     off = list(b.iter_lines("offcpu.perf.txt.gz"))
     within(_first_time(off, r"\]\s+(\d+\.\d+):.*sched:sched_switch"), "sched_switch")
     assert any("prev_state=D" in line for line in off)  # fio's direct IO waits
-    block = list(b.iter_lines("block.trace.gz"))
-    within(_first_time(block, r"\s(\d+\.\d+): block_rq_complete"), "block completion")
+    with open(b.path("block.events.bin"), "rb") as fh:
+        blocks = list(blockevents.iter_blocks(fh))
+    first = [blk.cols["t"][blk.cols["kind"] == blockevents.COMPLETE] for blk in blocks]
+    within(float(next(t for t in first if len(t))[0]) / 1e9, "block completion")
     assert by["block-io"].stats["target_issues"] > 0  # fio's own reads and writes
     sys_rows = list(b.iter_lines("syscalls.csv"))
     assert sys_rows[0] == "time,tid,comm,syscall,count,total_ns"
@@ -143,6 +146,10 @@ def test_attach_fio_every_collector_ok_on_one_timeline(clean_state: Path) -> Non
     assert by["perf-stat"].stats["not_supported"] is not None
     intervals = list(b.iter_lines("offcpu.csv.gz"))
     assert intervals[0] == "tid,comm,off,on,state" and len(intervals) > 1
+    rj = clean_state / "r.json"
+    assert main(["report", str(out), "--format", "json", "-o", str(rj)]) == 0
+    io = json.loads(rj.read_text())["io"]  # the verdict names the member it paired the IOs from
+    assert io is not None and io["source"] == "block.events.bin" and io["total"] > 0
 
 
 def test_target_exiting_mid_capture_ends_it_partial(clean_state: Path) -> None:

@@ -249,7 +249,7 @@ def test_trace_counter_counts_events_and_target_issues_across_chunks(split: int)
 
 
 def test_ring_buffer_is_sized_from_a_total_budget() -> None:
-    assert blockio.buffer_kb_per_cpu(2) == 8192
+    assert blockio.buffer_kb_per_cpu(2) == 32768
     assert blockio.buffer_kb_per_cpu(16) == 4096
     assert blockio.buffer_kb_per_cpu(256) == 1024
 

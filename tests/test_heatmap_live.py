@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from profiler.analyzers.io import pairing as blockio
 
@@ -111,3 +112,141 @@ def test_perf_record_to_svg(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     doc = json.loads(capsys.readouterr().out)
     assert doc["totals"]["paired"] > 0 and doc["panels"][0]["total"] == doc["totals"]["paired"]
     assert svg.read_text().lstrip().startswith("<?xml")
+
+
+def _record_fio(tmp_path: Path, extra: list[str]) -> Path:
+    """perf record -a of the block events (as the block-io collector records them) over a real fio run."""
+    data = tmp_path / "blk.perf.data"
+    events = [a for ev in EVENTS if (TRACEFS / "events" / "block" / ev).is_dir() for a in ("-e", f"block:{ev}")]
+    rec = subprocess.Popen(["perf", "record", "-a", *events, "-k", "CLOCK_MONOTONIC", "-m", "1024", "-N", "-B",
+                            *extra, "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        fio = _fio(tmp_path / "fio.dat", 1.5)
+        fio.wait(timeout=60)
+    finally:
+        rec.send_signal(2)
+        rec.wait(timeout=60)
+    return data
+
+
+@needs
+def test_binary_member_pairs_exactly_as_the_text_of_the_same_perf_data(tmp_path: Path) -> None:
+    """One perf.data of a real fio run, two ways: `perf script --ns` text through the text reader
+    (the old block.trace path), and the block-io collector's binary member written from it. Every
+    pair, its latency and the counts must agree."""
+    from profiler.bundle import blockevents
+
+    data = _record_fio(tmp_path, [])
+    text = subprocess.run(["perf", "script", "--ns", "-i", str(data)], capture_output=True, check=True).stdout
+    via_text = blockio.parse_block_text(text)
+    member = tmp_path / "block.events.bin"
+    with open(member, "wb") as out:
+        conv = blockevents.convert(data, out)
+    with open(member, "rb") as fh:
+        via_member = blockio.pair_member(fh)
+    assert via_text.counts.paired > 100, via_text.counts
+    assert via_member.counts == via_text.counts
+    assert conv.counts["block_rq_issue"] == via_text.counts.issues
+    assert conv.counts["block_rq_complete"] == via_text.counts.completions
+    a, b = via_member.ios, via_text.ios
+    for f in ("sector", "dev", "bytes", "op", "flags", "tid"):
+        assert np.array_equal(a[f], b[f]), f
+    # the text has nanoseconds in decimal, the member integers: equal to the nanosecond
+    for f in ("t_issue", "t_complete", "latency"):
+        assert np.abs(a[f] - b[f]).max() < 2e-9, f
+    assert [via_member.comms[i] for i in a["comm"]] == [via_text.comms[i] for i in b["comm"]]
+    pct = np.percentile(a["latency"], [50, 95, 99]) - np.percentile(b["latency"], [50, 95, 99])
+    assert np.abs(pct).max() < 2e-9
+
+
+@needs
+def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: Path) -> None:
+    """The same fio IOs traced both ways at once, each through its own tracefs instance: the text
+    trace_pipe (what block.trace.gz held before bundle v4) and the ring buffer's binary pages
+    decoded into block.events.bin (the block-io collector's reader and writer). Every IO both
+    saw pairs identically: device, sector, op, flags, bytes, issuer; times agree to the
+    microsecond ftrace prints (test_binary_member_pairs_exactly_as_the_text_of_the_same_perf_data
+    shows the decoding exact to the nanosecond on one recording)."""
+    from profiler.collectors import blockio as col
+
+    from profiler.bundle import blockevents
+
+    text_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqtext-{os.getpid()}")
+    raw_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqraw-{os.getpid()}")
+    text_out, member = tmp_path / "block.trace", tmp_path / "block.events.bin"
+    stop = threading.Event()
+    reader: col.RawReader | None = None
+    try:
+        for inst in (text_inst, raw_inst):
+            inst.create()
+            inst.write("tracing_on", "0")
+            inst.write("trace_clock", "mono")
+            inst.write("buffer_size_kb", "8192")
+            for ev in EVENTS:
+                if inst.has(f"events/block/{ev}/enable"):
+                    inst.write(f"events/block/{ev}/enable", "1")
+
+        def pump() -> None:
+            with open(os.path.join(text_inst.path, "trace_pipe"), "rb", buffering=0) as src, open(text_out, "wb") as dst:
+                os.set_blocking(src.fileno(), False)
+                while True:
+                    try:
+                        data = src.read(1 << 16)
+                    except BlockingIOError:
+                        data = None
+                    if data:
+                        dst.write(data)
+                    elif stop.is_set():
+                        break
+                    else:
+                        time.sleep(0.02)
+
+        th = threading.Thread(target=pump)
+        th.start()
+        with open(member, "wb") as out:
+            fmts = blockevents.RawFormats.from_tracefs(os.path.join(raw_inst.path, "events", "block"))
+            reader = col.RawReader(raw_inst, blockevents.PageStream(out, fmts))
+            reader.start()
+            for inst in (text_inst, raw_inst):
+                inst.write("tracing_on", "1")
+            fio = _fio(tmp_path / "fio.dat", 1.5)
+            fio.wait(timeout=60)
+            for inst in (raw_inst, text_inst):
+                inst.write("tracing_on", "0")
+            conv = reader.finish(lambda: raw_inst.entries() == 0)
+            reader = None
+        time.sleep(0.3)
+        stop.set()
+        th.join(timeout=10)
+        assert raw_inst.lost() == 0 and text_inst.lost() == 0
+    finally:
+        stop.set()
+        if reader is not None:
+            reader.close()
+        text_inst.remove()
+        raw_inst.remove()
+    text = blockio.read_block_trace(text_out)
+    with open(member, "rb") as fh:
+        binary = blockio.pair_member(fh)
+    assert conv.events == binary.counts.events and binary.counts.paired > 100
+    # the instances started and stopped a moment apart: compare the IOs both saw whole
+    lo = max(text.t_first or 0, binary.t_first or 0) + 0.01
+    hi = min(text.t_last or 0, binary.t_last or 0) - 0.01
+
+    def pairs(b: blockio.BlockIO) -> tuple[list[tuple[object, ...]], np.ndarray]:
+        io = b.ios[(b.ios["t_issue"] >= lo) & (b.ios["t_complete"] <= hi)]
+        io = io[np.lexsort((io["t_issue"], io["sector"], io["dev"]))]
+        comms = [b.comms[i] for i in io["comm"]]
+        keys = list(zip(io["dev"].tolist(), io["sector"].tolist(), io["op"].tolist(), io["flags"].tolist(),
+                        io["bytes"].tolist(), io["tid"].tolist(), comms, strict=True))
+        return keys, np.stack([io["t_issue"], io["t_complete"], io["latency"]])
+
+    (ka, ta), (kb, tb) = pairs(binary), pairs(text)
+    assert len(ka) > 100
+    assert ka == kb
+    # each instance stamps its own copy of an event (tens of ns apart, more when an interrupt
+    # comes between the two copies) and ftrace prints microseconds
+    d = np.abs(ta - tb)
+    assert np.median(d) <= 1e-6 and np.quantile(d, 0.99) <= 2.5e-6, np.quantile(d, [0.5, 0.99, 1])
+    assert np.abs(np.percentile(ta[2], [50, 95, 99]) - np.percentile(tb[2], [50, 95, 99])).max() <= 5e-6

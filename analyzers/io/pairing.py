@@ -17,6 +17,7 @@ from typing import IO
 
 import numpy as np
 
+from profiler.bundle import blockevents
 from profiler.inputs import blocktrace, perfdata_blocks
 from profiler.inputs.blocktrace import (
     COMPLETE,
@@ -57,6 +58,9 @@ KERNEL_ISSUERS = re.compile(
     r"^(kworker/|jbd2/|kswapd|flush-|writeback|kcompactd|khugepaged|xfsaild|xfs-|btrfs|kblockd|"
     r"md\d*_|dmcrypt|kcryptd|loop\d|nvme|scsi_|ext4|f2fs|ksoftirqd|swapper|z?ram)"
 )
+
+
+ISSUER_CLASSES = ("target", "kernel", "other")
 
 
 def issuer_class(comm: str, tid: int, target_tids: frozenset[int] = frozenset(), target_comms: frozenset[str] = frozenset()) -> str:
@@ -109,12 +113,22 @@ class BlockIO:
 
     def issuer_classes(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
         """Issuer class ('target'/'kernel'/'other') per IO, as an array of str."""
+        out: np.ndarray = np.asarray(ISSUER_CLASSES, dtype="U6")[self.issuer_class_index(target_tids, target_comms)]
+        return out
+
+    def issuer_class_index(self, target_tids: Iterable[int] = (), target_comms: Iterable[str] = ()) -> np.ndarray:
+        """Issuer class per IO as an index into :data:`ISSUER_CLASSES` (one label per distinct
+        (comm, tid), not per IO)."""
         tids = frozenset(int(t) for t in target_tids)
         comms = frozenset(target_comms)
+        if not len(self.ios):
+            return np.zeros(0, np.int8)
         key = self.ios["comm"].astype(np.int64) << 32 | (self.ios["tid"].astype(np.int64) & 0xFFFFFFFF)
         uniq, inv = np.unique(key, return_inverse=True)
-        labels = [issuer_class(self.comms[int(k >> 32)], int(np.int32(np.uint32(k & 0xFFFFFFFF))), tids, comms) for k in uniq]
-        return np.asarray(labels, dtype="U6")[inv.ravel()] if len(uniq) else np.zeros(0, "U6")
+        labels = np.array([ISSUER_CLASSES.index(issuer_class(self.comms[int(k >> 32)], int(np.int32(np.uint32(k & 0xFFFFFFFF))),
+                                                            tids, comms)) for k in uniq.tolist()], np.int8)
+        out: np.ndarray = labels[inv.reshape(-1)]
+        return out
 
 
 
@@ -365,6 +379,29 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
     for i in range(0, len(events), slice_size):
         p.feed_events(events[i : i + slice_size], owned=inplace)
     return p.finish()
+
+
+def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+    """Pair a bundle's ``block.events.bin`` (the block-io collector's binary member), streaming;
+    a block cut short or corrupt ends the reading there and is said in the warnings."""
+    p = BlockPairer()
+    state = blockevents.ReadState()
+    for batch in perfdata_blocks.iter_member_events(fh, p.comms, state):
+        p.feed_batch(batch)
+        if on_chunk is not None:
+            on_chunk(p)
+    bio = p.finish()
+    if state.damage:
+        bio.warnings.append(f"{blockevents.MEMBER}: {state.damage}")
+    return bio
+
+
+def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+    """Pair a bundle's block events member, whichever format it has: ``block.events.bin``
+    (binary, bundles since v4) or ``block.trace.gz`` (ftrace text, before)."""
+    if member == blockevents.MEMBER:
+        return pair_member(fh, on_chunk)
+    return pair_stream(fh, on_chunk, only_block_lines=True)
 
 
 def read_perf_data(path: str | Path) -> BlockIO:

@@ -10,8 +10,6 @@ from profiler.analyzers.verdict.model import IOGroup, IOMetrics
 from profiler.analyzers.verdict.threads import top
 from profiler.analyzers.views import IOEvents
 
-from profiler.bundle import members
-
 
 def io_metrics(ev: IOEvents | None, target_tids: set[int], window: float) -> IOMetrics | None:
     if ev is None or len(ev.latency) == 0:
@@ -33,14 +31,14 @@ def io_metrics(ev: IOEvents | None, target_tids: set[int], window: float) -> IOM
     groups.sort(key=lambda g: (-g.count, g.dev, g.op))
     names, counts = np.unique(ev.comm.astype(str), return_counts=True)
     issuers = {str(n): float(c) for n, c in zip(names, counts, strict=True)}
-    return IOMetrics(source=members.BLOCK_TRACE, total=len(lat_ms), groups=groups, p50_ms=float(np.percentile(lat_ms, 50)),
+    return IOMetrics(source=ev.source, total=len(lat_ms), groups=groups, p50_ms=float(np.percentile(lat_ms, 50)),
                      p99_ms=float(np.percentile(lat_ms, 99)), max_ms=float(lat_ms.max()),
                      target_share=float(mine.mean()) if target_tids else None,
                      top_issuers=top(issuers), unpaired=ev.unpaired)
 
 
 def io_metrics_from_hist(h: histograms.BlockHist, target_tids: set[int], window: float) -> IOMetrics | None:
-    """IOMetrics from the bcc backend's in-kernel histograms, ops named as in block.trace.gz."""
+    """IOMetrics from the bcc backend's in-kernel histograms, ops named as in the block events."""
     d = histograms.io_summary(h, target_tids or None, window or None)
     if not d["total"]:
         return None

@@ -79,8 +79,9 @@ def compute(views: BundleViews) -> Metrics:
     io = views.io
     iom = None
     if io is not None:
-        if members.BLOCK_TRACE in io.errors:
-            warnings.append(f"{members.BLOCK_TRACE} could not be read: {_error(io.errors[members.BLOCK_TRACE])}")
+        for member in (members.BLOCK_EVENTS, members.BLOCK_TRACE):
+            if member in io.errors:
+                warnings.append(f"{member} could not be read: {_error(io.errors[member])}")
         iom = io_metrics(io.events, all_tids, window)
         if iom is None and io.events is None:
             try:

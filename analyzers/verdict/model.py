@@ -58,7 +58,7 @@ class IOGroup:
 
 @dataclass
 class IOMetrics:
-    source: str  # the member read: block.trace.gz or block.hist.jsonl.gz
+    source: str  # the member read: block.events.bin (block.trace.gz before v4) or block.hist.jsonl.gz
     total: int
     groups: list[IOGroup]
     p50_ms: float | None

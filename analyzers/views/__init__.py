@@ -54,7 +54,7 @@ SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "perf-stat": ("perf-stat", (members.STAT,)),
     "cpu-stacks": ("cpu-stacks", (members.CPU_STACKS,)),
     "offcpu": ("offcpu-stacks", (members.OFFCPU_STACKS, members.OFFCPU_FOLDED)),
-    "block-io": ("block-io", (members.BLOCK_TRACE, members.BLOCK_HIST)),
+    "block-io": ("block-io", (members.BLOCK_EVENTS, members.BLOCK_TRACE, members.BLOCK_HIST)),
     "syscalls": ("syscalls", (members.SYSCALLS, members.SYSCALLS_RATE)),
 }
 _KNOWN = tuple(dict.fromkeys(m for _, files in SOURCES.values() for m in files))
@@ -145,8 +145,9 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     v.syscalls = _guarded(bundle, members.SYSCALLS, read_syscalls)
     v.stat = _guarded(bundle, members.STAT, read_stat)
     v.waits = _guarded(bundle, members.FUTEX_SUMMARY, read_wait_totals)
-    read("block IO", (members.BLOCK_TRACE, members.BLOCK_HIST))
-    v.io = _guarded(bundle, members.BLOCK_TRACE, read_block_io)
+    read("block IO", (members.BLOCK_EVENTS, members.BLOCK_TRACE, members.BLOCK_HIST))
+    v.io = _guarded(bundle, members.BLOCK_EVENTS if bundle.has(members.BLOCK_EVENTS) else members.BLOCK_TRACE,
+                    read_block_io)
     read("CPU stacks", (members.CPU_STACKS,))
     v.cpu = _guarded(bundle, members.CPU_STACKS, read_cpu_stacks)
     v.server = _guarded(bundle, members.SERVER_STATUS, read_server_status)

@@ -1,6 +1,7 @@
 """View of the block IO members (analyzers layer), one for both backends.
 
-- perf: block.trace.gz (block_rq_* tracepoints, one event per line), streamed in chunks through
+- perf: block.events.bin (block_rq_* tracepoints in binary columns; block.trace.gz, one ftrace
+  line per event, in bundles before v4), streamed in chunks through
   the pairing of analyzers.io.pairing: one entry per IO (issue, completion, latency, device,
   op, bytes, issuer), then its statistics (analyzers.io.stats).
 - bcc: block.hist.jsonl.gz, per time slot, device and op a latency histogram summed in the
@@ -32,6 +33,7 @@ class IOEvents:
     tid: np.ndarray
     comm: np.ndarray
     unpaired: int = 0
+    source: str = members.BLOCK_EVENTS  # the member they were paired from (block.trace.gz before v4)
 
 
 def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
@@ -56,12 +58,21 @@ class BlockIo:
     errors: dict[str, Exception] = field(default_factory=dict)  # member -> why it could not be read
 
 
+def block_member(bundle: Bundle) -> str | None:
+    """The member holding the block events: the binary one (v4 on), else the text trace."""
+    for m in (members.BLOCK_EVENTS, members.BLOCK_TRACE):
+        if bundle.has(m):
+            return m
+    return None
+
+
 def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
-    """Parse and pair the bundle's block.trace.gz (None when the capture has none)."""
-    if not bundle.has(members.BLOCK_TRACE):
+    """Parse and pair the bundle's block events (None when the capture has none)."""
+    member = block_member(bundle)
+    if member is None:
         return None
-    with bundle.open_binary(members.BLOCK_TRACE) as fh:
-        return pairing.pair_stream(fh, only_block_lines=True)
+    with bundle.open_binary(member, text=member == members.BLOCK_TRACE) as fh:
+        return pairing.pair_bundle_member(fh, member)
 
 
 def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:
@@ -83,7 +94,9 @@ def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> stats.Io
     if bio is None:
         return None
     res = stats.capture_io(bio, bundle.manifest, interval=interval)
-    summary = bundle.log(members.BLOCK_TRACE).summary()
+    member = block_member(bundle)
+    assert member is not None
+    summary = bundle.log(member).summary()
     if summary is not None:
         res.warnings.append(summary)
     return res
@@ -91,15 +104,18 @@ def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> stats.Io
 
 def read_block_io(bundle: Bundle) -> BlockIo | None:
     """Whichever block IO member the capture holds (the trace first), or None."""
-    if not (bundle.has(members.BLOCK_TRACE) or bundle.has(members.BLOCK_HIST)):
+    member = block_member(bundle)
+    if member is None and not bundle.has(members.BLOCK_HIST):
         return None
     view = BlockIo()
-    if bundle.has(members.BLOCK_TRACE):
+    if member is not None:
         try:
             view.analysis = io_from_bundle(bundle)
             view.events = io_events_from(view.analysis)
+            if view.events is not None:
+                view.events.source = member
         except Exception as exc:  # noqa: BLE001 - a broken trace lowers confidence, never crashes
-            view.errors[members.BLOCK_TRACE] = exc
+            view.errors[member] = exc
     if view.events is None and bundle.has(members.BLOCK_HIST):
         try:
             view.hist = read_block_hist(bundle)

@@ -26,7 +26,7 @@ from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
 
 SCHEMA = "profiler.bundle"
-VERSION = 3
+VERSION = 4
 
 # Collector and bundle status words.
 PENDING, RUNNING, OK, PARTIAL, FAILED, SKIPPED = (
@@ -398,7 +398,14 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """v4's block-io (perf backend) writes block.events.bin, binary columns, instead of the
+    ftrace text block.trace.gz; a v3 bundle keeps its text member, read as before. Nothing
+    in the manifest changes: the readers pick the member the bundle holds."""
+    return data
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:

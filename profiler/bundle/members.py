@@ -23,7 +23,9 @@ OFFCPU_INTERVALS = "offcpu.csv.gz"
 OFFCPU_FOLDED = "offcpu.folded.gz"
 OFFCPU_SUMMARY = "offcpu.summary.json"
 
-# block IO: the perf backend's block_rq_* trace (one event per line) ...
+# block IO: the perf backend's block_rq_* events, binary columns (bundle format v4) ...
+BLOCK_EVENTS = "block.events.bin"
+# ... or, in bundles before v4, its ftrace text (one event per line) ...
 BLOCK_TRACE = "block.trace.gz"
 # ... or the bcc backend's in-kernel latency histograms per time slot
 BLOCK_HIST = "block.hist.jsonl.gz"

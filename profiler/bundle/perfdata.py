@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -245,8 +245,7 @@ class PerfFile:
         fmt = self._tracing_formats().get(name.split(":")[-1])
         if fmt is None:
             raise PerfDataUnsupported(f"no format for {name} in the tracing data")
-        return {m.group(2).decode(): TpField(int(m.group(3)), int(m.group(4)), m.group(5) == b"1")
-                for m in _FIELD.finditer(fmt)}
+        return tp_format_fields(fmt)
 
     def tp_flags(self, name: str) -> list[tuple[int, str]]:
         """The ``__print_flags`` table of a tracepoint's print format (sched_switch's prev_state letters)."""
@@ -282,6 +281,12 @@ class PerfFile:
         for base, size, offs in plan:
             self.fh.seek(base)
             yield Records(self.fh.read(size), offs, base)
+
+
+def tp_format_fields(fmt: bytes) -> dict[str, TpField]:
+    """A tracepoint's format text (tracefs ``events/SYS/NAME/format``) -> field offsets and sizes."""
+    return {m.group(2).decode(): TpField(int(m.group(3)), int(m.group(4)), m.group(5) == b"1")
+            for m in _FIELD.finditer(fmt)}
 
 
 def walk(buf: bytes) -> tuple[np.ndarray, int]:
@@ -450,24 +455,37 @@ def state_letters(flags: list[tuple[int, str]]) -> Callable[[int], str]:
 def ordered(f: PerfFile, decode: Callable[[Records], np.ndarray], on_chunk: Callable[[Records], None] | None = None,
             chunk: int = CHUNK) -> Iterator[np.ndarray]:
     """Time-ordered batches of what ``decode`` makes of each chunk's records: a structured array
-    with an ``off`` (record offset) and a ``t`` (time) field, in any order.
+    with an ``off`` (record offset) and a ``t`` (time) field, in any order (see :func:`in_order`).
+    ``on_chunk`` sees every chunk's records first (side-band records: names, lost counts)."""
+
+    def items() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for rec in f.chunks(chunk):
+            if on_chunk is not None:
+                on_chunk(rec)
+            yield decode(rec), rec.of_type(RECORD_FINISHED_ROUND)
+
+    return in_order(items())
+
+
+ROUND_END = np.iinfo(np.int64).max if np is not None else 0  # an offset after every record: the chunk ends a round
+
+
+def in_order(items: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[np.ndarray]:
+    """Time-ordered batches from (events, offsets of the FINISHED_ROUND records) per chunk.
 
     perf writes its per-CPU buffers in rounds ended by FINISHED_ROUND records, and an event
     written after round R is never older than the newest event of round R-1 (the rule perf
     script's own ordering relies on). So once R rounds are read, everything up to the newest
     time of rounds <= R-2 is final: it is sorted and handed on, the rest waits. Memory: two
-    rounds of events at most (perf flushes a round at least every buffer's worth).
-    ``on_chunk`` sees every chunk's records first (side-band records: names, lost counts).
+    rounds of events at most (perf flushes a round at least every buffer's worth). Chunks may
+    come from successive files of one perf record (``--switch-output``: a switch ends a round,
+    given as a round end at :data:`ROUND_END`).
     """
     pend: np.ndarray | None = None
     pend_rnd = np.zeros(0, np.int64)
     rounds = 0
     t_safe: int | float = -np.inf
-    for rec in f.chunks(chunk):
-        if on_chunk is not None:
-            on_chunk(rec)
-        ev = decode(rec)
-        round_ends = rec.of_type(RECORD_FINISHED_ROUND)
+    for ev, round_ends in items:
         if len(ev):
             rnd = rounds + np.searchsorted(round_ends, ev["off"])
             pend = ev if pend is None else np.concatenate([pend, ev])

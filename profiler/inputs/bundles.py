@@ -28,7 +28,7 @@ from profiler.inputs.source import BUNDLE
 from profiler.tolerant import ReadLog
 
 __all__ = [
-    "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_HIST",
+    "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_EVENTS", "BLOCK_HIST",
     "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "csv_rows",
     "read_intervals", "Intervals",
 ]
@@ -40,7 +40,8 @@ CPU_STACKS = (members.CPU_STACKS, "cpu.perf.txt")  # perf script text of cpu-clo
 OFFCPU_STACKS = (members.OFFCPU_STACKS, "offcpu.perf.txt")  # perf script text of sched_switch samples
 OFFCPU_INTERVALS = members.OFFCPU_INTERVALS  # tid,comm,off,on,state: when each switch-out ended
 OFFCPU_FOLDED = members.OFFCPU_FOLDED  # bcc: blocked ns per folded stack
-BLOCK_TRACE = members.BLOCK_TRACE  # ftrace text of block_rq_* events
+BLOCK_TRACE = members.BLOCK_TRACE  # ftrace text of block_rq_* events (bundles before v4)
+BLOCK_EVENTS = members.BLOCK_EVENTS  # the same events in binary columns (since v4)
 BLOCK_HIST = members.BLOCK_HIST  # bcc: latency histograms per slot
 
 
@@ -74,6 +75,8 @@ def offcpu(bundle: Bundle) -> OffCpuMembers | None:
 
 def block_trace(bundle: Bundle) -> str | None:
     """The member holding one line per block event, if the capture has one."""
+    if bundle.has(BLOCK_EVENTS):
+        return BLOCK_EVENTS
     return BLOCK_TRACE if bundle.has(BLOCK_TRACE) else None
 
 

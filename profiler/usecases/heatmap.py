@@ -156,10 +156,10 @@ def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) ->
     if bundle is not None:
         member = bundles.block_trace(bundle)
         if member is None:
-            raise BundleError(f"{name} holds no {bundles.BLOCK_TRACE} (block-io collector: "
+            raise BundleError(f"{name} holds no {bundles.BLOCK_EVENTS} or {bundles.BLOCK_TRACE} (block-io collector: "
                               f"{bundles.collector_status(bundle, 'block-io')})")
-        with bundle.open_binary(member) as fh:
-            bio = pairing.pair_stream(fh, ticker.pairer(member), only_block_lines=True)
+        with bundle.open_binary(member, text=member == bundles.BLOCK_TRACE) as fh:
+            bio = pairing.pair_bundle_member(fh, member, ticker.pairer(member))
         bio.warnings.extend(_warnings_of(src, bundle))
         return bio
     if src.format is perfdata.FORMAT:
