@@ -14,9 +14,12 @@ catalog.py adds these to the suite.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.scenarios.catalog import cg, cpu_quota_checks, idle_checks
 from tests.scenarios.model import Check, Ctx, Scenario, Started
@@ -232,6 +235,86 @@ def etcd_light_checks(obs: Observation, st: Started) -> list[Check]:
 
 
 # --------------------------------------------------------------------------------------
+# memory in Go terms on a second program: etcd (Go 1.19, no runtime GC-CPU metric: the profiler
+# reads the GC share from its on-CPU stacks) with GOGC=10, under load and near idle. The label
+# comes from the Go runtime's own account, GODEBUG=gctrace=1 on etcd's stderr: each cycle's CPU
+# time ("a+b/c/d+e ms cpu": stop-the-world, assist/background/idle marking, mark termination).
+
+ETCD_GOGC = "10"
+_GCTRACE = re.compile(r"^gc \d+ @[\d.]+s \d+%: [\d.+]+ ms clock, ([\d.+/]+) ms cpu")
+
+
+def gctrace_totals(log: Path) -> tuple[int, float]:
+    """GC cycles and GC CPU seconds so far in a GODEBUG=gctrace=1 log."""
+    cycles, ms = 0, 0.0
+    with contextlib.suppress(OSError), log.open(errors="replace") as f:
+        for line in f:
+            m = _GCTRACE.match(line)
+            if m:
+                cycles += 1
+                ms += sum(float(x) for x in re.split(r"[+/]", m.group(1)))
+    return cycles, ms / 1000
+
+
+def _etcd_gc(ctx: Ctx, workers: int, rate: float) -> Started:
+    g = ctx.group()
+    e = Etcd(ctx.tmp / "etcd")
+    pid = e.start(ctx.procs.spawn, join=g.join_self,
+                  env=dict(os.environ, GOGC=ETCD_GOGC, GODEBUG="gctrace=1"))
+    g.write("cpu", "cpu.shares", 8192)
+    client = ctx.group("client", ("cpu",))
+    client.write("cpu", "cpu.shares", 8192)
+    GoWorkload("etcdload", "-endpoint", e.url, "-workers", str(workers), "-rate", str(rate)).start(
+        ctx.procs.spawn, join=client.join_self)
+    log = ctx.procs.logdir / "etcd.log"
+
+    def probe() -> dict[str, float]:
+        cycles, gc_s = gctrace_totals(log)
+        return {**e.metric_sums("etcd_mvcc_put_total", "etcd_debugging_mvcc_put_total"),
+                "gc_cycles": float(cycles), "gc_cpu_seconds": gc_s}
+
+    return Started(pid, probe=probe, workers=1)
+
+
+def etcd_gc_busy(ctx: Ctx) -> Started:
+    return _etcd_gc(ctx, 16, 0)
+
+
+def etcd_gc_calm(ctx: Ctx) -> Started:
+    return _etcd_gc(ctx, 2, 10)
+
+
+def _puts(obs: Observation) -> float:
+    return max(obs.extra.get("etcd_mvcc_put_total", 0.0), obs.extra.get("etcd_debugging_mvcc_put_total", 0.0))
+
+
+def _gc_share(obs: Observation) -> float:
+    return obs.extra.get("gc_cpu_seconds", 0.0) / max(obs.cpu_cores * obs.seconds, 1e-6)
+
+
+def etcd_gc_busy_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [
+        Check("GC CPU / etcd CPU", _gc_share(obs), ">=", 0.4,
+              "etcd's own GODEBUG=gctrace=1 (per-cycle CPU ms, summed over the window) / /proc CPU"),
+        Check("GC cycles/s", obs.extra.get("gc_cycles", 0.0) / secs, ">=", 10.0, "gctrace lines in the window"),
+        Check("etcd CPU cores (it works: the GC's share is of real work)", obs.cpu_cores, ">=", 0.4,
+              "/proc/PID/stat"),
+        Check("etcd puts/s (the load runs)", _puts(obs) / secs, ">=", 500.0, "etcd's own /metrics: mvcc put total"),
+        Check("target major faults/s", obs.majflt_per_s, "<=", 10.0, "not paging: the pressure is the Go heap's"),
+    ]
+
+
+def etcd_gc_calm_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [*idle_checks(0.2)(obs, st),
+            Check("GC cycles/s (GOGC=10 is in effect)", obs.extra.get("gc_cycles", 0.0) / secs, ">=", 0.1,
+                  "etcd's own GODEBUG=gctrace=1"),
+            Check("etcd puts/s (the 10/s asked for are done)", _puts(obs) / secs, ">=", 7.0,
+                  "etcd's own /metrics")]
+
+
+# --------------------------------------------------------------------------------------
 
 SCENARIOS: list[Scenario] = [
     Scenario("go-cpu-quota", "cpu", ("go",), "Go workload: 2 goroutines hashing (main.burnCPU), cfs quota 0.3 core",
@@ -256,6 +339,13 @@ SCENARIOS: list[Scenario] = [
              "etcd (--enable-pprof) under 16 goroutines of puts from our Go client, cfs quota 0.2 core",
              etcd_puts_cpu_quota, etcd_puts_checks, "cgroup CPU quota (throttled)",
              ("quota", "throttl", "cfs", "cgroup"), warmup=3),
+    Scenario("etcd-gogc10-puts", "memory", ("etcd", "go"),
+             "etcd (--enable-pprof, GOGC=10) under 16 goroutines of puts from our Go client: the collector runs "
+             "constantly", etcd_gc_busy, etcd_gc_busy_checks, "memory pressure in Go terms (GC CPU)",
+             ("go terms", "garbage collector"), warmup=3),
+    Scenario("etcd-gogc10-light-puts", "not_saturated", ("etcd", "go"),
+             "etcd (--enable-pprof, GOGC=10) under 10 puts/s from our Go client",
+             etcd_gc_calm, etcd_gc_calm_checks, None, (), warmup=3),
     Scenario("etcd-light-puts", "not_saturated", ("etcd", "go"),
              "etcd (--enable-pprof) under 10 puts/s from our Go client",
              etcd_light_puts, etcd_light_checks, None, (), warmup=3),

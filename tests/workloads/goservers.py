@@ -175,9 +175,10 @@ class Etcd:
                 "--initial-cluster", f"profiler-test=http://127.0.0.1:{self.peer}",
                 "--enable-pprof", "--log-level", "warn", *self.extra]
 
-    def start(self, spawn: Spawn, timeout: float = 30.0, join: Callable[[], None] | None = None) -> int:
+    def start(self, spawn: Spawn, timeout: float = 30.0, join: Callable[[], None] | None = None,
+              env: dict[str, str] | None = None) -> int:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.proc = spawn("etcd", self.argv(), join=join)
+        self.proc = spawn("etcd", self.argv(), join=join, env=env)
         wait_http(f"{self.url}/health", self.proc, timeout, "etcd")
         return self.proc.pid
 
