@@ -55,8 +55,10 @@ MAX_INLINE_TARGETS = 16
 # A collector whose programs the kernel skipped for more than this share of its events is partial.
 MISSED_SHARE_PARTIAL = 0.01
 
-# Compiling with clang inside libbcc is not something to do from two threads at once.
-_COMPILE_LOCK = threading.Lock()
+# libbcc is not for two threads at once: compiling (clang inside it), and freeing a program's
+# module (LLVM objects, tables) while the session stops collectors side by side (a pytest run
+# crashed once in the free).
+_LIBBCC_LOCK = threading.Lock()
 
 
 # --------------------------------------------------------------------------- host check
@@ -128,7 +130,7 @@ def _check() -> tuple[bool, str, str | None]:
 
     err = ""
     try:
-        with _COMPILE_LOCK, captured_stderr() as text:
+        with _LIBBCC_LOCK, captured_stderr() as text:
             b = BPF(text=TRIVIAL_PROGRAM.encode())
             try:
                 b.attach_tracepoint(tp=b"raw_syscalls:sys_enter", fn_name=b"pf_probe")
@@ -184,7 +186,7 @@ def compile_program(name: str, defines: dict[str, int | str]) -> Any:
     cflags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
     text: list[str] = []
     try:
-        with _COMPILE_LOCK, captured_stderr() as text:
+        with _LIBBCC_LOCK, captured_stderr() as text:
             return BPF(text=program_source(name).encode(), cflags=cflags)
     except Exception as exc:
         err = _first_error("".join(text)) or str(exc)
@@ -542,6 +544,6 @@ class BccCollector(CollectorBase):
             self._stack.close()
         finally:
             if self.bpf is not None:
-                with contextlib.suppress(Exception):
+                with _LIBBCC_LOCK, contextlib.suppress(Exception):
                     self.bpf.cleanup()
             self.bpf = None
