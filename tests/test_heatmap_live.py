@@ -28,6 +28,23 @@ needs = pytest.mark.skipif(
 )
 
 
+
+def _pump(trace_pipe: Path, out: Path, stop: threading.Event) -> None:
+    """Copy a tracefs instance's text trace_pipe into ``out`` until ``stop`` is set and it is drained."""
+    with open(trace_pipe, "rb", buffering=0) as src, open(out, "wb") as dst:
+        os.set_blocking(src.fileno(), False)
+        while True:
+            try:
+                data = src.read(1 << 16)
+            except BlockingIOError:
+                data = None
+            if data:
+                dst.write(data)
+            elif stop.is_set():
+                break
+            else:
+                time.sleep(0.02)
+
 def _fio(path: Path, seconds: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["fio", "--name=heat", f"--filename={path}", "--size=16M", "--rw=randrw", "--bs=4k", "--direct=1",
@@ -49,22 +66,7 @@ def test_tracefs_instance_trace_pairs_fio(tmp_path: Path, capsys: pytest.Capture
             if p.exists():
                 p.write_text("1")
 
-        def pump() -> None:
-            with open(inst / "trace_pipe", "rb", buffering=0) as src, open(out, "wb") as dst:
-                os.set_blocking(src.fileno(), False)
-                while True:
-                    try:
-                        data = src.read(1 << 16)
-                    except BlockingIOError:
-                        data = None
-                    if data:
-                        dst.write(data)
-                    elif stop.is_set():
-                        break
-                    else:
-                        time.sleep(0.02)
-
-        th = threading.Thread(target=pump)
+        th = threading.Thread(target=_pump, args=(inst / "trace_pipe", out, stop))
         th.start()
         proc = _fio(tmp_path / "fio.dat", 1.5)
         try:
@@ -187,22 +189,7 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
                 if inst.has(f"events/block/{ev}/enable"):
                     inst.write(f"events/block/{ev}/enable", "1")
 
-        def pump() -> None:
-            with open(os.path.join(text_inst.path, "trace_pipe"), "rb", buffering=0) as src, open(text_out, "wb") as dst:
-                os.set_blocking(src.fileno(), False)
-                while True:
-                    try:
-                        data = src.read(1 << 16)
-                    except BlockingIOError:
-                        data = None
-                    if data:
-                        dst.write(data)
-                    elif stop.is_set():
-                        break
-                    else:
-                        time.sleep(0.02)
-
-        th = threading.Thread(target=pump)
+        th = threading.Thread(target=_pump, args=(Path(text_inst.path) / "trace_pipe", text_out, stop))
         th.start()
         with open(member, "wb") as out:
             fmts = blockevents.RawFormats.from_tracefs(os.path.join(raw_inst.path, "events", "block"))
