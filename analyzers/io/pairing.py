@@ -132,7 +132,7 @@ class BlockIO:
 
 
 
-_BLOCK_IOS = 1 << 20  # paired IOs per output block (48 MiB)
+_BLOCK_IOS = 1 << 20  # paired IOs the output starts with (48 MiB), doubled as it fills
 _U64 = np.uint64
 
 
@@ -150,8 +150,7 @@ class BlockPairer:
         self.comms.intern(b"")  # index 0: unknown issuer (completions carry no comm)
         self.counts = PairCounts()
         self._carry = np.zeros(0, EVENT_DTYPE)
-        self._blocks: list[np.ndarray] = []  # full blocks of paired IOs
-        self._block: np.ndarray | None = None  # the block being filled
+        self._ios: np.ndarray | None = None  # paired IOs so far: the first ``_fill`` rows
         self._fill = 0
         self.t_first: float | None = None
         self.t_last: float | None = None
@@ -267,45 +266,36 @@ class BlockPairer:
         nr_i, nr_c = ev["nr"][ii], ev["nr"][cc]
         c.partial_completions += int(np.count_nonzero((nr_c < nr_i) & (nr_c > 0)))
         t = ev["t"]
-        pos = 0
-        while pos < npair:
-            if self._block is None or self._fill == len(self._block):
-                if self._block is not None:
-                    self._blocks.append(self._block)
-                # Blocks are larger than glibc's largest mmap threshold, so each is its own
-                # mapping, returned to the OS when freed, its untouched tail never resident.
-                self._block = np.empty(_BLOCK_IOS, IO_DTYPE)
-                self._fill = 0
-            k = min(npair - pos, len(self._block) - self._fill)
-            dst = self._block[self._fill : self._fill + k]
-            i, j = ii[pos : pos + k], cc[pos : pos + k]
-            ti, tc = t[i], t[j]
-            dst["t_issue"] = ti
-            dst["t_complete"] = tc
-            dst["latency"] = tc - ti
-            for name in ("sector", "dev", "bytes", "tid", "comm", "op", "flags"):
-                dst[name] = ev[name][i]
-            self._fill += k
-            pos += k
+        need = self._fill + npair
+        if self._ios is None or need > len(self._ios):
+            # Grow in place: numpy resizes through realloc, and an array this large is its own
+            # mapping, which the kernel moves without copying (mremap); numpy zeroes the new
+            # half. No view of the array outlives this method, so no reference check.
+            cap = max(_BLOCK_IOS, need, 2 * len(self._ios) if self._ios is not None else 0)
+            if self._ios is None:
+                self._ios = np.empty(cap, IO_DTYPE)
+            else:
+                self._ios.resize(cap, refcheck=False)
+        dst = self._ios[self._fill : need]
+        ti, tc = t[ii], t[cc]
+        dst["t_issue"] = ti
+        dst["t_complete"] = tc
+        dst["latency"] = tc - ti
+        for name in ("sector", "dev", "bytes", "tid", "comm", "op", "flags"):
+            dst[name] = ev[name][ii]
+        del dst
+        self._fill = need
         return carry
 
     def finish(self) -> BlockIO:
         c = self.counts
         c.in_flight_at_end = len(self._carry)
         c.unpaired_issues = c.in_flight_at_end + c.superseded
-        if self._block is None:
+        if self._ios is None:
             ios = np.zeros(0, IO_DTYPE)
-        elif not self._blocks:
-            ios = self._block[: self._fill]
         else:
-            ios = np.empty(len(self._blocks) * _BLOCK_IOS + self._fill, IO_DTYPE)
-            pos = 0
-            while self._blocks:  # copy block by block, unmapping each as we go
-                part = self._blocks.pop(0)
-                ios[pos : pos + len(part)] = part
-                pos += len(part)
-            ios[pos:] = self._block[: self._fill]
-        self._block = None
+            ios, self._ios = self._ios, None
+            ios.resize(self._fill, refcheck=False)  # give the unused tail back (mremap shrinks in place)
         if len(ios) > 1 and (np.diff(ios["t_complete"]) < 0).any():
             ios = ios[np.argsort(ios["t_complete"], kind="stable")]
         warnings = list(self.warnings)

@@ -5,7 +5,7 @@ inside histogram buckets (bcc)."""
 from __future__ import annotations
 
 import numpy as np
-from profiler.analyzers.io import histograms
+from profiler.analyzers.io import histograms, stats
 from profiler.analyzers.verdict.model import IOGroup, IOMetrics
 from profiler.analyzers.verdict.threads import top
 from profiler.analyzers.views import IOEvents
@@ -17,24 +17,30 @@ def io_metrics(ev: IOEvents | None, target_tids: set[int], window: float) -> IOM
     lat_ms = ev.latency * 1e3
     span = window or (float(ev.t.max() - ev.t.min()) if len(ev.t) > 1 else 1.0)
     mine = np.isin(ev.tid, list(target_tids)) if target_tids else np.zeros(len(ev.tid), bool)
+    # one group per (device, op), by their codes: a few groups over millions of IOs
+    nop = max(len(ev.op_names), 1)
+    ngroups = max(len(ev.dev_names), 1) * nop
+    gid = ev.dev_code.astype(np.int64) * nop + ev.op_code
+    per = stats.group_percentiles(lat_ms, gid, ngroups)
+    nbytes = np.bincount(gid, weights=ev.nbytes, minlength=ngroups)
+    nmine = np.bincount(gid, weights=mine, minlength=ngroups)
     groups: list[IOGroup] = []
-    keys = sorted(set(zip(ev.dev.tolist(), ev.op.tolist(), strict=True)))
-    for dev, op in keys:
-        m = (ev.dev == dev) & (ev.op == op)
-        if not m.any():
-            continue
-        la = lat_ms[m]
-        groups.append(IOGroup(dev=dev, op=op, count=int(m.sum()), iops=float(m.sum()) / span,
-                              bytes=int(ev.nbytes[m].sum()), p50_ms=float(np.percentile(la, 50)),
-                              p95_ms=float(np.percentile(la, 95)), p99_ms=float(np.percentile(la, 99)),
-                              max_ms=float(la.max()), target_share=float(mine[m].mean())))
+    for g in np.flatnonzero(per["count"]).tolist():
+        n = int(per["count"][g])
+        groups.append(IOGroup(dev=ev.dev_names[g // nop], op=ev.op_names[g % nop], count=n, iops=n / span,
+                              bytes=int(nbytes[g]), p50_ms=float(per["p50"][g]), p95_ms=float(per["p95"][g]),
+                              p99_ms=float(per["p99"][g]), max_ms=float(per["max"][g]), target_share=float(nmine[g] / n)))
     groups.sort(key=lambda g: (-g.count, g.dev, g.op))
-    names, counts = np.unique(ev.comm.astype(str), return_counts=True)
-    issuers = {str(n): float(c) for n, c in zip(names, counts, strict=True)}
-    return IOMetrics(source=ev.source, total=len(lat_ms), groups=groups, p50_ms=float(np.percentile(lat_ms, 50)),
-                     p99_ms=float(np.percentile(lat_ms, 99)), max_ms=float(lat_ms.max()),
+    issuers: dict[str, float] = {}
+    for code, c in enumerate(np.bincount(ev.comm_code, minlength=len(ev.comm_names)).tolist()):
+        if c:
+            name = ev.comm_names[code]
+            issuers[name] = issuers.get(name, 0.0) + float(c)
+    overall = stats.group_percentiles(lat_ms, np.zeros(len(lat_ms), np.int64), 1, (50.0, 99.0))
+    return IOMetrics(source=ev.source, total=len(lat_ms), groups=groups, p50_ms=float(overall["p50"][0]),
+                     p99_ms=float(overall["p99"][0]), max_ms=float(overall["max"][0]),
                      target_share=float(mine.mean()) if target_tids else None,
-                     top_issuers=top(issuers), unpaired=ev.unpaired)
+                     top_issuers=top(dict(sorted(issuers.items()))), unpaired=ev.unpaired)
 
 
 def io_metrics_from_hist(h: histograms.BlockHist, target_tids: set[int], window: float) -> IOMetrics | None:

@@ -12,28 +12,70 @@ A member that cannot be read keeps its error here; the verdict and the report sa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from profiler.analyzers.io import histograms, pairing, stats
 
 from profiler.bundle import Bundle, members
 from profiler.errors import InputError
+from profiler.inputs import blocktrace
 
 
 @dataclass
 class IOEvents:
-    """The per-IO columns the verdict and the timeline read (from the paired block trace)."""
+    """The per-IO columns the verdict and the timeline read (from the paired block trace).
+
+    Device, op and issuer are integer codes into small name tables (a capture has a few devices
+    and comms, and millions of IOs): group by the codes, name the groups."""
 
     t: np.ndarray  # issue time (monotonic s)
     latency: np.ndarray  # seconds
-    dev: np.ndarray  # "254:0" per IO
-    op: np.ndarray  # read | write | flush | discard | other
+    dev_code: np.ndarray  # index into dev_names per IO
+    op_code: np.ndarray  # index into op_names per IO
     nbytes: np.ndarray
     tid: np.ndarray
-    comm: np.ndarray
+    comm_code: np.ndarray  # index into comm_names per IO
+    dev_names: tuple[str, ...] = ()  # "254:0"
+    op_names: tuple[str, ...] = ()  # read | write | flush | discard | other
+    comm_names: tuple[str, ...] = ()
     unpaired: int = 0
     source: str = members.BLOCK_EVENTS  # the member they were paired from (block.trace.gz before v4)
+
+    @property
+    def dev(self) -> np.ndarray:
+        """'254:0' per IO."""
+        return np.asarray(self.dev_names, dtype=object)[self.dev_code] if len(self.dev_code) else np.zeros(0, object)
+
+    @property
+    def op(self) -> np.ndarray:
+        return np.asarray(self.op_names, dtype=object)[self.op_code] if len(self.op_code) else np.zeros(0, object)
+
+    @property
+    def comm(self) -> np.ndarray:
+        return np.asarray(self.comm_names, dtype=object)[self.comm_code] if len(self.comm_code) else np.zeros(0, object)
+
+    def cut(self, mask: np.ndarray) -> IOEvents:
+        """The IOs where ``mask`` holds (same name tables)."""
+        return dataclasses.replace(self, t=self.t[mask], latency=self.latency[mask], dev_code=self.dev_code[mask],
+                                   op_code=self.op_code[mask], nbytes=self.nbytes[mask], tid=self.tid[mask],
+                                   comm_code=self.comm_code[mask])
+
+    @classmethod
+    def from_names(cls, *, t: Any, latency: Any, dev: Any, op: Any, nbytes: Any, tid: Any, comm: Any,
+                   unpaired: int = 0, source: str = members.BLOCK_EVENTS) -> IOEvents:
+        """From per-IO names (inputs other than the pairing, tests)."""
+        def codes(names: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+            u, inv = np.unique(np.asarray(names, dtype=str), return_inverse=True)
+            return inv.reshape(-1).astype(np.int32), tuple(str(x) for x in u)
+        dc, dn = codes(dev)
+        oc, on = codes(op)
+        cc, cn = codes(comm)
+        return cls(t=np.asarray(t, dtype=float), latency=np.asarray(latency, dtype=float), dev_code=dc, op_code=oc,
+                   nbytes=np.asarray(nbytes), tid=np.asarray(tid), comm_code=cc, dev_names=dn, op_names=on,
+                   comm_names=cn, unpaired=unpaired, source=source)
 
 
 def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
@@ -42,10 +84,19 @@ def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
         return None
     counts = res.block.counts
     unpaired = int(counts.unpaired_issues + counts.unpaired_completions)
-    return IOEvents(t=np.asarray(res.issue, dtype=float), latency=np.asarray(res.latency, dtype=float),
-                    dev=np.asarray(res.dev, dtype=object), op=np.asarray(res.op, dtype=object),
-                    nbytes=np.asarray(res.bytes), tid=np.asarray(res.tid), comm=np.asarray(res.comm, dtype=object),
-                    unpaired=unpaired)
+    ios = res.block.ios
+    dev = np.ascontiguousarray(ios["dev"])
+    if len(dev) and (dev == dev[0]).all():  # the common case: one disk
+        dev_u, dev_code = dev[:1], np.zeros(len(dev), np.int32)
+    else:
+        dev_u, dev_code = np.unique(dev, return_inverse=True)
+    op_names = tuple(blocktrace.OP_NAMES)  # the last is "other"
+    op_code = np.minimum(ios["op"], len(op_names) - 1)
+    return IOEvents(t=np.asarray(ios["t_issue"], dtype=float), latency=np.asarray(ios["latency"], dtype=float),
+                    dev_code=dev_code.reshape(-1), op_code=op_code, nbytes=np.asarray(ios["bytes"]),
+                    tid=np.asarray(ios["tid"]), comm_code=np.asarray(ios["comm"]),
+                    dev_names=tuple(blocktrace.dev_name(int(d)) for d in dev_u.tolist()), op_names=op_names,
+                    comm_names=tuple(res.block.comms), unpaired=unpaired)
 
 
 @dataclass

@@ -60,8 +60,7 @@ def cut_stat(ps: perfstat.PerfStat, start: float, lo: float, hi: float) -> perfs
 
 def _io(ev: IOEvents, lo: float, hi: float) -> IOEvents:
     m = (ev.t >= lo) & (ev.t <= hi)
-    return dataclasses.replace(ev, t=ev.t[m], latency=ev.latency[m], dev=ev.dev[m], op=ev.op[m], nbytes=ev.nbytes[m],
-                               tid=ev.tid[m], comm=ev.comm[m])
+    return ev.cut(m)
 
 
 def _record(rec: CollectorRecord, lo: float, hi: float) -> CollectorRecord:
