@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from profiler.analyzers.io import histograms, pairing, stats
 
-from profiler.bundle import Bundle, members
+from profiler.bundle import Bundle, EarlyReads, members
 from profiler.errors import InputError
 from profiler.inputs import blocktrace
 
@@ -122,8 +122,21 @@ def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
     member = block_member(bundle)
     if member is None:
         return None
+    if member == members.BLOCK_EVENTS:
+        early = bundle.take_early(member, PAIRED)
+        if early is not None:
+            return early  # type: ignore[no-any-return]
     with bundle.open_binary(member, text=member == members.BLOCK_TRACE) as fh:
         return pairing.pair_bundle_member(fh, member)
+
+
+PAIRED = "paired"  # an early read of block.events.bin: its IOs paired (analyzers.io.pairing.BlockIO)
+
+
+def start_early(early: EarlyReads, collector: str) -> None:
+    """Pair the block events as soon as block-io has stopped, while the other collectors finish."""
+    if collector == "block-io":
+        early.start(members.BLOCK_EVENTS, PAIRED, pairing.pair_member)
 
 
 def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:

@@ -9,6 +9,7 @@ migrations are in manifest.py; every member's file name is a constant in members
 from __future__ import annotations
 
 from profiler.bundle import members
+from profiler.bundle.early import EarlyReads
 from profiler.bundle.manifest import (
     FAILED,
     OK,
@@ -36,6 +37,6 @@ from profiler.bundle.writer import BundleWriter, atomic_write_bytes
 
 __all__ = [
     "FAILED", "MANIFEST", "OK", "PARTIAL", "PENDING", "RUNNING", "SCHEMA", "SKIPPED", "STATUSES", "VERSION",
-    "Bundle", "BundleWriter", "ClockInfo", "CollectorRecord", "HostInfo", "LoadInfo", "Manifest", "RuntimeInfo", "TargetInfo",
+    "Bundle", "BundleWriter", "ClockInfo", "EarlyReads", "CollectorRecord", "HostInfo", "LoadInfo", "Manifest", "RuntimeInfo", "TargetInfo",
     "ThreadInfo", "atomic_write_bytes", "check_member_name", "looks_like_bundle", "members", "parse_manifest",
 ]

@@ -17,8 +17,9 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from profiler.bundle.early import EarlyReads
 from profiler.bundle.manifest import (
     MAX_MANIFEST_BYTES,
     OK,
@@ -39,6 +40,7 @@ class Bundle:
         self.manifest = manifest
         self.warnings: list[str] = []  # problems met beyond reading (a member that could not be parsed)
         self.reads: dict[str, ReadLog] = {}  # member -> what reading it tolerated (the last read)
+        self.early: EarlyReads | None = None  # members read while the capture finished (attach, run)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Bundle:
@@ -133,6 +135,18 @@ class Bundle:
                     break
         if rest:
             yield rest
+
+    def take_early(self, name: str, kind: str) -> Any:
+        """What an early read of the member made (profiler/bundle/early.py), if there was one and
+        the member is still the file it read; else None (read the member then). What that
+        reading tolerated becomes the member's ReadLog."""
+        if self.early is None:
+            return None
+        got = self.early.take(name, kind)
+        if got is None:
+            return None
+        value, self.reads[name] = got
+        return value
 
     def read_text(self, name: str) -> str:
         return "\n".join(self.iter_lines(name))

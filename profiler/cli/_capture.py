@@ -4,15 +4,15 @@ report written after it, and the exit code of a partial capture."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from profiler.bundle import Manifest
+from profiler.bundle import EarlyReads, Manifest
 from profiler.capture.loadlog import LoadStart
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
@@ -76,15 +76,15 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
     used, why = registry.backend_choice(options)
-    if report:
-        _preload_report()
+    early, on_stopped = _early_reads(out) if report else (None, None)
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
+                      on_stopped=on_stopped,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()
     show_summary(result.manifest, out)
     if report:
-        _report(out)
+        _report(out, early)
     if result.interrupted:
         raise Interrupted(f"interrupted: the bundle in {out}/ was kept, marked {result.manifest.status}")
     if result.manifest.status == "failed":
@@ -134,15 +134,19 @@ def summary(m: Manifest, out: Path) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _preload_report() -> None:
-    """Import the analysis and the renderers before the capture, not after it: the report after
-    the capture is what the user waits for (main() imports only this verb's module)."""
-    with contextlib.suppress(ImportError):
+def _early_reads(out: Path) -> tuple[EarlyReads | None, Callable[[str], None] | None]:
+    """Import the analysis and the renderers before the capture, not after it (the report after
+    the capture is what the user waits for; main() imports only this verb's module), and set up
+    the members read while the capture finishes (profiler/bundle/early.py)."""
+    try:
         import profiler.cli.report  # noqa: F401
-        import profiler.usecases.report  # noqa: F401
+        from profiler.usecases.report import early_reads
+    except ImportError:
+        return None, None
+    return early_reads(out)
 
 
-def _report(out: Path) -> None:
+def _report(out: Path, early: EarlyReads | None = None) -> None:
     """Analyze and render the terminal report when the analysis layer is installed."""
     try:
         from profiler.analyzers import analysis  # noqa: F401
@@ -153,7 +157,7 @@ def _report(out: Path) -> None:
 
         fn = getattr(report_cli, "render_after_capture", None)
         if callable(fn):
-            fn(out)
+            fn(out, early)
     except Exception as exc:  # noqa: BLE001 - the capture is done; a report failure must not lose it
         print(f"profiler: the report could not be written ({type(exc).__name__}: {exc}); "
               f"the bundle is intact: run `profiler report {out}`", file=sys.stderr)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from profiler.bundle import EarlyReads
 from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli import _term
 from profiler.cli._common import check_output, write_output, wrote
@@ -29,11 +30,11 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
     profiler report cap/ --format json | jq .verdict.category   # fail a CI run on a verdict
 """
 
-def render_after_capture(bundle_dir: Path) -> None:
+def render_after_capture(bundle_dir: Path, early: EarlyReads | None = None) -> None:
     """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
     bars = Bars()
     try:
-        res = default_report(bundle_dir, progress=bars)
+        res = default_report(bundle_dir, progress=bars, early=early)
     finally:
         bars.done()
     _term.report_text(res.summary)

@@ -7,11 +7,13 @@ SubsecondHeatmap), so renderers never see a bundle or run an analyzer.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
-from profiler.bundle import Bundle, members
+from profiler.analyzers.views import start_early_reads
+from profiler.bundle import Bundle, EarlyReads, members
 from profiler.errors import OutputError
 from profiler.files import is_stdout, output_kind, write_output
 from profiler.progress import Progress
@@ -21,9 +23,19 @@ from profiler.renderers.registry import REGISTRY
 REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rewritten on each analysis
 
 
-def analysis_of(bundle_dir: str | Path, progress: Progress | None = None) -> Analysis:
-    """The bundle's analysis (a missing or invalid bundle is an InputError)."""
-    return analyze(Bundle.open(bundle_dir), progress)
+def analysis_of(bundle_dir: str | Path, progress: Progress | None = None, early: EarlyReads | None = None) -> Analysis:
+    """The bundle's analysis (a missing or invalid bundle is an InputError); ``early``: members
+    read while the capture finished (attach, run), taken instead of reading them again."""
+    bundle = Bundle.open(bundle_dir)
+    bundle.early = early
+    return analyze(bundle, progress)
+
+
+def early_reads(bundle_dir: str | Path) -> tuple[EarlyReads, Callable[[str], None]]:
+    """For a capture about to end: the early reads, and what to call with each collector's name
+    as it stops (starts reading what it wrote, if a view can)."""
+    early = EarlyReads(Path(bundle_dir))
+    return early, lambda collector: start_early_reads(early, collector)
 
 
 def pick_format(fmt: str | None, output: str | Path | None) -> str:
@@ -64,14 +76,16 @@ def write_html(analysis: Analysis, bundle_dir: str | Path, html_path: str | Path
 
 
 def default_report(bundle_dir: str | Path, html_path: str | Path | None = None, *, write_html_report: bool = True,
-                   force: bool = False, progress: Progress | None = None) -> DefaultReport:
+                   force: bool = False, progress: Progress | None = None,
+                   early: EarlyReads | None = None) -> DefaultReport:
     """Analyze a bundle, write its HTML report (default: BUNDLE/report.html), and render the text
     summary. A report that cannot be written is not an analysis lost: the summary comes back with
     the error, for the caller to print both.
 
-    attach and run call this at the end of a capture; so does `profiler analyze`.
+    attach and run call this at the end of a capture (with their ``early`` reads); so does
+    `profiler analyze`.
     """
-    analysis = analysis_of(bundle_dir, progress)
+    analysis = analysis_of(bundle_dir, progress, early)
     shown: str | None = None
     error: OutputError | None = None
     replaced = None
