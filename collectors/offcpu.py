@@ -43,7 +43,7 @@ from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
 from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import read_file, write_file
-from profiler.collectors.perf_collector import pid_list
+from profiler.collectors.perf_collector import no_side_band, pid_list
 from profiler.collectors.scope import (
     thread_ids,
     tracepoint_filter,
@@ -424,7 +424,8 @@ class OffCpu(RecordCollector):
         self.traced = thread_ids(ctx.pids)
         filt = tracepoint_filter(["prev_pid", "next_pid"], self.traced)
         return [ctx.perf, "record", "-a", "-e", "sched:sched_switch", "--filter", filt, "--call-graph", "fp",
-                "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages, "--sample-cpu", "-N", "-B", *duty, "-o", str(self.data_path(ctx))]
+                "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages, "--sample-cpu", "-N", "-B", *no_side_band(ctx.perf), *duty,
+                "-o", str(self.data_path(ctx))]
 
     def script_extra(self, ctx: CaptureContext) -> list[str]:
         self.pids = self.script_pids(ctx)

@@ -48,7 +48,7 @@ from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import file_size, read_file
-from profiler.collectors.perf_collector import PerfCollector, pid_list
+from profiler.collectors.perf_collector import PerfCollector, no_side_band, pid_list
 from profiler.collectors.process import tail
 from profiler.collectors.scope import (
     thread_ids,
@@ -521,7 +521,7 @@ class Syscalls(PerfCollector):
         for ev in EVENTS:
             events += ["-e", ev, "--filter", filt]
         return [ctx.perf, "record", "-a", *events, "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
-                "-N", "-B", *duty, "-o", str(self.data_path(ctx))]
+                "-N", "-B", *no_side_band(ctx.perf), *duty, "-o", str(self.data_path(ctx))]
 
     def fifo_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.root / ".syscalls.ctl"
