@@ -19,7 +19,7 @@ import numpy as np
 from profiler.analyzers.io import pairing as blockio
 from profiler.analyzers.io.pairing import BlockIO
 
-from profiler.bundle import Manifest, members
+from profiler.bundle import CollectorRecord, Manifest, members
 from profiler.inputs import blocktrace
 
 QUANTILES = (50.0, 95.0, 99.0)
@@ -412,19 +412,39 @@ def targets_of(manifest: Manifest) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return tuple(sorted(set(tids))), tuple(sorted(set(c for c in comms if c)))
 
 
+@dataclass(frozen=True)
+class IoWindow:
+    """What a capture's IO analysis depends on besides the IOs: the block collector's span, the
+    interval of the series and the targets (equal windows, equal analyses)."""
+
+    started: float | None
+    ended: float | None
+    interval: float
+    tids: tuple[int, ...]
+    comms: tuple[str, ...]
+
+
+def io_window(manifest: Manifest, rec: CollectorRecord | None = None, *, interval: float | None = None) -> IoWindow:
+    """The window of ``manifest``'s block collector (or of ``rec``, its record as it stopped)."""
+    rec = rec if rec is not None else manifest.collector("block-io")
+    tids, comms = targets_of(manifest)
+    return IoWindow(started=rec.started if rec is not None else None, ended=rec.ended if rec is not None else None,
+                    interval=interval or float(manifest.options.get("interval") or 1.0), tids=tids, comms=comms)
+
+
 def capture_io(bio: BlockIO, manifest: Manifest, *, interval: float | None = None) -> IoAnalysis:
     """The IO analysis of a capture's paired block IO (analyzers.views.blockio reads the trace).
 
     Intervals default to the capture's ``options.interval`` (1 s); times start at the block
     collector's start (or the first event), so series line up with the other collectors'.
     """
-    rec = manifest.collector("block-io")
-    t0 = rec.started if rec and rec.started is not None else None
-    t1 = rec.ended if rec and rec.ended is not None else None
+    return analyze_window(bio, io_window(manifest, interval=interval))
+
+
+def analyze_window(bio: BlockIO, w: IoWindow) -> IoAnalysis:
+    t0, t1 = w.started, w.ended
     if t0 is not None and bio.t_first is not None:
         t0 = min(t0, bio.t_first)
     if t1 is not None and bio.t_last is not None:
         t1 = max(t1, bio.t_last)
-    iv = interval or float(manifest.options.get("interval") or 1.0)
-    tids, comms = targets_of(manifest)
-    return analyze_io(bio, interval=iv, t0=t0, t1=t1, target_tids=tids, target_comms=comms)
+    return analyze_io(bio, interval=w.interval, t0=t0, t1=t1, target_tids=w.tids, target_comms=w.comms)

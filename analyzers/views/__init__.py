@@ -41,7 +41,7 @@ from profiler.analyzers.views.stacks import (
     read_offcpu,
 )
 
-from profiler.bundle import Bundle, EarlyReads, Manifest, members
+from profiler.bundle import Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.progress import Progress
 
 
@@ -196,12 +196,12 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     return v
 
 
-def start_early_reads(early: EarlyReads, collector: str) -> None:
-    """A collector has stopped and its members are final: start reading those a view can read
-    on its own (without the manifest), while the other collectors finish (attach, run). The
-    block events are the one such read today: pairing them is most of a high-IOPS capture's
+def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifest) -> None:
+    """A collector has stopped (``rec``, as it stopped) and its members are final: start the
+    views' reads of them while the other collectors finish (attach, run). The block events are
+    the one such read today: pairing and analyzing them is most of a high-IOPS capture's
     analysis, and block-io stops before the collectors that symbolize or decode perf.data."""
-    _blockio.start_early(early, collector)
+    _blockio.start_early(early, rec, manifest)
 
 
 __all__ = [

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from profiler.analyzers.io import histograms, pairing, stats
 
-from profiler.bundle import Bundle, EarlyReads, members
+from profiler.bundle import Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.errors import InputError
 from profiler.inputs import blocktrace
 
@@ -86,6 +86,8 @@ def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
     unpaired = int(counts.unpaired_issues + counts.unpaired_completions)
     ios = res.block.ios
     dev = np.ascontiguousarray(ios["dev"])
+    dev_u: np.ndarray
+    dev_code: np.ndarray
     if len(dev) and (dev == dev[0]).all():  # the common case: one disk
         dev_u, dev_code = dev[:1], np.zeros(len(dev), np.int32)
     else:
@@ -122,21 +124,24 @@ def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
     member = block_member(bundle)
     if member is None:
         return None
-    if member == members.BLOCK_EVENTS:
-        early = bundle.take_early(member, PAIRED)
-        if early is not None:
-            return early  # type: ignore[no-any-return]
     with bundle.open_binary(member, text=member == members.BLOCK_TRACE) as fh:
         return pairing.pair_bundle_member(fh, member)
 
 
-PAIRED = "paired"  # an early read of block.events.bin: its IOs paired (analyzers.io.pairing.BlockIO)
+EARLY_IO = "io"  # an early read of block.events.bin: (the IoWindow it used, the IoAnalysis)
 
 
-def start_early(early: EarlyReads, collector: str) -> None:
-    """Pair the block events as soon as block-io has stopped, while the other collectors finish."""
-    if collector == "block-io":
-        early.start(members.BLOCK_EVENTS, PAIRED, pairing.pair_member)
+def start_early(early: EarlyReads, rec: CollectorRecord, manifest: Manifest) -> None:
+    """Pair and analyze the block events as soon as block-io has stopped, while the other
+    collectors finish; ``rec`` is its record as it stopped, ``manifest`` the capture's."""
+    if rec.name != "block-io":
+        return
+    window = stats.io_window(manifest, rec)
+
+    def work(fh: IO[bytes]) -> tuple[stats.IoWindow, stats.IoAnalysis]:
+        return window, stats.analyze_window(pairing.pair_member(fh), window)
+
+    early.start(members.BLOCK_EVENTS, EARLY_IO, work)
 
 
 def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:
@@ -153,13 +158,22 @@ def read_block_hist(bundle: Bundle) -> histograms.BlockHist | None:
 
 
 def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> stats.IoAnalysis | None:
-    """The IO analysis of a bundle's block trace, or None when it holds none."""
-    bio = read_block_trace(bundle)
-    if bio is None:
-        return None
-    res = stats.capture_io(bio, bundle.manifest, interval=interval)
+    """The IO analysis of a bundle's block trace, or None when it holds none; the analysis made
+    while the capture finished, if there was one and its window is the capture's."""
     member = block_member(bundle)
-    assert member is not None
+    if member is None:
+        return None
+    early = bundle.take_early(member, EARLY_IO) if interval is None else None
+    res: stats.IoAnalysis
+    if early is not None:
+        used, res = early
+        window = stats.io_window(bundle.manifest)
+        if window != used:
+            res = stats.analyze_window(res.block, window)
+    else:
+        bio = read_block_trace(bundle)
+        assert bio is not None
+        res = stats.capture_io(bio, bundle.manifest, interval=interval)
     summary = bundle.log(member).summary()
     if summary is not None:
         res.warnings.append(summary)

@@ -143,7 +143,7 @@ class Session:
         load_start: LoadStart | None = None,
         progress: TextIO | None = None,
         extra_options: dict[str, Any] | None = None,
-        on_stopped: Callable[[str], None] | None = None,
+        on_stopped: Callable[[CollectorRecord, Manifest], None] | None = None,
     ) -> None:
         self.targets = targets
         self.output = Path(output)
@@ -158,7 +158,7 @@ class Session:
         self._follower: FileFollower | None = None
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
-        self.on_stopped = on_stopped  # hears each collector's name once its files are final
+        self.on_stopped = on_stopped  # hears each collector's record (and the manifest) once its files are final
         self._sigint = False
         self.stop_request: str | None = None  # set from another thread: end the capture, this is why
         self._manifest: Manifest | None = None
@@ -445,10 +445,12 @@ class Session:
 
         def stop(i: int, c: Collector) -> None:
             try:
-                recs[i] = c.stop(ctx)
-                if self.on_stopped is not None and recs[i].status not in (FAILED, SKIPPED):
+                rec = recs[i] = c.stop(ctx)
+                if self.on_stopped is not None and rec.status not in (FAILED, SKIPPED) and self._manifest is not None:
+                    old = self.records.get(c.name)
+                    rec.started = rec.started or (old.started if old is not None else None)  # as recorded below
                     with contextlib.suppress(Exception):  # a head start for the analysis, never a fault
-                        self.on_stopped(c.name)
+                        self.on_stopped(rec, self._manifest)
             except Exception as exc:  # noqa: BLE001 - one broken stop must not lose the others
                 rec = c.rec if c.rec is not None else (
                     self.records.get(c.name) or CollectorRecord(name=c.name, backend=c.backend))

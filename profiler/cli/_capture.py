@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from profiler.bundle import EarlyReads, Manifest
+from profiler.bundle import CollectorRecord, EarlyReads, Manifest
 from profiler.capture.loadlog import LoadStart
 from profiler.capture.session import CaptureResult, Session
 from profiler.capture.targets import resolve
@@ -134,7 +134,7 @@ def summary(m: Manifest, out: Path) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _early_reads(out: Path) -> tuple[EarlyReads | None, Callable[[str], None] | None]:
+def _early_reads(out: Path) -> tuple[EarlyReads | None, Callable[[CollectorRecord, Manifest], None] | None]:
     """Import the analysis and the renderers before the capture, not after it (the report after
     the capture is what the user waits for; main() imports only this verb's module), and set up
     the members read while the capture finishes (profiler/bundle/early.py)."""

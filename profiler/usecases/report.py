@@ -13,7 +13,7 @@ from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
 from profiler.analyzers.views import start_early_reads
-from profiler.bundle import Bundle, EarlyReads, members
+from profiler.bundle import Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.errors import OutputError
 from profiler.files import is_stdout, output_kind, write_output
 from profiler.progress import Progress
@@ -31,11 +31,11 @@ def analysis_of(bundle_dir: str | Path, progress: Progress | None = None, early:
     return analyze(bundle, progress)
 
 
-def early_reads(bundle_dir: str | Path) -> tuple[EarlyReads, Callable[[str], None]]:
-    """For a capture about to end: the early reads, and what to call with each collector's name
-    as it stops (starts reading what it wrote, if a view can)."""
+def early_reads(bundle_dir: str | Path) -> tuple[EarlyReads, Callable[[CollectorRecord, Manifest], None]]:
+    """For a capture about to end: the early reads, and what to call with each collector's
+    record as it stops (starts reading what it wrote, if a view can)."""
     early = EarlyReads(Path(bundle_dir))
-    return early, lambda collector: start_early_reads(early, collector)
+    return early, lambda rec, manifest: start_early_reads(early, rec, manifest)
 
 
 def pick_format(fmt: str | None, output: str | Path | None) -> str:
