@@ -290,21 +290,33 @@ def tp_format_fields(fmt: bytes) -> dict[str, TpField]:
 
 
 def walk(buf: bytes) -> tuple[np.ndarray, int]:
-    """Offsets of the whole records in ``buf`` and where the first incomplete one starts."""
+    """Offsets of the whole records in ``buf`` and where the first incomplete one starts.
+
+    Record boundaries are a chain (each header gives the next one's offset), so this is a
+    Python loop, kept to two steps a record; the sizes are checked afterwards, all at once (a
+    size of 0 ends the loop, any other bad size is found there, at the first record that has
+    one, as a loop that checked each would have)."""
     n = len(buf)
     mv = memoryview(buf)[: n - n % 2].cast("H")
     offs: list[int] = []
     add = offs.append
     p = 0
-    while p + 8 <= n:
-        sz = mv[(p >> 1) + 3]
-        if sz < 8 or sz & 7:
-            raise PerfDataUnsupported(f"corrupt record at data offset {p}")
-        if p + sz > n:
-            break
+    lim = n - 8
+    far = 1 << 62
+    while p <= lim:
         add(p)
-        p += sz
-    return np.asarray(offs, dtype=np.int64), p
+        p += mv[(p >> 1) + 3] or far
+    if not offs:
+        return np.zeros(0, np.int64), p
+    o = np.asarray(offs, dtype=np.int64)
+    b = np.frombuffer(buf, np.uint8)
+    sz = b[o + 6].astype(np.int64) | (b[o + 7].astype(np.int64) << 8)
+    bad = (sz < 8) | ((sz & 7) != 0)
+    if bad.any():
+        raise PerfDataUnsupported(f"corrupt record at data offset {int(o[int(np.argmax(bad))])}")
+    if int(o[-1] + sz[-1]) > n:  # the last one does not fit: it starts the next chunk
+        return o[:-1], int(o[-1])
+    return o, p
 
 
 class Records:
