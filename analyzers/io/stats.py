@@ -175,7 +175,9 @@ class IoSeries:
 def _in_flight(t_issue: np.ndarray, t_complete: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Time-weighted mean and max of requests in flight per interval between ``edges``."""
     ti = np.sort(t_issue)
-    tc = np.sort(t_complete)
+    tc = np.asarray(t_complete)
+    if len(tc) > 1 and (tc[1:] < tc[:-1]).any():  # paired IOs come in completion order: mostly sorted already
+        tc = np.sort(tc)
     ci = np.concatenate([[0.0], np.cumsum(ti)])
     cc = np.concatenate([[0.0], np.cumsum(tc)])
     ni = np.searchsorted(ti, edges, side="left")
@@ -375,13 +377,20 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
     duration = max(t1 - t0, 0.0)
     series = io_series(ios, interval=interval, t0=t0, t1=t1)
     lat, nb = np.ascontiguousarray(ios["latency"]), np.ascontiguousarray(ios["bytes"])
-    overall = _summary(lat, nb, duration)
+    base = _summary(lat, nb, duration)
+
+    def summary(m: np.ndarray) -> dict[str, Any]:
+        # a group of every IO (one disk, one issuer) is the overall figures: no second selection
+        if m.all():
+            return {**base, "latency": dict(base["latency"])}
+        return _summary(lat[m], nb[m], duration)
+
+    overall = {**base, "latency": dict(base["latency"])}
     overall["in_flight_mean"] = _num(float(np.sum(ios["latency"])) / duration) if duration > 0 else None
     overall["in_flight_max"] = int(series.in_flight_max.max()) if len(series.in_flight_max) else 0
-    by_op = {k: _summary(lat[m], nb[m], duration) for k, m in split(bio, "op").items()}
-    by_device = {k: _summary(lat[m], nb[m], duration) for k, m in split(bio, "device").items()}
-    by_issuer = {k: _summary(lat[m], nb[m], duration)
-                 for k, m in split(bio, "issuer", target_tids=target_tids, target_comms=target_comms).items()}
+    by_op = {k: summary(m) for k, m in split(bio, "op").items()}
+    by_device = {k: summary(m) for k, m in split(bio, "device").items()}
+    by_issuer = {k: summary(m) for k, m in split(bio, "issuer", target_tids=target_tids, target_comms=target_comms).items()}
     top: list[dict[str, Any]] = []
     if len(ios):
         comm = np.ascontiguousarray(ios["comm"])
@@ -392,7 +401,7 @@ def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, 
             m = comm == ci
             name = bio.comms[int(ci)] or "?"
             top.append({"comm": name, "class": blockio.issuer_class(name, -2, frozenset(target_tids), frozenset(target_comms)),
-                        **_summary(lat[m], nb[m], duration)})
+                        **summary(m)})
     return IoAnalysis(
         block=bio, series=series, overall=overall, by_op=by_op, by_device=by_device, by_issuer=by_issuer,
         top_issuers=top, size_histogram=size_histogram(ios["bytes"][ios["op"] != blocktrace.OP_FLUSH]),
