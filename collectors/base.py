@@ -15,7 +15,7 @@ import errno
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from profiler.bundle import SKIPPED, BundleWriter, CollectorRecord
+from profiler.bundle import SKIPPED, BundleWriter, CollectorRecord, EarlyReads
 from profiler.knowledge import target_kind
 
 
@@ -58,6 +58,7 @@ class CaptureContext:
     targets: list[Target]
     options: CaptureOptions = field(default_factory=CaptureOptions)
     perf: str = "perf"  # perf executable
+    early: EarlyReads | None = None  # attach/run: what the report takes in while members are written
 
     @property
     def pids(self) -> list[int]:

@@ -449,7 +449,8 @@ class BlockIO(CollectorBase):
                 self.member_cm = ctx.writer.open_member(OUTPUT, compress=False)
                 self.member = self.member_cm.__enter__()
                 fmts = be.RawFormats.from_tracefs(os.path.join(inst.path, "events", "block"))
-                self.raw = RawReader(inst, be.PageStream(self.member, fmts, self._is_target))
+                tap = ctx.early.tap_for(OUTPUT) if ctx.early is not None else None
+                self.raw = RawReader(inst, be.PageStream(self.member, fmts, self._is_target, tap))
                 self.raw.start()
                 self.rec.stats["reader"] = "trace_pipe_raw, in-process"
             else:

@@ -15,12 +15,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from profiler.analyzers.io import pairing, stats
 from profiler.analyzers.views import read_views, start_early_reads
 from profiler.analyzers.views.blockio import EARLY_IO
 
-from profiler.bundle import Bundle, EarlyReads, members
+from profiler.bundle import Bundle, EarlyReads, blockevents, members
 from profiler.cli import main
 from profiler.usecases.report import analysis_of, render
 
@@ -137,3 +138,79 @@ def test_reads_keep_their_order_when_block_io_is_read_aside(capture: Path, tmp_p
         seen.append(v.warnings)
     assert seen[0] == seen[1] == seen[2]
     assert any(w.startswith(members.PROC) for w in seen[0])  # the cut member is said
+
+
+def _rewrite_through_a_tap(member: Path, out: Path, tap: pairing.PairingTap) -> None:
+    """Write a member's events again through the block writer, its tap listening: what the
+    block-io collector does during a capture (the events come from the ring buffer there)."""
+    with open(member, "rb") as fh, open(out, "wb") as dst:
+        w = blockevents.Writer(dst, tap)
+        mapped = 1
+        for block in blockevents.iter_blocks(fh):
+            for name in block.comms[mapped:]:
+                w.comm_id(name)
+            mapped = len(block.comms)
+            ev = np.zeros(len(block), blockevents.RAW_DTYPE)
+            for name in ("t", "dev", "rwbs", "kind", "sector", "nr", "bytes", "tid", "comm"):
+                ev[name] = block.cols[name]
+            w.write(ev)
+
+
+def test_a_tap_pairs_exactly_what_reading_the_written_member_pairs(capture: Path, tmp_path: Path) -> None:
+    tap = pairing.PairingTap()
+    again = tmp_path / members.BLOCK_EVENTS
+    _rewrite_through_a_tap(capture / members.BLOCK_EVENTS, again, tap)
+    heard = tap.result()
+    assert heard is not None and len(heard.ios) > 0
+    with open(again, "rb") as fh:
+        read = pairing.pair_member(fh)
+    with open(capture / members.BLOCK_EVENTS, "rb") as fh:
+        original = pairing.pair_member(fh)
+    assert heard.ios.tobytes() == read.ios.tobytes() == original.ios.tobytes()
+    assert heard.comms == read.comms and heard.counts == read.counts
+    assert tap.result() is None  # handed out once
+
+
+def test_a_tap_gives_up_past_its_limit_and_the_member_is_read_instead(capture: Path, tmp_path: Path) -> None:
+    tap = pairing.PairingTap(limit=10)
+    _rewrite_through_a_tap(capture / members.BLOCK_EVENTS, tmp_path / members.BLOCK_EVENTS, tap)
+    assert tap.given_up == "more than 10 IOs" and tap.result() is None
+    b = _copy(capture, tmp_path / "cap")
+    early = EarlyReads(b)
+    early.taps[members.BLOCK_EVENTS] = tap
+    _start(early, b)  # falls back to reading the member
+    assert render(analysis_of(b, early=early), "json") == render(analysis_of(b), "json")
+
+
+def test_the_report_from_a_tap_is_the_post_mortem_report(capture: Path, tmp_path: Path) -> None:
+    b = _copy(capture, tmp_path / "cap")
+    tap = pairing.PairingTap()
+    _rewrite_through_a_tap(capture / members.BLOCK_EVENTS, tmp_path / "heard.bin", tap)
+    early = EarlyReads(b)
+    early.taps[members.BLOCK_EVENTS] = tap
+    _start(early, b)
+    assert members.BLOCK_EVENTS not in early.taps and tap.pairer is None and tap.given_up is None  # its pairing was used
+    assert render(analysis_of(b, early=early), "json") == render(analysis_of(b), "json")
+
+
+def test_attach_report_equals_the_post_mortem_report(tmp_path: Path) -> None:
+    """attach pairs the block events while it captures and analyzes them while the other
+    collectors finish: the report.html it writes must be the one `profiler report` writes
+    from the bundle afterwards, byte for byte."""
+    data = tmp_path / "data"
+    data.mkdir()
+    fio = subprocess.Popen(["fio", "--name=early", f"--directory={data}", "--size=16M", "--rw=randrw", "--bs=4k",
+                            "--direct=1", "--ioengine=libaio", "--iodepth=8", "--thread", "--time_based",
+                            "--runtime=20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = tmp_path / "cap"
+        rc = main(["attach", "--backend", "perf", "--pid", str(fio.pid), "--duration", "4s", "-o", str(out)])
+    finally:
+        fio.kill()
+        fio.wait()
+    assert rc == 0
+    again = tmp_path / "again.html"
+    assert main(["report", str(out), "-o", str(again)]) == 0
+    assert (out / "report.html").read_bytes() == again.read_bytes()
+    assert json.loads(render(analysis_of(out), "json"))["io"]["total"] > 0

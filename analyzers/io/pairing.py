@@ -386,6 +386,43 @@ def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = 
     return bio
 
 
+TAP_LIMIT = 4_000_000  # paired IOs a tap holds during a capture (192 MB) before it gives up
+
+
+class PairingTap:
+    """Pairs a ``block.events.bin`` member's blocks as its writer writes them (attach and run:
+    profiler/bundle/early.py): the same pairing as :func:`pair_member` over the finished member,
+    done while the capture runs instead of read back and decoded after it. Past ``limit`` paired
+    IOs, or on any error, it gives up and frees what it holds; the member is then read after the
+    capture as it always is."""
+
+    def __init__(self, limit: int = TAP_LIMIT) -> None:
+        self.pairer: BlockPairer | None = BlockPairer()
+        self.events = perfdata_blocks.MemberEvents(self.pairer.comms)
+        self.limit = limit
+        self.given_up: str | None = None
+
+    def __call__(self, block: blockevents.Block) -> None:
+        p = self.pairer
+        if p is None:
+            return
+        try:
+            p.feed_batch(self.events(block))
+        except Exception as exc:  # noqa: BLE001 - never the capture's problem: the member is read later
+            self._give_up(f"{type(exc).__name__}: {exc}")
+            return
+        if p.counts.paired > self.limit:
+            self._give_up(f"more than {self.limit} IOs")
+
+    def _give_up(self, why: str) -> None:
+        self.pairer, self.given_up = None, why
+
+    def result(self) -> BlockIO | None:
+        """The pairing of every block heard (once; None if it gave up)."""
+        p, self.pairer = self.pairer, None
+        return p.finish() if p is not None else None
+
+
 def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
     """Pair a bundle's block events member, whichever format it has: ``block.events.bin``
     (binary, bundles since v4) or ``block.trace.gz`` (ftrace text, before)."""

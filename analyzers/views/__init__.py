@@ -196,6 +196,12 @@ def read_views(bundle: Bundle, progress: Progress | None = None) -> BundleViews:
     return v
 
 
+def install_taps(early: EarlyReads) -> None:
+    """Before a capture (attach, run): what the views take in while collectors write their
+    members (the block events, paired as they are written)."""
+    _blockio.install_taps(early)
+
+
 def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifest) -> None:
     """A collector has stopped (``rec``, as it stopped) and its members are final: start the
     views' reads of them while the other collectors finish (attach, run). The block events are
@@ -206,5 +212,5 @@ def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifes
 
 __all__ = [
     "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "LoadLog", "OffCpu",
-    "SyscallRow", "Syscalls", "WaitTotals", "read_views", "start_early_reads",
+    "SyscallRow", "Syscalls", "WaitTotals", "install_taps", "read_views", "start_early_reads",
 ]

@@ -19,7 +19,7 @@ from typing import IO, Any
 import numpy as np
 from profiler.analyzers.io import histograms, pairing, stats
 
-from profiler.bundle import Bundle, CollectorRecord, EarlyReads, Manifest, members
+from profiler.bundle import OK, Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.errors import InputError
 from profiler.inputs import blocktrace
 
@@ -131,12 +131,25 @@ def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
 EARLY_IO = "io"  # an early read of block.events.bin: (the IoWindow it used, the IoAnalysis)
 
 
+def install_taps(early: EarlyReads) -> None:
+    """Before the capture: pair the block events as block-io writes them."""
+    early.taps[members.BLOCK_EVENTS] = pairing.PairingTap()
+
+
 def start_early(early: EarlyReads, rec: CollectorRecord, manifest: Manifest) -> None:
-    """Pair and analyze the block events as soon as block-io has stopped, while the other
-    collectors finish; ``rec`` is its record as it stopped, ``manifest`` the capture's."""
+    """Analyze the block events as soon as block-io has stopped, while the other collectors
+    finish; ``rec`` is its record as it stopped, ``manifest`` the capture's. The IOs are those
+    its tap paired during the capture when it heard every block of a member written without
+    fault (status ok); else the member is read and paired now."""
     if rec.name != "block-io":
         return
     window = stats.io_window(manifest, rec)
+    tap = early.taps.pop(members.BLOCK_EVENTS, None)
+    bio = tap.result() if isinstance(tap, pairing.PairingTap) else None
+    if bio is not None and rec.status == OK and members.BLOCK_EVENTS in rec.files:
+        paired = bio
+        early.start_computed(members.BLOCK_EVENTS, EARLY_IO, lambda: (window, stats.analyze_window(paired, window)))
+        return
 
     def work(fh: IO[bytes]) -> tuple[stats.IoWindow, stats.IoAnalysis]:
         return window, stats.analyze_window(pairing.pair_member(fh), window)

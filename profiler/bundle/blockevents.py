@@ -70,13 +70,19 @@ class BlockEventsError(Exception):
 
 
 class Writer:
-    """Writes batches of :data:`RAW_DTYPE` events (time-ordered) as blocks."""
+    """Writes batches of :data:`RAW_DTYPE` events (time-ordered) as blocks.
 
-    def __init__(self, fh: IO[bytes]) -> None:
+    ``on_block`` (optional) hears each block once it is written, as :func:`iter_blocks` would
+    read it back (the same columns, the same comm table), without reading it back: what
+    attach and run use to pair the IOs while the capture runs (profiler/bundle/early.py)."""
+
+    def __init__(self, fh: IO[bytes], on_block: Callable[[Block], None] | None = None) -> None:
         self.fh = fh
         self.comms: dict[bytes, int] = {b"": 0}
         self.new_comms: list[bytes] = []
         self.events = 0
+        self.on_block = on_block
+        self.names: list[bytes] = [b""]  # the comm table as a reader of the member builds it
         fh.write(_HEAD.pack(MAGIC, VERSION, 0))
 
     def comm_id(self, name: bytes) -> int:
@@ -96,7 +102,8 @@ class Writer:
         n = len(ev)
         if not n:
             return
-        names = b"".join(c.replace(b"\0", b"") + b"\0" for c in self.new_comms)
+        clean = [c.replace(b"\0", b"") for c in self.new_comms]
+        names = b"".join(c + b"\0" for c in clean)
         self.new_comms = []
         flags = 0
         t = ev["t"].astype("<u8")
@@ -112,9 +119,13 @@ class Writer:
         tables = [struct.pack("<Q", int(t[0]))]
         cols = [tcol]
         ntab = []
+        rwbs_table: np.ndarray | None = None
+        rwbs_idx: np.ndarray | None = None
         for name, dtype, raw_flag in (("rwbs", "<u8", _RWBS_RAW), ("dev", "<u4", _DEV_RAW)):
             table, idx = _dictionary(ev[name])
             if len(table) <= 256:
+                if name == "rwbs":
+                    rwbs_table, rwbs_idx = table.astype(dtype), idx.astype(np.uint8)
                 tables.append(table.astype(dtype).tobytes())
                 ntab.append(len(table))
                 cols.append(idx.astype(np.uint8).tobytes())
@@ -127,6 +138,13 @@ class Writer:
         self.fh.write(_BLOCK.pack(_BLOCK_MAGIC, n, len(names), len(z), zlib.crc32(z), ntab[0], ntab[1], flags))
         self.fh.write(z)
         self.events += n
+        self.names.extend(clean)
+        if self.on_block is not None:
+            out = {c: np.ascontiguousarray(ev[c], dtype=d) for c, d in _PLAIN}
+            out["t"] = t
+            out["dev"] = np.ascontiguousarray(ev["dev"], dtype="<u4")
+            out["rwbs"] = np.ascontiguousarray(ev["rwbs"], dtype="<u8")
+            self.on_block(Block(out, self.names, rwbs_table, rwbs_idx))
 
 
 _PLAIN: tuple[tuple[str, str], ...] = (("kind", "u1"), ("sector", "<u8"), ("nr", "<u4"), ("bytes", "<u4"),
@@ -503,8 +521,9 @@ class PageStream:
     before which every CPU's buffer had been read) are final: :meth:`flush` sorts and writes
     them, the rest waits. Memory: the events since the horizon."""
 
-    def __init__(self, out: IO[bytes], fmts: RawFormats, is_target: Callable[[int], bool] | None = None) -> None:
-        self.w = Writer(out)
+    def __init__(self, out: IO[bytes], fmts: RawFormats, is_target: Callable[[int], bool] | None = None,
+                 on_block: Callable[[Block], None] | None = None) -> None:
+        self.w = Writer(out, on_block)
         self.fmts = fmts
         self.tally = Tally(is_target)
         self.missed = 0

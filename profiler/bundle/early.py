@@ -8,6 +8,12 @@ analysis, which takes it instead of reading the member again, but only if the fi
 the one that was read (same inode, size and modification time); otherwise, or if the early
 read failed, the analysis reads the member as it always does.
 
+Earlier still, a *tap* hears a member while its collector writes it: the block-io writer
+hands each block it writes to ``taps[member]`` (the views install a pairing there), so at the
+end of the capture the IOs are already paired and nothing is read back; such a result is
+computed from what the tap heard (:meth:`EarlyReads.start_computed`) and is taken, like any
+early read, only if the member is still the file it was when its collector stopped.
+
 attach and run start early reads (profiler/cli/_capture.py); post-mortem analysis never has
 any. What is read early, and how, is the views' business (analyzers/views); this module only
 opens the member the way :class:`~profiler.bundle.reader.Bundle` does (contained in the bundle,
@@ -51,8 +57,45 @@ class EarlyReads:
     """Reads of finished members, started while the rest of the capture finishes."""
 
     root: Path
+    taps: dict[str, Callable[[Any], None]] = field(default_factory=dict)  # member -> hears what its writer writes
     _reads: dict[tuple[str, str], _Read] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def tap_for(self, member: str) -> Callable[[Any], None] | None:
+        """What the collector writing ``member`` should hand each piece it writes to (the views
+        install these before the capture: the block events' pairing), or None."""
+        return self.taps.get(member)
+
+    def start_computed(self, member: str, kind: str, work: Callable[[], Any]) -> bool:
+        """Like :meth:`start`, for a result made from what a tap heard while the member was
+        written, not from reading it: the member must be final now (its collector stopped); its
+        identity is taken now and checked when the result is taken."""
+        check_member_name(member)
+        path = self.root / member
+        if os.path.islink(path) or not os.path.isfile(path):
+            return False
+        with self._lock:
+            if (member, kind) in self._reads:
+                return True
+            r = _Read(identity=_identity(path))
+            r.thread = threading.Thread(target=self._compute, args=(r, member, work),
+                                        name=f"profiler-early-{member}", daemon=True)
+            self._reads[(member, kind)] = r
+        r.thread.start()
+        return True
+
+    @staticmethod
+    def _compute(r: _Read, member: str, work: Callable[[], Any]) -> None:
+        t0 = time.thread_time()
+        try:
+            r.value = work()
+            log = ReadLog(member)  # the tap heard the whole member as it was written: as if read whole
+            log.bytes_in = log.bytes_out = r.identity[2] if r.identity is not None else 0
+            r.log = log
+        except Exception as exc:  # noqa: BLE001 - the analysis reads the member instead
+            r.value, r.log, r.error = None, None, exc
+        finally:
+            r.cpu_seconds = time.thread_time() - t0
 
     def start(self, member: str, kind: str, work: Callable[[IO[bytes]], Any], *, text: bool = False) -> bool:
         """Read ``member`` with ``work(stream)`` in a thread; ``kind`` names what the result is

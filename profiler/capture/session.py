@@ -37,6 +37,7 @@ from profiler.bundle import (
     BundleWriter,
     ClockInfo,
     CollectorRecord,
+    EarlyReads,
     LoadInfo,
     Manifest,
     members,
@@ -144,6 +145,7 @@ class Session:
         progress: TextIO | None = None,
         extra_options: dict[str, Any] | None = None,
         on_stopped: Callable[[CollectorRecord, Manifest], None] | None = None,
+        early: EarlyReads | None = None,
     ) -> None:
         self.targets = targets
         self.output = Path(output)
@@ -158,6 +160,7 @@ class Session:
         self._follower: FileFollower | None = None
         self.progress = progress if progress is not None else sys.stderr
         self.extra_options = extra_options or {}
+        self.early = early  # handed to the collectors (their writers' taps)
         self.on_stopped = on_stopped  # hears each collector's record (and the manifest) once its files are final
         self._sigint = False
         self.stop_request: str | None = None  # set from another thread: end the capture, this is why
@@ -200,7 +203,7 @@ class Session:
             writer = BundleWriter(self.output, manifest, force=self.force)
         except OSError as exc:
             raise CapabilityError(f"cannot create the bundle at {self.output}: {exc.strerror or exc}") from None
-        ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf)
+        ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf, early=self.early)
         result = CaptureResult(manifest=manifest, output=self.output)
         load_proc: subprocess.Popen[bytes] | None = None
         load_info: LoadInfo | None = None

@@ -78,7 +78,7 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     used, why = registry.backend_choice(options)
     early, on_stopped = _early_reads(out) if report else (None, None)
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
-                      on_stopped=on_stopped,
+                      on_stopped=on_stopped, early=early,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
     result = session.run()

@@ -44,7 +44,7 @@ from profiler.inputs.blocktrace import (
     _low_run,
 )
 
-__all__ = ["PerfDataUnsupported", "iter_block_events", "iter_member_events", "read_block_events"]
+__all__ = ["MemberEvents", "PerfDataUnsupported", "iter_block_events", "iter_member_events", "read_block_events"]
 
 
 def rwbs_op_flags(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,13 +128,26 @@ def read_block_events(path: str | Path, comms: CommTable | None = None) -> tuple
     return (np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)), lost[0]
 
 
+class MemberEvents:
+    """The blocks of a ``block.events.bin`` member, in order -> time-ordered event batches, the
+    member's comm ids mapped into ``comms``."""
+
+    def __init__(self, comms: CommTable) -> None:
+        self.comms = comms
+        self.mapped = 0
+        self.comm_map = np.zeros(0, np.uint16)
+
+    def __call__(self, block: be.Block) -> np.ndarray:
+        if len(block.comms) > self.mapped:
+            new = np.array([self.comms.intern(n) for n in block.comms[self.mapped:]], np.uint16)
+            self.comm_map = np.concatenate([self.comm_map, new])
+            self.mapped = len(block.comms)
+        table = (block.rwbs_table, block.rwbs_idx) if block.rwbs_table is not None and block.rwbs_idx is not None else None
+        return _events(block.cols, self.comm_map, table)
+
+
 def iter_member_events(fh: IO[bytes], comms: CommTable, state: be.ReadState) -> Iterator[np.ndarray]:
     """The events of a ``block.events.bin`` member in time-ordered batches (damage: ``state.damage``)."""
-    mapped = 0
-    comm_map = np.zeros(0, np.uint16)
+    events = MemberEvents(comms)
     for block in be.iter_blocks(fh, state):
-        if len(block.comms) > mapped:
-            comm_map = np.concatenate([comm_map, np.array([comms.intern(n) for n in block.comms[mapped:]], np.uint16)])
-            mapped = len(block.comms)
-        table = (block.rwbs_table, block.rwbs_idx) if block.rwbs_table is not None and block.rwbs_idx is not None else None
-        yield _events(block.cols, comm_map, table)
+        yield events(block)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.analyzers.analysis import Analysis, analyze
-from profiler.analyzers.views import start_early_reads
+from profiler.analyzers.views import install_taps, start_early_reads
 from profiler.bundle import Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.errors import OutputError
 from profiler.files import is_stdout, output_kind, write_output
@@ -35,6 +35,7 @@ def early_reads(bundle_dir: str | Path) -> tuple[EarlyReads, Callable[[Collector
     """For a capture about to end: the early reads, and what to call with each collector's
     record as it stops (starts reading what it wrote, if a view can)."""
     early = EarlyReads(Path(bundle_dir))
+    install_taps(early)
     return early, lambda rec, manifest: start_early_reads(early, rec, manifest)
 
 
