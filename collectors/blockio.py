@@ -135,12 +135,10 @@ def _pidns_tag() -> str | None:
     """None in the host's PID namespace; else the namespace's inode, so profilers in several
     namespaces (containers, the namespaced hosts of the cluster tests) sharing one kernel's
     tracefs neither take each other's instance names nor remove each other's instances."""
-    try:
-        with open("/proc/2/comm") as fh:
-            if fh.read().strip() == "kthreadd":  # kernel threads are visible only from the host's namespace
-                return None
-    except OSError:
-        pass
+    from profiler.collectors import host
+
+    if not host.nested_pid_namespace():
+        return None
     try:
         return str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:

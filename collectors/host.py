@@ -136,6 +136,20 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
+def nested_pid_namespace() -> bool:
+    """True when this process runs in a PID namespace below the host's (a container, the
+    namespaced hosts of the cluster tests): kernel threads are visible only from the host's.
+
+    Tracepoint fields (``prev_pid``, ``next_pid``, ``common_pid``) then hold the host's thread
+    ids, which differ from the ids this process sees; perf's own sample ids are translated into
+    this namespace. The off-CPU and syscall collectors filter and map accordingly."""
+    try:
+        with open("/proc/2/comm") as fh:
+            return fh.read().strip() != "kthreadd"
+    except OSError:
+        return True
+
+
 # --------------------------------------------------------------------------- tracefs
 
 

@@ -38,6 +38,7 @@ try:
 except ImportError:  # the cluster agent runs collectors under a bare python3: perf script text then
     np = None  # type: ignore[assignment]
 
+from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
@@ -45,6 +46,8 @@ from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import read_file, write_file
 from profiler.collectors.perf_collector import no_side_band, pid_list
 from profiler.collectors.scope import (
+    comm_filter,
+    thread_comms,
     thread_ids,
     tracepoint_filter,
     untraced_threads,
@@ -322,11 +325,19 @@ def interval_writer(out: IO[str], windows: list[list[float]] | None = None,
     return IntervalWriter(out, windows, pids) if np is not None else PyIntervalWriter(out, windows, pids)
 
 
-def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None]) -> int:
+def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None], *,
+                  to_own_ids: bool = False) -> int:
     """Every sched_switch of an offcpu-stacks perf.data, straight from the file, in time-ordered
     batches: ``consume(batch, states, comms)``. Returns perf's lost-event count;
-    PerfDataUnsupported when the file cannot be read so (the caller runs perf script)."""
+    PerfDataUnsupported when the file cannot be read so (the caller runs perf script).
+
+    ``to_own_ids``: the capture ran in a nested PID namespace, where ``prev_pid``/``next_pid``
+    are the host's ids but perf's sample ids are this namespace's. The task leaving is the one
+    the sample was taken in, so ``prev`` becomes the sample's thread id (0 for a task outside
+    the namespace), which also maps the host's id to it; ``next`` is mapped through what was
+    learned so far (a thread comes back after it left), 0 when unknown."""
     lost = [0]
+    own: dict[int, int] = {}  # host id -> this namespace's (to_own_ids)
     states: list[str] = []
     state_id: dict[int, int] = {}
     comms: list[str] = []
@@ -363,6 +374,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
             a["off"], a["t"], a["pid"] = c.offs, c.time // 1000, c.pid
             a["prev"] = pd.tp_column(rec, c.raw, fields["prev_pid"])
             a["next"] = pd.tp_column(rec, c.raw, fields["next_pid"])
+            if to_own_ids:
+                _to_own_ids(a, c.tid, own)
             raw_state = pd.tp_column(rec, c.raw, fields["prev_state"]).astype(np.int64)
             uniq, inv = np.unique(raw_state, return_inverse=True)
             ids = []
@@ -381,6 +394,19 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
         for batch in pd.ordered(f, decode, side):
             consume(batch, states, comms)
     return lost[0]
+
+
+def _to_own_ids(a: np.ndarray, sample_tid: np.ndarray, own: dict[int, int]) -> None:
+    """prev/next from the host's thread ids to this namespace's (see read_switches)."""
+    tid = np.asarray(sample_tid, np.int64)
+    seen = (tid > 0) & (a["prev"] > 0)
+    if seen.any():
+        pairs = np.unique(np.stack([a["prev"][seen].astype(np.int64), tid[seen]], axis=1), axis=0)
+        own.update(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
+    a["prev"] = np.where(a["prev"] > 0, tid, a["prev"])
+    nxt = a["next"].astype(np.int64)
+    uniq, inv = np.unique(nxt, return_inverse=True)
+    a["next"] = np.asarray([own.get(v, 0) if v > 0 else v for v in uniq.tolist()], np.int64)[inv.ravel()]
 
 
 def _csv(text: str) -> str:
@@ -415,6 +441,7 @@ class OffCpu(RecordCollector):
         self.pids: list[int] = []  # the processes whose switch-outs are kept (script_extra)
         self._windows: list[list[float]] | None = None
         self._paired: tuple[int, float, int, int] | None = None  # intervals, off seconds, open, cut
+        self.nested = False  # in a nested PID namespace (collectors/host.py): the events hold the host's ids
 
     def fifo_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.root / ".offcpu-stacks.ctl"
@@ -422,8 +449,18 @@ class OffCpu(RecordCollector):
     def argv(self, ctx: CaptureContext) -> list[str]:
         duty = self.duty.argv(self.fifo_path(ctx)) if self.duty else []
         self.traced = thread_ids(ctx.pids)
-        filt = tracepoint_filter(["prev_pid", "next_pid"], self.traced)
-        return [ctx.perf, "record", "-a", "-e", "sched:sched_switch", "--filter", filt, "--call-graph", "fp",
+        self.nested = host.nested_pid_namespace()
+        if self.nested:
+            # the events' prev_pid/next_pid are the host's ids: filter by the threads' names, and
+            # map the ids back through perf's own (translated) sample ids when decoding
+            named = comm_filter(["prev_comm", "next_comm"], thread_comms(ctx.pids))
+            filt_args = ["--filter", named] if named else []
+            self.rec.stats["pid_namespace"] = ("nested: switches filtered by the targets' thread names, their ids "
+                                               "mapped to this namespace's" if named else
+                                               "nested: every switch traced, the targets' kept by their ids")
+        else:
+            filt_args = ["--filter", tracepoint_filter(["prev_pid", "next_pid"], self.traced)]
+        return [ctx.perf, "record", "-a", "-e", "sched:sched_switch", *filt_args, "--call-graph", "fp",
                 "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages, "--sample-cpu", "-N", "-B", *no_side_band(ctx.perf), *duty,
                 "-o", str(self.data_path(ctx))]
 
@@ -498,7 +535,7 @@ class OffCpu(RecordCollector):
                     pairs = Intervals(buf, self._windows, set(self.pids), states, comms)
                 pairs.feed(batch)
 
-            lost = read_switches(data, consume)
+            lost = read_switches(data, consume, to_own_ids=self.nested)
             if pairs is None:
                 pairs = Intervals(buf, self._windows, set(self.pids), [], [])
             still = pairs.close()

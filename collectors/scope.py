@@ -114,6 +114,35 @@ def tracepoint_filter(fields: Iterable[str], tids: Iterable[int]) -> str:
         max_ranges //= 2
 
 
+def comm_filter(fields: Iterable[str], comms: Iterable[str], max_names: int = 48) -> str | None:
+    """A tracepoint filter matching these thread names in any of ``fields`` (``prev_comm``,
+    ``next_comm``), for a nested PID namespace where the thread ids in the events are the host's
+    (collectors/host.py); None when there are too many names, or a name the filter language
+    cannot quote: then nothing is filtered in the kernel and the samples are kept by their ids."""
+    names = sorted({c for c in comms if c})
+    if not names or len(names) > max_names or any('"' in c or "\\" in c or not c.isprintable() for c in names):
+        return None
+    text = "||".join(f'{f}=="{c}"' for f in fields for c in names)
+    return text if len(text) <= MAX_FILTER_CHARS else None
+
+
+def thread_comms(pids: Iterable[int]) -> list[str]:
+    """The names of every thread of these processes, now."""
+    out: set[str] = set()
+    for pid in pids:
+        try:
+            tids = [t for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{pid}/task/{t}/comm", encoding="utf-8", errors="replace") as fh:
+                    out.add(fh.read().rstrip("\n"))
+            except OSError:
+                continue
+    return sorted(out)
+
+
 def system_wide_allowed() -> bool:
     """May this process open system-wide (per-CPU) perf events? Root, or perf_event_paranoid <= 0."""
     from profiler.collectors import host

@@ -44,6 +44,7 @@ try:
 except ImportError:  # the cluster agent runs collectors under a bare python3: perf script text then
     np = None  # type: ignore[assignment]
 
+from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.duty import DutyCycle
@@ -51,6 +52,8 @@ from profiler.collectors.files import file_size, read_file
 from profiler.collectors.perf_collector import PerfCollector, no_side_band, pid_list
 from profiler.collectors.process import tail
 from profiler.collectors.scope import (
+    comm_filter,
+    thread_comms,
     thread_ids,
     tracepoint_filter,
     untraced_threads,
@@ -516,10 +519,23 @@ class Syscalls(PerfCollector):
     def argv(self, ctx: CaptureContext) -> list[str]:
         duty = self.duty.argv(self.fifo_path(ctx)) if self.duty else []
         self.traced = thread_ids(ctx.pids)
-        filt = tracepoint_filter(["common_pid"], self.traced)
         events: list[str] = []
-        for ev in EVENTS:
-            events += ["-e", ev, "--filter", filt]
+        if host.nested_pid_namespace():
+            # common_pid holds the host's ids, which this namespace cannot name: filter by the
+            # targets' thread names (the generic ``comm`` field every event has) and keep the
+            # targets' calls by perf's own (translated) ids; never perf's own calls (it would
+            # trace its own writes of what it traced)
+            named = comm_filter(["comm"], thread_comms(ctx.pids))
+            filt = named or 'comm!="perf"'
+            self.rec.stats["pid_namespace"] = ("nested: calls filtered by the targets' thread names, kept by their ids"
+                                               if named else "nested: every task's calls but perf's traced, the "
+                                               "targets' kept by their ids")
+            for ev in EVENTS:
+                events += ["-e", ev, "--filter", filt]
+        else:
+            filt = tracepoint_filter(["common_pid"], self.traced)
+            for ev in EVENTS:
+                events += ["-e", ev, "--filter", filt]
         return [ctx.perf, "record", "-a", *events, "-k", "CLOCK_MONOTONIC", "-m", self.mmap_pages,
                 "-N", "-B", *no_side_band(ctx.perf), *duty, "-o", str(self.data_path(ctx))]
 

@@ -218,7 +218,9 @@ class SwitchFolder:
             self.stats.limited = True
             return
         self.stats.samples += 1
-        self.switch(float(m.group("time")), int(m.group("prev")), m.group("comm"), m.group("state"),
+        # the task leaving is the one the sample was taken in: its id from the header, which is
+        # the capture's own even in a nested PID namespace (where prev_pid is the host's)
+        self.switch(float(m.group("time")), int(m.group("tid")), m.group("comm"), m.group("state"),
                     int(m.group("next")), stack)
 
     def _parse_body(self, body: str) -> _Stack | None:
@@ -292,7 +294,7 @@ class SwitchFolder:
             return
         nm = _NEXT.search(s.payload)
         stack = _Stack([_symbol(f.symbol, f.dso) for f in s.frames], None)
-        self.switch(s.time, int(m.group("pid")), m.group("comm"), m.group("state"),
+        self.switch(s.time, s.tid, m.group("comm"), m.group("state"),
                     int(nm.group("pid")) if nm is not None else None, stack)
 
     def _rebased(self, t: float) -> None:
