@@ -66,41 +66,37 @@ class EarlyReads:
         install these before the capture: the block events' pairing), or None."""
         return self.taps.get(member)
 
-    def start_computed(self, member: str, kind: str, work: Callable[[], Any]) -> bool:
-        """Like :meth:`start`, for a result made from what a tap heard while the member was
-        written, not from reading it: the member must be final now (its collector stopped); its
-        identity is taken now and checked when the result is taken."""
-        check_member_name(member)
-        path = self.root / member
-        if os.path.islink(path) or not os.path.isfile(path):
-            return False
-        with self._lock:
-            if (member, kind) in self._reads:
-                return True
-            r = _Read(identity=_identity(path))
-            r.thread = threading.Thread(target=self._compute, args=(r, member, work),
-                                        name=f"profiler-early-{member}", daemon=True)
-            self._reads[(member, kind)] = r
-        r.thread.start()
-        return True
-
-    @staticmethod
-    def _compute(r: _Read, member: str, work: Callable[[], Any]) -> None:
-        t0 = time.thread_time()
-        try:
-            r.value = work()
-            log = ReadLog(member)  # the tap heard the whole member as it was written: as if read whole
-            log.bytes_in = log.bytes_out = r.identity[2] if r.identity is not None else 0
-            r.log = log
-        except Exception as exc:  # noqa: BLE001 - the analysis reads the member instead
-            r.value, r.log, r.error = None, None, exc
-        finally:
-            r.cpu_seconds = time.thread_time() - t0
-
     def start(self, member: str, kind: str, work: Callable[[IO[bytes]], Any], *, text: bool = False) -> bool:
         """Read ``member`` with ``work(stream)`` in a thread; ``kind`` names what the result is
         (the same member can be read for different views). False when the member is not a
         regular file of the bundle (nothing is started then)."""
+
+        def read(r: _Read, path: Path) -> None:
+            r.identity = _identity(path)
+            log = ReadLog(member)
+            with open_tolerant(open(path, "rb"), log, text=text) as fh:  # noqa: SIM115 - closed by the with
+                r.value = work(fh)
+            if _identity(path) == r.identity:  # else written to while it was read: not the final member
+                r.log = log
+
+        return self._launch(member, kind, read)
+
+    def start_computed(self, member: str, kind: str, work: Callable[[], Any]) -> bool:
+        """Like :meth:`start`, for a result made from what a tap heard while the member was
+        written, not from reading it: the member must be final now (its collector stopped); its
+        identity is taken now and checked when the result is taken."""
+        identity = _identity(self.root / member)
+
+        def compute(r: _Read, path: Path) -> None:
+            r.identity = identity
+            r.value = work()
+            log = ReadLog(member)  # the tap heard the whole member as it was written: as if read whole
+            log.bytes_in = log.bytes_out = identity[2] if identity is not None else 0
+            r.log = log
+
+        return self._launch(member, kind, compute)
+
+    def _launch(self, member: str, kind: str, body: Callable[[_Read, Path], None]) -> bool:
         check_member_name(member)
         path = self.root / member
         if os.path.islink(path) or not os.path.isfile(path):
@@ -109,26 +105,22 @@ class EarlyReads:
             if (member, kind) in self._reads:
                 return True
             r = _Read()
-            r.thread = threading.Thread(target=self._run, args=(r, path, member, work, text),
-                                        name=f"profiler-early-{member}", daemon=True)
+            r.thread = threading.Thread(target=self._run, args=(r, path, body), name=f"profiler-early-{member}",
+                                        daemon=True)
             self._reads[(member, kind)] = r
         r.thread.start()
         return True
 
     @staticmethod
-    def _run(r: _Read, path: Path, member: str, work: Callable[[IO[bytes]], Any], text: bool) -> None:
+    def _run(r: _Read, path: Path, body: Callable[[_Read, Path], None]) -> None:
         t0 = time.thread_time()
         try:
-            r.identity = _identity(path)
-            log = ReadLog(member)
-            with open_tolerant(open(path, "rb"), log, text=text) as fh:  # noqa: SIM115 - closed by the with
-                r.value = work(fh)
-            r.log = log
-            if _identity(path) != r.identity:  # written to while it was read: not the final member
-                r.value, r.log = None, None
-        except Exception as exc:  # noqa: BLE001 - the analysis reads the member again and meets it there
+            body(r, path)
+        except Exception as exc:  # noqa: BLE001 - the analysis reads the member itself and meets it there
             r.value, r.log, r.error = None, None, exc
         finally:
+            if r.log is None:
+                r.value = None
             r.cpu_seconds = time.thread_time() - t0
 
     def take(self, member: str, kind: str) -> tuple[Any, ReadLog] | None:
