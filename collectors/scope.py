@@ -25,6 +25,7 @@ Without root (and ``perf_event_paranoid`` above 0) system-wide events are not al
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 
 # The kernel copies a filter string of at most a page; stay well inside it.
@@ -114,15 +115,27 @@ def tracepoint_filter(fields: Iterable[str], tids: Iterable[int]) -> str:
         max_ranges //= 2
 
 
+_NUMBERED = re.compile(r"[^A-Za-z0-9]*[0-9]+(?:[^A-Za-z0-9]+[0-9]+)*$")
+
+
 def comm_filter(fields: Iterable[str], comms: Iterable[str], max_names: int = 48) -> str | None:
     """A tracepoint filter matching these thread names in any of ``fields`` (``prev_comm``,
-    ``next_comm``), for a nested PID namespace where the thread ids in the events are the host's
-    (collectors/host.py); None when there are too many names, or a name the filter language
-    cannot quote: then nothing is filtered in the kernel and the samples are kept by their ids."""
+    ``next_comm``, ``comm``), for a nested PID namespace where the thread ids in the events are
+    the host's (collectors/host.py). Past ``max_names`` names, numbered ones become one pattern
+    per pool (``raftstore-0-1``, ``raftstore-1-0`` -> ``raftstore*``, matched with ``~``, the
+    filter language's glob). None when there are still too many, or a name the language cannot
+    quote: then the caller filters less in the kernel and keeps the targets' samples by their ids."""
     names = sorted({c for c in comms if c})
-    if not names or len(names) > max_names or any('"' in c or "\\" in c or not c.isprintable() for c in names):
+    if not names or any('"' in c or "\\" in c or not c.isprintable() for c in names):
         return None
-    text = "||".join(f'{f}=="{c}"' for f in fields for c in names)
+    exact, globs = names, []
+    if len(names) > max_names:
+        pools = {n: _NUMBERED.sub("", n) for n in names}
+        exact = sorted({n for n, p in pools.items() if not p or any(ch in p for ch in "*?[")})
+        globs = sorted({p for n, p in pools.items() if n not in exact})
+        if len(exact) + len(globs) > max_names:
+            return None
+    text = "||".join([f'{f}=="{c}"' for f in fields for c in exact] + [f'{f}~"{g}*"' for f in fields for g in globs])
     return text if len(text) <= MAX_FILTER_CHARS else None
 
 

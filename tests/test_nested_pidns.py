@@ -85,3 +85,22 @@ def test_offcpu_and_syscalls_from_a_nested_pid_namespace(tmp_path: Path) -> None
     names = {r["syscall"] for r in sys_rows if int(r["tid"]) in tids}
     assert names & {"futex", "clock_nanosleep", "nanosleep", "select", "pselect6"}, names
     assert all(int(r["tid"]) in tids for r in sys_rows)
+
+
+def test_many_thread_names_become_one_pattern_per_pool() -> None:
+    """A TiKV-like server has more thread names than a filter should list: numbered names
+    collapse into one glob per pool; names that cannot be quoted mean no name filter."""
+    from profiler.collectors.scope import comm_filter
+
+    names = ([f"raftstore-{i}-{j}" for i in range(4) for j in range(4)] + [f"grpc-server-{i}" for i in range(10)]
+             + [f"rocksdb:low{i}" for i in range(10)] + [f"unified-read-{i}" for i in range(12)]
+             + ["tikv-server", "snap-handler", "0123"])
+    filt = comm_filter(["prev_comm", "next_comm"], names)
+    assert filt is not None
+    terms = set(filt.split("||"))
+    assert {'prev_comm~"raftstore*"', 'next_comm~"grpc-server*"', 'prev_comm~"rocksdb:low*"',
+            'prev_comm=="0123"', 'prev_comm~"tikv-server*"'} <= terms
+    assert len(terms) == 2 * 7
+    assert comm_filter(["comm"], ["a", "b"]) == 'comm=="a"||comm=="b"'
+    assert comm_filter(["comm"], ['say "hi"']) is None
+    assert comm_filter(["comm"], [f"t{i}x{i}" for i in range(100)]) is None  # no pools: too many names
