@@ -76,11 +76,12 @@ class PyIntervalWriter:
     rules as :class:`Intervals` (tests compare them)."""
 
     def __init__(self, out: IO[str], windows: list[list[float]] | None = None,
-                 pids: set[int] | None = None) -> None:
+                 pids: set[int] | None = None, to_own_ids: bool = False) -> None:
         """``pids``: the target processes; a switch-out counts when the task leaving the CPU
-        belongs to one of them (None: every task)."""
+        belongs to one of them (None: every task). ``to_own_ids``: see :func:`read_switches`."""
         self.out = out
         self.pids = pids
+        self.own: dict[int, int] | None = {} if to_own_ids else None
         self.pending: dict[int, tuple[float, str, str]] = {}  # tid -> (off time, state, comm)
         self.intervals = 0
         self.off_seconds = 0.0
@@ -126,11 +127,13 @@ class PyIntervalWriter:
         if self.windows:
             self._advance(t)
         nxt = int(m.group("next"))
+        prev = int(m.group("prev"))
+        if self.own is not None:
+            prev, nxt = _own_ids(self.own, int(m.group("tid")), prev, nxt)
         got = self.pending.pop(nxt, None)
         if got is not None:  # a target thread comes back
             t_off, state, comm = got
             self._write(nxt, comm, t_off, t, state)
-        prev = int(m.group("prev"))
         if prev > 0 and (self.pids is None or int(m.group("pid")) in self.pids):
             self.pending[prev] = (t, m.group("state"), m.group("comm"))
 
@@ -260,9 +263,10 @@ class IntervalWriter:
     BATCH = 1 << 16
 
     def __init__(self, out: IO[str], windows: list[list[float]] | None = None,
-                 pids: set[int] | None = None) -> None:
+                 pids: set[int] | None = None, to_own_ids: bool = False) -> None:
         """``pids``: the target processes; a switch-out counts when the task leaving the CPU
-        belongs to one of them (None: every task)."""
+        belongs to one of them (None: every task). ``to_own_ids``: see :func:`read_switches`."""
+        self.own: dict[int, int] | None = {} if to_own_ids else None
         self.states: list[str] = []
         self.comms: list[str] = []
         self._state_id: dict[str, int] = {}
@@ -283,7 +287,10 @@ class IntervalWriter:
         if m is None:
             return
         t = int(round(float(m.group("time")) * 1e6))
-        self._rows.append((len(self._rows), t, int(m.group("pid")), int(m.group("prev")), int(m.group("next")),
+        prev, nxt = int(m.group("prev")), int(m.group("next"))
+        if self.own is not None:
+            prev, nxt = _own_ids(self.own, int(m.group("tid")), prev, nxt)
+        self._rows.append((len(self._rows), t, int(m.group("pid")), prev, nxt,
                            self._id(self._state_id, self.states, m.group("state")),
                            self._id(self._comm_id, self.comms, m.group("comm")), 0))
         if len(self._rows) >= self.BATCH:
@@ -320,9 +327,21 @@ class IntervalWriter:
 
 
 def interval_writer(out: IO[str], windows: list[list[float]] | None = None,
-                    pids: set[int] | None = None) -> IntervalWriter | PyIntervalWriter:
+                    pids: set[int] | None = None, to_own_ids: bool = False) -> IntervalWriter | PyIntervalWriter:
     """The line-fed pairing: numpy batches where numpy is installed, plain Python elsewhere."""
-    return IntervalWriter(out, windows, pids) if np is not None else PyIntervalWriter(out, windows, pids)
+    if np is not None:
+        return IntervalWriter(out, windows, pids, to_own_ids)
+    return PyIntervalWriter(out, windows, pids, to_own_ids)
+
+
+def _own_ids(own: dict[int, int], tid: int, prev: int, nxt: int) -> tuple[int, int]:
+    """One switch's prev/next from the host's ids to this namespace's, ``tid`` being the
+    sample's own (translated) thread id (see :func:`read_switches`)."""
+    if prev > 0:
+        if tid > 0:
+            own[prev] = tid
+        prev = tid
+    return prev, (own.get(nxt, 0) if nxt > 0 else nxt)
 
 
 def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None], *,
@@ -573,7 +592,7 @@ class OffCpu(RecordCollector):
         with ctx.writer.open_member(INTERVALS) as raw:
             rec.files.append(INTERVALS)
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            pairs = interval_writer(text, windows, set(self.pids or ctx.pids))
+            pairs = interval_writer(text, windows, set(self.pids or ctx.pids), self.nested)
             proc = _proc.spawn(argv, stdout=subprocess.PIPE)
             try:
                 assert proc.stdout is not None

@@ -104,3 +104,32 @@ def test_many_thread_names_become_one_pattern_per_pool() -> None:
     assert comm_filter(["comm"], ["a", "b"]) == 'comm=="a"||comm=="b"'
     assert comm_filter(["comm"], ['say "hi"']) is None
     assert comm_filter(["comm"], [f"t{i}x{i}" for i in range(100)]) is None  # no pools: too many names
+
+
+@pytest.mark.parametrize("writer", ["numpy", "python"])
+def test_the_text_pairings_map_host_ids_too(writer: str) -> None:
+    """The perf script fallbacks (perf.data not readable directly; the cluster agent's bare
+    python3 without numpy) pair the same switches under the namespace's ids: the header's
+    pid/tid are perf's translated ids, prev_pid/next_pid the host's."""
+    from profiler.collectors.offcpu import IntervalWriter, PyIntervalWriter
+
+    def line(pid: int, tid: int, t: float, prev: int, nxt: int, state: str = "S") -> str:
+        return (f"  {pid}/{tid}  {t:.6f}: sched:sched_switch: prev_comm=w prev_pid={prev} prev_prio=120 "
+                f"prev_state={state} ==> next_comm=x next_pid={nxt} next_prio=120\n")
+
+    lines = [
+        line(7, 9, 1.000000, 5009, 0),       # our thread 9 (the host's 5009) leaves
+        line(0, 0, 1.000100, 4321, 5009),    # another namespace's task leaves, ours comes back
+        line(7, 9, 1.000300, 5009, 0, "D"),  # leaves again
+        line(0, 0, 1.000900, 0, 5009),       # and comes back
+        line(0, 0, 1.001000, 4321, 77),      # outsiders only: nothing
+    ]
+    out = io.StringIO()
+    w: IntervalWriter | PyIntervalWriter
+    w = IntervalWriter(out, None, {7}, to_own_ids=True) if writer == "numpy" else PyIntervalWriter(out, None, {7}, True)
+    for s in lines:
+        w.feed(s)
+    w.close()
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [(r["tid"], r["state"]) for r in rows] == [("9", "S"), ("9", "D")]
+    assert [round(float(r["on"]) - float(r["off"]), 6) for r in rows] == [0.0001, 0.0006]
