@@ -52,6 +52,9 @@ IO_DTYPE = np.dtype(
 
 FLUSH_SECTOR = np.uint64(0xFFFFFFFFFFFFFFFF)  # what the kernel prints for a flush's completion
 _DATALESS_KEY = np.uint64((1 << 58) - 2)  # pairing key of set-aside data-less completions
+# A trace with at least this many issues, more than half of them without a completion, lost its
+# completions (a device queue holds far fewer in flight than that): said in the warnings.
+MISSING_COMPLETIONS_MIN = 100
 
 # Kernel threads that issue IO on nobody's behalf (writeback, journal, swap, md/dm workers).
 KERNEL_ISSUERS = re.compile(
@@ -301,6 +304,12 @@ class BlockPairer:
         warnings = list(self.warnings)
         if c.lost_events:
             warnings.append(f"the trace reports {c.lost_events} lost events: some IOs are missing or unpaired")
+        if c.issues >= MISSING_COMPLETIONS_MIN and c.unpaired_issues * 2 > c.issues:
+            warnings.append(
+                f"{c.unpaired_issues:,} of {c.issues:,} issued IOs have no completion in this trace: completions were "
+                "lost, and the latencies describe the paired few only (perf record -a drops completions that run in "
+                "interrupt context on an idle CPU, with no lost record; `profiler attach` records them from a tracefs "
+                "buffer that keeps them)")
         return BlockIO(ios=ios, counts=c, comms=list(self.comms.names), t_first=self.t_first, t_last=self.t_last, warnings=warnings)
 
 
