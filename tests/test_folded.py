@@ -14,7 +14,12 @@ from profiler.analyzers.stacks.folding import (
     collapse_text,
     format_folded,
 )
-from profiler.analyzers.stacks.naming import fix_half_demangled_rust, tidy_args, tidy_args_perl
+from profiler.analyzers.stacks.naming import (
+    fix_half_demangled_rust,
+    frame_name,
+    tidy_args,
+    tidy_args_perl,
+)
 
 from profiler.inputs.folded import is_folded, parse_folded
 from profiler.inputs.window import TimeWindow
@@ -134,6 +139,18 @@ def test_frame_naming_rules() -> None:
         fix_half_demangled_rust("_$LT$std..fs..ReadDir$u20$as$u20$Iterator$GT$::next::h0123456789abcdef")
         == "<std::fs::ReadDir as Iterator>::next"
     )
+    # Go assembly functions: the ELF name's ABI suffix goes, as in Go's own profiles; C names stay
+    assert frame_name("runtime.futex.abi0") == "runtime.futex"
+    assert frame_name("internal/runtime/syscall.Syscall6.abi0") == "internal/runtime/syscall.Syscall6"
+    assert frame_name("abi0") == "abi0" and frame_name("x_abi0") == "x_abi0"
+
+
+def test_go_abi_suffix_is_ours_only() -> None:
+    text = (DIR / "go-runtime.txt").read_text()
+    ours = collapse_text(text, FoldOptions())
+    inferno = collapse_text(text, FoldOptions(compat="inferno"))
+    assert any("runtime.goexit.abi0;" in k for k in inferno) and not any(".abi0" in k for k in ours)
+    assert sum(ours.values()) == sum(inferno.values())
 
 
 def test_kernel_jit_and_inline_annotations() -> None:

@@ -3,7 +3,8 @@
 The rules of inferno-collapse-perf / stackcollapse-perf.pl (docs/flamegraph.md lists where
 ``compat="ours"`` differs): argument lists cut, ``;`` made ``:``, unknown symbols named after
 their module, ``_[k]`` / ``_[j]`` / ``_[i]`` annotations; plus, in our mode, Rust symbols perf
-left mangled are demangled (``demangle.py``, the one place Rust escapes are decoded).
+left mangled are demangled (``demangle.py``, the one place Rust escapes are decoded) and Go's
+``.abi0`` suffixes dropped (the names Go's own profiles use).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FrameNamer", "fix_half_demangled_rust", "fold_stacks", "frame_name", "is_jit_module", "is_kernel_module",
-    "tidy_args", "tidy_args_perl",
+    "strip_go_abi", "tidy_args", "tidy_args_perl",
 ]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _RUST_HASH = re.compile(r"::h[0-9a-fA-F]{16}$")
+GO_ABI0 = ".abi0"  # the suffix the Go linker gives assembly (ABI0) functions in the ELF symbol table
 
 
 def fix_half_demangled_rust(name: str) -> str:
@@ -130,6 +132,8 @@ class FrameNamer:
             rawfunc = demangle(rawfunc)
         if self.fix_rust:
             rawfunc = fix_half_demangled_rust(rawfunc)
+        if self.demangle and rawfunc.endswith(GO_ABI0):
+            rawfunc = strip_go_abi(rawfunc)
         opts = self.opts
         out: list[str] = []
         for func in rawfunc.split("->"):
@@ -153,11 +157,21 @@ class FrameNamer:
         return tuple(out)
 
 
+def strip_go_abi(name: str) -> str:
+    """``runtime.goexit.abi0`` -> ``runtime.goexit``: the ELF symbol table names a Go assembly
+    function after its ABI, Go's own tables (pprof, ``go tool pprof``, a goroutine dump) do not.
+    Without this, a perf and a pprof flame graph of one Go server name the same frame twice."""
+    base = name[: -len(GO_ABI0)]
+    return base if "." in base else name  # a Go name is package-qualified; a C one is left alone
+
+
 def frame_name(symbol: str) -> str:
     """A bare symbol (an off-CPU frame, a pprof function) named as folding names it: demangled
-    leftovers, argument lists cut, no ';'."""
+    leftovers, Go ABI suffixes dropped, argument lists cut, no ';'."""
     if symbol.startswith(("_R", "_ZN")):
         symbol = demangle(symbol)
+    elif symbol.endswith(GO_ABI0):
+        symbol = strip_go_abi(symbol)
     return tidy_args(fix_half_demangled_rust(symbol))
 
 
