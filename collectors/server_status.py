@@ -15,40 +15,55 @@ the capture clock, takes:
   (``/debug/pprof/profile?seconds=N``, when the duration is known) -> ``server-PID-cpu.pb.gz``;
 - an index of every request, its time, status, size and error -> ``server-status.jsonl``.
 
-Finding the port: the known flags and defaults of each server kind (tidb-server ``-status``
-10080, pd-server ``--client-urls`` 2379, tikv-server ``--status-addr`` 20180, etcd
-``--listen-client-urls`` / ``--listen-metrics-urls`` 2379), else the target's own listening TCP
-sockets (``/proc/PID/net/tcp*`` matched to the inodes of its ``/proc/PID/fd``), each probed for
-``/metrics`` and ``/debug/pprof/``. Only this host's addresses are used (a wildcard listener is
-reached on loopback; an address of another host is refused) unless the user names a URL with
-``--status-url``. A target in another network namespace (a container) is reached from a
-thread that joins that namespace (root).
+Finding the port (collectors/status_ports.py): the known flags and defaults of each server
+kind, else the target's own listening TCP sockets, each probed here for ``/metrics`` and
+``/debug/pprof/``. Only this host's addresses are used unless the user names a URL with
+``--status-url``; a target in another network namespace (a container) is reached from a thread
+that joins that namespace (root).
 
-Nothing the server returns is trusted: every request has a time budget (connect, each read,
-and the whole body) and a size cap (a larger body is cut and not kept), HTML and other
-non-profile answers are refused, and every failure is counted by kind in the collector's
-stats (``failures``) and named in the index. A target without such a port is skipped with the
-reason; the capture and the other collectors are never held up beyond one request's budget.
+Nothing the server returns is trusted (collectors/status_http.py): every request has a time
+budget and a size cap, HTML and other non-profile answers are refused, and every failure is
+counted by kind in the collector's stats (``failures``) and named in the index. A target without
+such a port is skipped with the reason; the capture and the other collectors are never held up
+beyond one request's budget.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import http.client
 import json
-import os
-import re
-import socket
-import ssl
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import IO, Any
-from urllib.parse import urlsplit
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe, Target
+from profiler.collectors.status_http import (
+    HTML,
+    NOT_PPROF,
+    NOT_TEXT,
+    REFUSED,
+    TIMEOUT,
+    TOO_LARGE,
+    Reply,
+    fail_reply,
+    fetch,
+    looks_exposition,
+    looks_html,
+    looks_pprof,
+)
+from profiler.collectors.status_ports import (
+    Candidate,
+    Endpoint,
+    as_url,
+    flag_candidates,
+    join_netns,
+    local_addresses,
+    netns_of,
+    reachable,
+    server_kind,
+    socket_candidates,
+)
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
@@ -59,347 +74,12 @@ PROBE_TIMEOUT = 2.0  # s, each probe request
 METRICS_TIMEOUT = 5.0
 PROFILE_TIMEOUT = 10.0
 GIVE_UP_AFTER = 2  # consecutive timeouts or refusals after which a port is left alone
-READ_TIMEOUT = 5.0  # s, each read of a body once its headers arrived
 METRICS_MAX = 32 << 20  # bytes of one /metrics body (decompressed)
 PROFILE_MAX = 64 << 20  # bytes of one profile
 PROBE_MAX = 256 << 10
 MAX_CANDIDATES = 16
 END_BUDGET = 10.0  # s the end-of-capture requests may take in all, once the capture is asked to stop
 MIDDLE_EVERY = 60.0  # s between goroutine profiles when the duration is not known
-
-# Flags that name a server's status address, by server kind: (flag, is a URL list).
-STATUS_FLAGS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "tidb": (("status", False), ("status-host", False)),
-    "pd": (("client-urls", True), ("advertise-client-urls", True)),
-    "tikv": (("status-addr", False), ("advertise-status-addr", False)),
-    "etcd": (("listen-metrics-urls", True), ("listen-client-urls", True), ("advertise-client-urls", True)),
-}
-DEFAULTS = {"tidb": ["http://127.0.0.1:10080"], "pd": ["http://127.0.0.1:2379"],
-            "tikv": ["http://127.0.0.1:20180"], "etcd": ["http://127.0.0.1:2379"]}
-
-# failure kinds, as counted in stats["failures"] and named in the index
-TIMEOUT, REFUSED, HTTP_ERROR, NOT_TEXT, HTML, TOO_LARGE, CUT, BAD_GZIP, NOT_PPROF, ERROR = (
-    "timeout", "refused", "http-error", "not-text", "html", "too-large", "closed-mid-body", "bad-gzip",
-    "not-pprof", "error")
-
-
-# --------------------------------------------------------------------------- finding the port
-
-
-@dataclass
-class Candidate:
-    url: str  # scheme://host:port, no path
-    source: str  # "flag --status-addr", "default for tikv", "listening socket", "--status-url"
-
-
-@dataclass
-class Endpoint:
-    pid: int
-    kind: str | None  # tidb | pd | tikv | etcd | None
-    metrics: str | None = None  # base URL serving /metrics
-    pprof: str | None = None  # base URL serving /debug/pprof/
-    source: str = ""
-    tried: list[str] = field(default_factory=list)  # what was probed and why it was not it
-    netns: str | None = None  # /proc/PID/ns/net when not ours
-
-
-def server_kind(comm: str, cmdline: list[str], kind: str | None) -> str | None:
-    if kind in STATUS_FLAGS:
-        return kind
-    names = [comm] + ([cmdline[0].rsplit("/", 1)[-1]] if cmdline else [])
-    if any(n == "etcd" or n.startswith("etcd-") or n == "etcd" for n in names):
-        return "etcd"
-    return None
-
-
-def _flag_values(cmdline: list[str], flag: str) -> list[str]:
-    """Values of ``-flag v``, ``--flag v``, ``-flag=v``, ``--flag=v``."""
-    out = []
-    for i, a in enumerate(cmdline):
-        for dash in ("--", "-"):
-            if a == dash + flag and i + 1 < len(cmdline):
-                out.append(cmdline[i + 1])
-            elif a.startswith(f"{dash}{flag}="):
-                out.append(a.split("=", 1)[1])
-    return out
-
-
-def _as_url(value: str, default_scheme: str = "http") -> str | None:
-    value = value.strip()
-    if not value:
-        return None
-    if "://" not in value:
-        if value.isdigit():
-            value = f"127.0.0.1:{value}"
-        value = f"{default_scheme}://{value}"
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port:
-        return None
-    host = parts.hostname
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{parts.scheme}://{host}:{port}"
-
-
-def flag_candidates(kind: str | None, cmdline: list[str]) -> list[Candidate]:
-    """Status URLs named by the target's own flags, then its kind's default."""
-    out: list[Candidate] = []
-    if kind is None:
-        return out
-    hosts = _flag_values(cmdline, "status-host") if kind == "tidb" else []
-    status_host = hosts[-1] if hosts else None
-    for flag, is_list in STATUS_FLAGS[kind]:
-        if kind == "tidb" and flag == "status-host":
-            continue
-        for value in _flag_values(cmdline, flag):
-            pieces = value.split(",") if is_list else [value]
-            for p in pieces:
-                if kind == "tidb" and flag == "status" and p.strip().isdigit():
-                    p = f"{status_host or '127.0.0.1'}:{p.strip()}"
-                url = _as_url(p)
-                if url:
-                    out.append(Candidate(url, f"flag --{flag}"))
-    for url in DEFAULTS[kind]:
-        out.append(Candidate(url, f"default for {kind}"))
-    return out
-
-
-def _hex_addr(text: str) -> tuple[str, int] | None:
-    """``0100007F:0BB8`` (IPv4, little-endian words) or the 32-hex-digit IPv6 form -> (ip, port)."""
-    try:
-        addr, port = text.split(":")
-        raw = bytes.fromhex(addr)
-        if len(raw) == 4:
-            ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
-        elif len(raw) == 16:
-            words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-            ip = socket.inet_ntop(socket.AF_INET6, words)
-        else:
-            return None
-        return ip, int(port, 16)
-    except (ValueError, OSError):
-        return None
-
-
-def socket_inodes(pid: int) -> set[int]:
-    out: set[int] = set()
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    out.add(int(link[8:-1]))
-    return out
-
-
-def listening_sockets(pid: int) -> list[tuple[str, int]]:
-    """(ip, port) of the TCP sockets the process itself listens on."""
-    inodes = socket_inodes(pid)
-    out: list[tuple[str, int]] = []
-    for name in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{name}", encoding="ascii", errors="replace") as fh:
-            next(fh, None)
-            for line in fh:
-                f = line.split()
-                if len(f) < 10 or f[3] != "0A":  # 0A: LISTEN
-                    continue
-                with contextlib.suppress(ValueError):
-                    if int(f[9]) not in inodes:
-                        continue
-                addr = _hex_addr(f[1])
-                if addr is not None and addr not in out:
-                    out.append(addr)
-    return sorted(out, key=lambda a: a[1])
-
-
-def local_addresses() -> set[str]:
-    out = {"127.0.0.1", "::1", "localhost"}
-    with contextlib.suppress(Exception):
-        import psutil
-
-        for addrs in psutil.net_if_addrs().values():
-            for a in addrs:
-                if a.family in (socket.AF_INET, socket.AF_INET6):
-                    out.add(a.address.split("%", 1)[0])
-    return out
-
-
-def reachable(url: str, local: set[str]) -> tuple[str | None, str]:
-    """The URL to use for a candidate (wildcards -> loopback), or None and why it is refused."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if host in ("0.0.0.0", ""):
-        return f"{parts.scheme}://127.0.0.1:{parts.port}", ""
-    if host == "::":
-        return f"{parts.scheme}://[::1]:{parts.port}", ""
-    if host.startswith("127.") or host in local:
-        return url, ""
-    with contextlib.suppress(OSError):
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        ips = {str(i[4][0]) for i in infos}
-        if ips and ips <= local | {ip for ip in ips if ip.startswith("127.")}:
-            return url, ""
-    return None, f"{url}: {host} is not an address of this host (name it with --status-url to use it)"
-
-
-def socket_candidates(pid: int) -> list[Candidate]:
-    out = []
-    for ip, port in listening_sockets(pid):
-        host = f"[{ip}]" if ":" in ip else ip
-        out.append(Candidate(f"http://{host}:{port}", "listening socket"))
-    return out
-
-
-# --------------------------------------------------------------------------- bounded HTTP
-
-
-@dataclass
-class Reply:
-    status: int = 0
-    content_type: str = ""
-    body: bytes = b""
-    error: str | None = None  # failure kind (TIMEOUT, HTML, ...)
-    detail: str = ""  # one line for the index and the report
-    seconds: float = 0.0
-
-
-def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip_ok: bool = False) -> Reply:
-    """GET with a deadline for the whole exchange and a cap on the body (decompressed size)."""
-    t0 = time.monotonic()
-    deadline = t0 + timeout
-    parts = urlsplit(url)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    reply = Reply()
-    conn: http.client.HTTPConnection
-    try:
-        if parts.scheme == "https":
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False  # our own host, reached by its loopback address
-            ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(parts.hostname or "127.0.0.1", port, timeout=timeout, context=ctx)
-        else:
-            # the whole budget for connecting and the first answer (a CPU profile answers after its
-            # seconds); each later read of the body is bounded by READ_TIMEOUT and the deadline
-            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", port, timeout=timeout)
-    except (ValueError, OSError) as exc:
-        return Reply(error=ERROR, detail=str(exc)[:200])
-    try:
-        headers = {"Accept": accept, "User-Agent": "profiler-server-status", "Connection": "close"}
-        if gzip_ok:
-            headers["Accept-Encoding"] = "gzip"
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        reply.status = resp.status
-        reply.content_type = (resp.getheader("Content-Type") or "")[:200]
-        encoding = (resp.getheader("Content-Encoding") or "").lower()
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
-        chunks: list[bytes] = []
-        size = raw = 0
-        declared = resp.getheader("Content-Length")
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            if conn.sock is not None:
-                conn.sock.settimeout(min(left, READ_TIMEOUT))
-            piece = resp.read1(1 << 16) if hasattr(resp, "read1") else resp.read(1 << 16)
-            if not piece:
-                break
-            raw += len(piece)
-            if inflate is not None:
-                try:
-                    piece = inflate.decompress(piece, max_bytes + 1 - size)
-                except zlib.error as exc:
-                    return _fail(reply, BAD_GZIP, f"Content-Encoding gzip that does not inflate ({exc})", t0)
-            size += len(piece)
-            if size > max_bytes:
-                return _fail(reply, TOO_LARGE, f"body larger than {max_bytes >> 20} MiB: cut, not kept", t0)
-            chunks.append(piece)
-        if declared is not None and declared.isdigit() and raw < int(declared):
-            return _fail(reply, CUT, f"the server closed the connection after {raw} of {declared} bytes", t0)
-        if inflate is not None and not inflate.eof:
-            return _fail(reply, CUT, "the compressed body ends before its gzip stream does", t0)
-        reply.body = b"".join(chunks)
-        if resp.status != 200:
-            snippet = reply.body[:80].decode("utf-8", "replace").strip().splitlines()
-            return _fail(reply, HTTP_ERROR, f"HTTP {resp.status}" + (f": {snippet[0]}" if snippet else ""), t0)
-    except TimeoutError:
-        return _fail(reply, TIMEOUT, f"no complete answer within {timeout:g}s", t0)
-    except http.client.IncompleteRead as exc:
-        return _fail(reply, CUT, f"the server closed the connection mid-body ({len(exc.partial)} bytes read)", t0)
-    except ConnectionRefusedError:
-        return _fail(reply, REFUSED, "connection refused", t0)
-    except (http.client.HTTPException, OSError, ssl.SSLError) as exc:
-        kind = CUT if reply.status else ERROR
-        return _fail(reply, kind, f"{type(exc).__name__}: {str(exc)[:160]}", t0)
-    finally:
-        conn.close()
-    reply.seconds = time.monotonic() - t0
-    return reply
-
-
-def _fail(reply: Reply, kind: str, detail: str, t0: float) -> Reply:
-    reply.error, reply.detail, reply.body = kind, detail, b""
-    reply.seconds = time.monotonic() - t0
-    return reply
-
-
-def looks_html(body: bytes, content_type: str) -> bool:
-    head = body[:512].lstrip().lower()
-    return "html" in content_type.lower() or head.startswith((b"<!doctype", b"<html", b"<head", b"<body"))
-
-
-def looks_exposition(body: bytes) -> bool:
-    """Prometheus text: the first meaningful line is a # HELP/# TYPE comment or a sample."""
-    for line in body[:65536].splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith(b"#"):
-            return True  # HELP, TYPE or another comment: HTML and JSON never start so
-        name = re.match(rb"^[A-Za-z_:][A-Za-z0-9_:]*(\{|\s)", s)
-        return name is not None
-    return False
-
-
-def looks_pprof(body: bytes) -> bool:
-    """A pprof profile: gzip (what Go sends) or a protobuf whose first field is a sample type."""
-    return body[:2] == b"\x1f\x8b" or (len(body) > 2 and body[0] == 0x0A)
-
-
-# --------------------------------------------------------------------------- network namespaces
-
-_CLONE_NEWNET = 0x40000000
-
-
-def _netns(pid: int | str) -> str | None:
-    with contextlib.suppress(OSError):
-        return os.readlink(f"/proc/{pid}/ns/net")
-    return None
-
-
-def join_netns(pid: int) -> str | None:
-    """Move the calling thread into the target's network namespace; None or why not."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    except OSError as exc:
-        return f"cannot open its network namespace: {exc.strerror or exc}"
-    try:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            return f"cannot join its network namespace: {os.strerror(err)}"
-    finally:
-        os.close(fd)
-    return None
-
 
 # --------------------------------------------------------------------------- the collector
 
@@ -472,7 +152,7 @@ class ServerStatus(CollectorBase):
                 continue
             if all(x.url != url for x in cands):
                 cands.append(Candidate(url, c.source))
-        named = [Candidate(u, c.source) for c in named if (u := _as_url(c.url))]
+        named = [Candidate(u, c.source) for c in named if (u := as_url(c.url))]
         return _Plan(t, kind, (named + cands)[:MAX_CANDIDATES], refused)
 
     def probe(self, ctx: CaptureContext) -> Probe:
@@ -581,8 +261,8 @@ class ServerStatus(CollectorBase):
     # ------------------------------------------------------------------ the worker
     def _run(self, plan: _Plan) -> None:
         pid = plan.target.pid
-        ns = _netns(pid)
-        netns = ns if ns is not None and ns != _netns("self") else None
+        ns = netns_of(pid)
+        netns = ns if ns is not None and ns != netns_of("self") else None
         if netns is not None:
             why = join_netns(pid)
             if why is not None:
@@ -695,10 +375,10 @@ class ServerStatus(CollectorBase):
                   accept="text/plain;version=0.0.4;q=1,*/*;q=0.1")
         if r.error is None:
             if looks_html(r.body, r.content_type):
-                r = _fail(r, HTML, "answered HTML, not Prometheus text", t0)
+                r = fail_reply(r, HTML, "answered HTML, not Prometheus text", t0)
                 r.seconds = time.monotonic() - t0
             elif not looks_exposition(r.body):
-                r = _fail(r, NOT_TEXT, "not Prometheus text exposition", t0)
+                r = fail_reply(r, NOT_TEXT, "not Prometheus text exposition", t0)
         self._count(r, plan)
         member = None
         if r.error is None:
@@ -748,7 +428,7 @@ class ServerStatus(CollectorBase):
             member = members.server_profile(plan.target.pid, "goroutine", str(n), r.body[:2] == b"\x1f\x8b")
         else:
             if r.error is None:
-                r = _fail(r, HTML if looks_html(r.body, r.content_type) else NOT_PPROF,
+                r = fail_reply(r, HTML if looks_html(r.body, r.content_type) else NOT_PPROF,
                           "the goroutine profile is not pprof: asking for the text dump (debug=2)", t0)
             self._count(r, plan)
             self._entry(plan, "goroutine", url, t0, r, None)
@@ -758,7 +438,7 @@ class ServerStatus(CollectorBase):
             t0 = time.monotonic()
             r = fetch(url, timeout=self._timeout(PROFILE_TIMEOUT), max_bytes=PROFILE_MAX)
             if r.error is None and (looks_html(r.body, r.content_type) or not r.body.startswith(b"goroutine ")):
-                r = _fail(r, HTML if looks_html(r.body, r.content_type) else NOT_TEXT,
+                r = fail_reply(r, HTML if looks_html(r.body, r.content_type) else NOT_TEXT,
                           "the goroutine dump is not Go's text format", t0)
             if r.error is None:
                 member = members.server_goroutine_text(plan.target.pid, str(n))
@@ -777,9 +457,9 @@ class ServerStatus(CollectorBase):
         member = None
         if r.error is None:
             if looks_html(r.body, r.content_type):
-                r = _fail(r, HTML, "answered HTML, not a pprof profile", t0)
+                r = fail_reply(r, HTML, "answered HTML, not a pprof profile", t0)
             elif not looks_pprof(r.body):
-                r = _fail(r, NOT_PPROF, "not a pprof profile", t0)
+                r = fail_reply(r, NOT_PPROF, "not a pprof profile", t0)
             else:
                 member = members.server_profile(plan.target.pid, kind, tag, r.body[:2] == b"\x1f\x8b")
                 if not self._save(member, r.body):

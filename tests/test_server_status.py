@@ -25,6 +25,7 @@ from profiler.analyzers.server import keyseries
 from profiler.analyzers.server import series as S
 from profiler.analyzers.server.prometheus import parse_text
 from profiler.collectors import server_status as ss
+from profiler.collectors import status_ports as ports
 
 from profiler.bundle import Bundle
 from profiler.cli import main
@@ -156,7 +157,7 @@ def test_groups_at_zero_give_way_to_the_busy_ones() -> None:
 
 def test_flags_and_defaults_of_each_server() -> None:
     def urls(kind: str, argv: list[str]) -> list[str]:
-        return [c.url for c in ss.flag_candidates(kind, argv)]
+        return [c.url for c in ports.flag_candidates(kind, argv)]
 
     assert urls("tidb", ["tidb-server", "-status", "10081", "-status-host", "0.0.0.0"])[0] == "http://0.0.0.0:10081"
     assert urls("tidb", ["tidb-server"]) == ["http://127.0.0.1:10080"]
@@ -164,14 +165,14 @@ def test_flags_and_defaults_of_each_server() -> None:
         "http://10.0.0.5:2379", "http://127.0.0.1:2379"]
     assert urls("tikv", ["tikv-server", "--status-addr", "0.0.0.0:20181"])[0] == "http://0.0.0.0:20181"
     assert urls("etcd", ["etcd", "--listen-metrics-urls", "http://127.0.0.1:2381"])[0] == "http://127.0.0.1:2381"
-    assert ss.server_kind("etcd", ["/usr/bin/etcd"], None) == "etcd"
-    local = ss.local_addresses()
-    assert ss.reachable("http://0.0.0.0:10080", local)[0] == "http://127.0.0.1:10080"
-    assert ss.reachable("http://[::]:10080", local)[0] == "http://[::1]:10080"
-    url, why = ss.reachable("http://192.0.2.7:10080", local)  # TEST-NET-1: never this host's
+    assert ports.server_kind("etcd", ["/usr/bin/etcd"], None) == "etcd"
+    local = ports.local_addresses()
+    assert ports.reachable("http://0.0.0.0:10080", local)[0] == "http://127.0.0.1:10080"
+    assert ports.reachable("http://[::]:10080", local)[0] == "http://[::1]:10080"
+    url, why = ports.reachable("http://192.0.2.7:10080", local)  # TEST-NET-1: never this host's
     assert url is None and "not an address of this host" in why and "--status-url" in why
     assert ss.parse_status_urls(["http://a:1", "42=http://b:2"]) == {None: ["http://a:1"], 42: ["http://b:2"]}
-    assert ss._hex_addr("0100007F:0BB8") == ("127.0.0.1", 3000)
+    assert ports._hex_addr("0100007F:0BB8") == ("127.0.0.1", 3000)
 
 
 def test_listening_sockets_are_the_processes_own() -> None:
@@ -179,9 +180,9 @@ def test_listening_sockets_are_the_processes_own() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert ("127.0.0.1", port) in ss.listening_sockets(os.getpid())
-    assert ("127.0.0.1", port) not in ss.listening_sockets(os.getpid())
-    assert ss.listening_sockets(1) == [] or all(isinstance(p, int) for _, p in ss.listening_sockets(1))
+        assert ("127.0.0.1", port) in ports.listening_sockets(os.getpid())
+    assert ("127.0.0.1", port) not in ports.listening_sockets(os.getpid())
+    assert ports.listening_sockets(1) == [] or all(isinstance(p, int) for _, p in ports.listening_sockets(1))
 
 
 # --------------------------------------------------------------------------- goroutine dumps
@@ -440,8 +441,8 @@ def test_attach_on_the_cpu_bound_go_workload_agrees_with_its_own_profile(kids: o
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """Every collector on a CPU-bound Go server: server-status ok beside perf, the goroutines
     running in main.burnCPU, the Go runtime's metric series on the timeline, and the server's
-    own CPU profile's top function the same as perf's (perf names Go assembly from .symtab with
-    its ABI suffix, ``.abi0``; Go's profiles do not)."""
+    own CPU profile's top function the same as perf's, by the same name (perf names Go assembly
+    from .symtab with its ABI suffix, ``.abi0``, Go's profiles without: folding drops it)."""
     w = GoWorkload("cpu", "-workers", "2")
     pid = w.start(kids.spawn)  # type: ignore[attr-defined]
     bundle = tmp_path / "cap"
@@ -461,7 +462,7 @@ def test_attach_on_the_cpu_bound_go_workload_agrees_with_its_own_profile(kids: o
     assert main(["flamegraph", str(bundle), "--pid", str(pid), "--folded"]) == 0
     for line in capsys.readouterr().out.splitlines():
         stack, _, n = line.rpartition(" ")
-        leaf = stack.rsplit(";", 1)[-1].removesuffix(".abi0")
+        leaf = stack.rsplit(";", 1)[-1]
         self_[leaf] = self_.get(leaf, 0) + int(n)
     assert max(self_, key=lambda f: self_[f]) == own, sorted(self_.items(), key=lambda kv: -kv[1])[:5]
     page = (bundle / "report.html").read_text()
