@@ -20,8 +20,8 @@ from profiler.analyzers.series import timeline as tlmod
 from profiler.analyzers.server import report as server_report
 from profiler.analyzers.server.view import ServerStatusView
 from profiler.analyzers.stacks import flame, ranges, subsecond
+from profiler.analyzers.verdict import findings, ranking
 from profiler.analyzers.verdict import metrics as metmod
-from profiler.analyzers.verdict import rules as vmod
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
 from profiler.analyzers.views.window import cut
 
@@ -49,7 +49,7 @@ class Health:
 class Analysis:
     bundle: str
     manifest: dict[str, Any]  # the parts of the manifest a report shows
-    verdict: vmod.CaptureVerdict
+    verdict: ranking.CaptureVerdict
     metrics: metmod.Metrics
     timeline: tlmod.Timeline
     health: list[Health]
@@ -66,7 +66,7 @@ class Analysis:
         """One line per member whose reading tolerated something (a cut, bad CRC, lines skipped)."""
         return [_read_summary(name, r) for name, r in sorted(self.reading.items()) if _damaged(r)]
 
-    def target_verdict(self, label: str) -> vmod.Verdict | None:
+    def target_verdict(self, label: str) -> findings.Verdict | None:
         for v in self.verdict.per_target:
             if v.target == label:
                 return v
@@ -92,7 +92,7 @@ class Analysis:
             "reading": self.reading,
             "warnings": self.warnings,
             "thresholds": {k: {"value": t.value, "full": t.full, "unit": t.unit, "source": t.source}
-                           for k, t in sorted(vmod.THRESHOLDS.items())},
+                           for k, t in sorted(findings.THRESHOLDS.items())},
             "server_status": server_report.summary(self.server, self.timeline.t0),
         })
         return out
@@ -328,7 +328,7 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     window = la.phases.window if la is not None else None
     met = metmod.compute(cut(v, *window) if window is not None else v)
     step(1)
-    cv = vmod.judge(met)
+    cv = ranking.judge(met)
     m = v.manifest
     pd = v.proc
     t0 = met.t0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from profiler.analyzers.analysis import SCHEMA, VERSION, analyze
-from profiler.analyzers.verdict.rules import CATEGORIES
+from profiler.analyzers.verdict.findings import CATEGORIES
 
 from profiler.bundle import Bundle
 from profiler.cli import main

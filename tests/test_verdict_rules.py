@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 
-from profiler.analyzers.verdict import rules as vr
+from profiler.analyzers.verdict import findings, ranking, rules
 from profiler.analyzers.verdict.model import DiskMetrics, Metrics, SystemMetrics, TargetMetrics
 
 
@@ -38,8 +38,8 @@ def _starved_redis() -> TargetMetrics:
 
 def test_a_starved_thread_is_cpu_bound_and_the_neighbours_are_named() -> None:
     m = _metrics(_starved_redis(), neighbours=[("stress-ng-cpu", 7, 0.9), ("stress-ng-cpu", 8, 0.7)])
-    v = vr.target_verdict(m.targets[0], m)
-    assert v.category == "cpu" and v.score >= vr.PRIMARY
+    v = ranking.target_verdict(m.targets[0], m)
+    assert v.category == "cpu" and v.score >= findings.PRIMARY
     assert v.primary.sub_cause.startswith("CPU starvation: wants 0.96 core, gets 0.18: other processes")
     assert "stress-ng-cpu (pid 7) 0.90 core" in v.primary.sub_cause
 
@@ -48,7 +48,7 @@ def test_a_quota_is_the_sub_cause_before_the_neighbours() -> None:
     tm = _starved_redis()
     tm.cpu_throttled_share, tm.cpu_throttled_time_share, tm.cpu_available_why = 0.95, 0.8, "cgroup CPU quota 0.10 cores"
     m = _metrics(tm)
-    f = vr.rule_cpu(tm, m)
+    f = rules.rule_cpu(tm, m)
     assert f is not None and f.sub_cause.startswith("cgroup CPU quota: throttled in 95% of periods")
 
 
@@ -59,7 +59,7 @@ def test_a_light_target_that_queues_on_a_busy_host_is_not_cpu_bound() -> None:
     tm.max_thread_demand, tm.demand_thread_cpu, tm.runq_share = 0.15, 0.04, 0.73
     tm.active_states = dict(tm.active_states, cpu=0.04, runnable=0.11, idle=0.85)
     m = _metrics(tm)
-    assert vr.target_verdict(tm, m).category == "not_saturated"
+    assert ranking.target_verdict(tm, m).category == "not_saturated"
 
 
 def test_completion_waits_count_as_io_only_at_a_device_or_throttle_limit() -> None:
@@ -68,43 +68,43 @@ def test_completion_waits_count_as_io_only_at_a_device_or_throttle_limit() -> No
     tm.cpu_cores, tm.cpu_available, tm.cpu_util = 0.02, 2.0, 0.01
     tm.active_states = {"cpu": 0.02, "runnable": 0.0, "io": 0.0, "aio": 0.95, "futex": 0.0, "idle": 0.03,
                         "sleep": 0.0, "other": 0.0}
-    quiet = vr.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
-    assert quiet is not None and quiet.score < vr.PRIMARY
+    quiet = rules.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
+    assert quiet is not None and quiet.score < findings.PRIMARY
     tm.blkio_limits, tm.blkio_iops_use = {"read_iops": {"254:0": 100}}, 1.0
-    throttled = vr.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
-    assert throttled is not None and throttled.score >= vr.PRIMARY
+    throttled = rules.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
+    assert throttled is not None and throttled.score >= findings.PRIMARY
     assert "at 100% of its limit" in throttled.sub_cause and "wait for IO completions 95%" in throttled.sub_cause
 
 
-def _finding(category: str, score: float) -> vr.Finding:
-    return vr.Finding(category, category, score, category, f"{category} sub-cause")
+def _finding(category: str, score: float) -> findings.Finding:
+    return findings.Finding(category, category, score, category, f"{category} sub-cause")
 
 
 def test_runner_up_is_named_only_when_the_evidence_is_mixed() -> None:
     best = _finding("io_wait", 0.9)
-    assert vr.runner_up(best, [best, _finding("cpu", 0.4), _finding("not_saturated", 0.1)]) is None  # far below
-    close = vr.runner_up(best, [best, _finding("cpu", 0.75)])
+    assert ranking.runner_up(best, [best, _finding("cpu", 0.4), _finding("not_saturated", 0.1)]) is None  # far below
+    close = ranking.runner_up(best, [best, _finding("cpu", 0.75)])
     assert close is not None and close.category == "cpu" and "on-CPU and off-CPU flame graphs" in close.tell_apart
-    strong = vr.runner_up(best, [best, _finding("memory", 0.55)])  # strong on its own, though 0.35 below
+    strong = ranking.runner_up(best, [best, _finding("memory", 0.55)])  # strong on its own, though 0.35 below
     assert strong is not None and strong.category == "memory"
     calm = _finding("not_saturated", 0.6)
-    weak = vr.runner_up(calm, [calm, _finding("lock_contention", 0.4)])
+    weak = ranking.runner_up(calm, [calm, _finding("lock_contention", 0.4)])
     assert weak is not None and weak.category == "lock_contention"
 
 
 def test_every_pair_of_causes_says_what_tells_them_apart() -> None:
-    pairs = {frozenset(p) for p in itertools.combinations(vr.CATEGORIES, 2)}
-    assert set(vr.TELL_APART) == pairs
-    assert all(len(text) > 40 for text in vr.TELL_APART.values())
+    pairs = {frozenset(p) for p in itertools.combinations(findings.CATEGORIES, 2)}
+    assert set(ranking.TELL_APART) == pairs
+    assert all(len(text) > 40 for text in ranking.TELL_APART.values())
 
 
 def test_mixed_evidence_lowers_confidence_and_says_why() -> None:
     tm = _starved_redis()
     m = _metrics(tm, neighbours=[("stress-ng-cpu", 7, 0.9)])
-    best = vr.Finding("cpu", "cpu", 0.9, "cpu", "cpu")
-    ru = vr.RunnerUp("io_wait", 0.85, "fsync 90%", "compare")
-    c_mixed, why = vr._confidence(tm, m, best, ru)
-    c_alone, _ = vr._confidence(tm, m, best, None)
+    best = findings.Finding("cpu", "cpu", 0.9, "cpu", "cpu")
+    ru = findings.RunnerUp("io_wait", 0.85, "fsync 90%", "compare")
+    c_mixed, why = ranking._confidence(tm, m, best, ru)
+    c_alone, _ = ranking._confidence(tm, m, best, None)
     assert c_mixed == c_alone * 0.7
     assert any(w.startswith("mixed evidence: io_wait scores 0.85 against 0.90 (fsync 90%); to tell them apart: compare")
                for w in why)
@@ -124,22 +124,22 @@ def _go(demand_util: float, cpu_cores: float, gc_share: float, heap: float, limi
 def test_the_gc_share_of_a_near_idle_go_process_is_not_memory_pressure() -> None:
     # go-idle-channels (run B, quiet): 0.005 cores, wants 6% of its 2 cores, GC "71% of its CPU", heap 1 MiB
     idle = _go(0.06, 0.005, 0.715, 2**20, None)
-    v = vr.target_verdict(idle, _metrics(idle))
+    v = ranking.target_verdict(idle, _metrics(idle))
     assert v.category == "not_saturated"
-    assert all(f.score < vr.PRIMARY for f in v.findings if f.category == "memory")
+    assert all(f.score < findings.PRIMARY for f in v.findings if f.category == "memory")
     # go-gc-memlimit (runs A and B): wants all of its cores, GC a third of its CPU, heap at 96% of GOMEMLIMIT
     busy = _go(1.1, 0.86, 0.34, 77 * 2**20, 80 * 2**20)
-    v = vr.target_verdict(busy, _metrics(busy))
+    v = ranking.target_verdict(busy, _metrics(busy))
     assert v.category == "memory" and "Go terms" in (v.primary.sub_cause or "")
     # how busy it is unknown: the share counts in full, as before
     unknown = _go(0.0, 0.005, 0.715, 2**20, None)
     unknown.demand_util = unknown.cpu_util = None
-    assert vr.target_verdict(unknown, _metrics(unknown)).category == "memory"
+    assert ranking.target_verdict(unknown, _metrics(unknown)).category == "memory"
 
 
 def test_the_go_rules_calm_bounds_are_the_not_saturated_rules() -> None:
     from profiler.analyzers.verdict import rules_server
 
-    th = vr.THRESHOLDS["idle.cpu"]
+    th = findings.THRESHOLDS["idle.cpu"]
     assert (rules_server.CALM_AT, rules_server.CALM_FULL) == (th.value, th.full)
     assert [round(rules_server.calm_weight(x), 6) for x in (0.1, 0.2, 0.35, 0.5, 1.2)] == [0.0, 0.0, 0.5, 1.0, 1.0]

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from profiler.analyzers.verdict import rules as vmod
+from profiler.analyzers.verdict import findings, ranking, rules
 from profiler.analyzers.verdict.metrics import compute
 from profiler.analyzers.views import read_views
 
@@ -34,8 +34,8 @@ EXPECTED = {
     "tikv-shaped-raftstore-hot": ("cpu", ("pool raftstore", "raftstore.store-pool-size")),
 }
 
-RULE_OF = {"cpu": vmod.rule_cpu, "io_wait": vmod.rule_io_wait, "memory": vmod.rule_memory,
-           "lock_contention": vmod.rule_lock}
+RULE_OF = {"cpu": rules.rule_cpu, "io_wait": rules.rule_io_wait, "memory": rules.rule_memory,
+           "lock_contention": rules.rule_lock}
 
 
 def _metrics(name: str):
@@ -48,7 +48,7 @@ def _metrics(name: str):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_verdict_category_and_sub_cause(name: str) -> None:
     m = _metrics(name)
-    cv = vmod.judge(m)
+    cv = ranking.judge(m)
     category, words = EXPECTED[name]
     assert cv.overall.category == category, cv.overall.headline
     for w in words:
@@ -69,15 +69,15 @@ def test_each_rule_fires_only_on_its_workload(name: str) -> None:
     for tm in m.targets:
         scores = {cat: (f.score if (f := rule(tm, m)) else 0.0) for cat, rule in RULE_OF.items()}
         if category == "not_saturated":
-            assert max(scores.values()) < vmod.PRIMARY, (tm.label, scores)
+            assert max(scores.values()) < findings.PRIMARY, (tm.label, scores)
             continue
-        assert scores[category] >= vmod.PRIMARY, (tm.label, scores)
+        assert scores[category] >= findings.PRIMARY, (tm.label, scores)
         assert all(v < scores[category] or c == category for c, v in scores.items()), (tm.label, scores)
 
 
 def test_imbalance_flags_the_quiet_peer() -> None:
     m = _metrics("imbalance-three-peers")
-    cv = vmod.judge(m)
+    cv = ranking.judge(m)
     assert len(m.targets) == 3
     cpu = [i for i in cv.imbalances if i.metric == "cpu_cores"]
     assert len(cpu) == 1, [i.note for i in cv.imbalances]
@@ -88,11 +88,11 @@ def test_imbalance_flags_the_quiet_peer() -> None:
 def test_peers_without_an_outlier_are_not_flagged() -> None:
     m = _metrics("cpu-bound-stress-ng")
     assert len(m.targets) == 2
-    assert [i for i in vmod.judge(m).imbalances if i.metric == "cpu_cores"] == []
+    assert [i for i in ranking.judge(m).imbalances if i.metric == "cpu_cores"] == []
 
 
 def _golden_view(name: str) -> dict[str, object]:
-    cv = vmod.judge(_metrics(name))
+    cv = ranking.judge(_metrics(name))
     return {
         "category": cv.overall.category,
         "sub_cause": cv.overall.primary.sub_cause.split(";")[0],
@@ -114,17 +114,17 @@ def test_golden(name: str) -> None:
 
 
 def test_ramp_is_monotonic_and_anchored() -> None:
-    th = vmod.THRESHOLDS["cpu.util"]
-    assert vmod.ramp(None, "cpu.util") == 0.0
-    assert vmod.ramp(th.value * 0.4, "cpu.util") == 0.0
-    assert vmod.ramp(th.value, "cpu.util") == pytest.approx(0.5)
-    assert vmod.ramp(th.full, "cpu.util") == 1.0
+    th = findings.THRESHOLDS["cpu.util"]
+    assert findings.ramp(None, "cpu.util") == 0.0
+    assert findings.ramp(th.value * 0.4, "cpu.util") == 0.0
+    assert findings.ramp(th.value, "cpu.util") == pytest.approx(0.5)
+    assert findings.ramp(th.full, "cpu.util") == 1.0
     xs = [i / 50 for i in range(60)]
-    ys = [vmod.ramp(x, "cpu.util") for x in xs]
+    ys = [findings.ramp(x, "cpu.util") for x in xs]
     assert ys == sorted(ys)
 
 
 def test_every_threshold_names_its_source() -> None:
-    for key, th in vmod.THRESHOLDS.items():
+    for key, th in findings.THRESHOLDS.items():
         assert th.source and th.meaning and th.unit, key
         assert th.full != th.value, key

@@ -26,7 +26,7 @@ from typing import Any
 
 from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.stacks import flame as flamemod
-from profiler.analyzers.verdict.rules import PRIMARY, Verdict
+from profiler.analyzers.verdict.findings import PRIMARY, Verdict
 
 from profiler import __version__
 

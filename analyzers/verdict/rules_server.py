@@ -17,7 +17,7 @@ findings next to its own (the OS-level rules), so the best explanation wins on s
 - :func:`idle_goroutines`: not a rule but evidence for "not saturated": the goroutines wait for
   the network, for work on channels or in select, while the process uses little CPU.
 
-Thresholds are in :data:`THRESHOLDS` (docs/verdict.md#go-and-server-metrics); analyzers.verdict.rules
+Thresholds are in :data:`THRESHOLDS` (docs/verdict.md#go-and-server-metrics); analyzers.verdict.findings
 lists them with its own.
 """
 
@@ -74,7 +74,7 @@ def strength(value: float, at: float, full: float) -> float:
     return 0.5 + 0.5 * (value - at) / (full - at)
 
 
-# The not-saturated rule's bounds (analyzers.verdict.rules THRESHOLDS["idle.cpu"]): a target that
+# The not-saturated rule's bounds (analyzers.verdict.findings THRESHOLDS["idle.cpu"]): a target that
 # wants half of its cores or more may be held back; one that wants a fifth or less is calm.
 CALM_AT, CALM_FULL = 0.5, 0.2
 

@@ -1,0 +1,165 @@
+"""The verdict's vocabulary (analyzers layer): categories, thresholds, evidence, findings, verdicts.
+
+The rules (rules.py, rules_server.py) turn the metrics into ``Finding``s, each with its
+``Evidence``; the ranking (ranking.py) turns those into a ``Verdict`` per target. Thresholds live
+in one table, ``THRESHOLDS``, each with its source (USE method; PingCAP's TiKV inspection
+ratios; our own measurements on the samples/ workloads); docs/verdict.md explains them.
+
+Scoring: each piece of evidence is turned into 0..1 by ``ramp``: 0 below half the threshold,
+0.5 at the threshold, 1 at the "full" value. A finding with score >= ``PRIMARY`` can be the
+primary bottleneck; >= ``CONTRIBUTING`` is listed as contributing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from profiler.analyzers.verdict import rules_server
+
+CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
+# On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue
+# delay, a lock its own switches; plain CPU demand is the least specific.
+TIE_ORDER = ("memory", "lock_contention", "io_wait", "cpu", "not_saturated")
+PRIMARY = 0.5
+CONTRIBUTING = 0.35
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    full: float  # the value at which the evidence scores 1.0
+    unit: str
+    source: str
+    meaning: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    # CPU (USE method: utilization and saturation of the CPU resource)
+    "cpu.util": Threshold(0.80, 1.0, "of available cores", "USE method (utilization); PingCAP inspection CPU usage > 80%",
+                          "cores the target used / cores it may use (host, cpuset, cgroup quota)"),
+    "cpu.runq": Threshold(0.25, 0.6, "of CPU demand", "USE method (saturation); our measurements: 0.8 on a 2-CPU host with 14 runnable tasks",
+                          "time runnable but not running (schedstat run delay) / time wanting a CPU, of threads that want a CPU most of their time"),
+    "cpu.throttled": Threshold(0.20, 0.6, "of CFS periods", "cgroup v1 cpu.stat; USE method (saturation of a software limit)",
+                               "periods in which the cgroup ran out of quota / all periods"),
+    "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",
+                            "cores the threads wanted (running + run-queue time) / cores the target may use"),
+    "cpu.thread_demand": Threshold(0.90, 0.98, "of one thread's time", "our rule: a thread running or runnable nearly all the time is CPU-bound, whoever takes its CPU",
+                                   "the busiest work thread's running + runnable share of its time"),
+    "cpu.pool": Threshold(0.80, 0.95, "of pool size", "PingCAP TiKV inspection: thread pool CPU > 80-90% of its thread count",
+                          "a pool's cores used / its thread count"),
+    # IO
+    "io.blocked": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (fio fsync: 0.8; CPU hogs: 0)",
+                            "time the target's busy threads sleep in D state or in IO syscalls (fsync, pread...)"),
+    "io.delayacct": Threshold(0.25, 0.6, "of busy-thread time", "kernel delay accounting (stat field 42, task_delayacct)",
+                              "block-IO delay of the busy threads / their time"),
+    "io.disk_util": Threshold(0.80, 1.0, "busy", "USE method (device utilization, /proc/diskstats io_ticks)",
+                              "share of the window the device had IO in flight"),
+    "io.p99": Threshold(20.0, 100.0, "ms", "our rule; seed 001 read 'most under 5 ms with jitter' off a heatmap",
+                        "99th percentile block IO latency (issue to completion)"),
+    "io.psi": Threshold(20.0, 60.0, "% of time", "PSI (Documentation/accounting/psi.rst): some tasks stalled on IO",
+                        "share of time some task was stalled on IO (system-wide)"),
+    "io.blkio_limit": Threshold(0.80, 0.98, "of the cgroup limit", "cgroup v1 blkio.throttle.*_{bps,iops}_device",
+                                "bytes/s or IOs/s done / the tightest blkio limit of that direction"),
+    # memory
+    "mem.usage": Threshold(0.90, 0.99, "of the cgroup limit", "cgroup v1 memory.usage_in_bytes vs limit_in_bytes",
+                           "peak memory use / limit"),
+    "mem.majflt": Threshold(50.0, 500.0, "faults/s", "USE method (memory saturation: paging); our measurements (thrash: >1000/s)",
+                            "major page faults per second of the target (or its cgroup)"),
+    "mem.psi": Threshold(10.0, 40.0, "% of time", "PSI memory some", "share of time some task stalled on memory"),
+    "mem.swap": Threshold(100.0, 2000.0, "pages/s", "USE method (swapping)", "pages swapped in+out per second"),
+    "mem.failcnt": Threshold(1.0, 100.0, "per s", "cgroup v1 memory.failcnt", "times per second the cgroup hit its limit"),
+    # locks
+    "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
+                            "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.switches": Threshold(50.0, 500.0, "switches/s per busy thread", "our measurements (sysbench one lock: ~15000/s; idle pool workers: < 5/s)",
+                               "voluntary context switches of the busy threads: contended locks block and wake often"),
+    "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),
+    # not saturated
+    "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
+                          "below this, with little waiting, the target is not the bottleneck"),
+}
+
+# What servers and the Go runtime say about themselves: rules_server's thresholds, listed with ours.
+THRESHOLDS.update({k: Threshold(t.value, t.full, t.unit, t.source, t.meaning)
+                   for k, t in rules_server.THRESHOLDS.items()})
+
+
+def ramp(value: float | None, key: str) -> float:
+    """Evidence strength 0..1: 0 below half the threshold, 0.5 at it, 1 at ``full``."""
+    if value is None:
+        return 0.0
+    th = THRESHOLDS[key]
+    return rules_server.strength(float(value), th.value, th.full)
+
+
+@dataclass
+class Evidence:
+    metric: str
+    value: float | None
+    threshold: float | None
+    unit: str
+    note: str = ""
+    crossed: bool | None = None  # past its threshold (in the threshold's direction); None: no threshold
+
+
+@dataclass
+class Finding:
+    category: str
+    rule: str
+    score: float
+    title: str
+    sub_cause: str
+    evidence: list[Evidence] = field(default_factory=list)
+    recommendation: str = ""
+    target: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["score"] = round(self.score, 3)
+        for e in d["evidence"]:
+            if isinstance(e["value"], float):
+                e["value"] = round(e["value"], 4)
+        return d
+
+
+@dataclass
+class RunnerUp:
+    """The second explanation when the evidence is mixed, and what would tell the two apart."""
+
+    category: str
+    score: float
+    sub_cause: str
+    tell_apart: str
+
+
+@dataclass
+class Verdict:
+    category: str
+    score: float
+    headline: str
+    primary: Finding
+    contributing: list[Finding]
+    findings: list[Finding]  # every rule's result, best first
+    confidence: float
+    confidence_label: str
+    confidence_reasons: list[str]
+    target: str | None = None
+    runner_up: RunnerUp | None = None
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return self.primary.evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category, "score": round(self.score, 3), "headline": self.headline,
+            "sub_cause": self.primary.sub_cause, "target": self.target,
+            "evidence": [asdict(e) for e in self.primary.evidence],
+            "recommendation": self.primary.recommendation,
+            "primary": self.primary.to_dict(), "contributing": [f.to_dict() for f in self.contributing],
+            "findings": [f.to_dict() for f in self.findings],
+            "confidence": round(self.confidence, 3), "confidence_label": self.confidence_label,
+            "confidence_reasons": list(self.confidence_reasons),
+            "runner_up": asdict(self.runner_up) if self.runner_up is not None else None,
+        }
