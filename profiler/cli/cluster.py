@@ -53,6 +53,7 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
              load: list[str] | None) -> int | None:
     from profiler.cluster import engine
     from profiler.cluster import topology as topo
+    from profiler.cluster.node import ClusterOptions
     from profiler.cluster.ssh import SshOptions
     from profiler.usecases import cluster as cluster_report
 
@@ -70,7 +71,7 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
         raise UsageError(f"--ship {ship!r}: use one of {', '.join(SHIP)}")
     options = make_options(duration, frequency, call_graph, interval, "perf")
     out = output or Path(time.strftime("profiler-cluster-%Y%m%d-%H%M%S"))
-    opts = engine.ClusterOptions(
+    opts = ClusterOptions(
         duration=duration,
         capture={"frequency": options.frequency, "call_graph": options.call_graph, "interval": options.interval,
                  "backend": "perf"},
