@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,16 @@ from tests.hosts import Host, HostLab, host_lab  # noqa: F401 - the fixture
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
 CAPTURE = "8s"
+# What a collector says when a busy host's buffers lost events: the bundle is partial, and a
+# single-host capture exits 0 as perf does (docs/cli.md). Anything else in a reason is a fault.
+LOSSES = re.compile(r"lost \d+ events|overrun|counted by perf stat|\d+ completions for \d+ issues")
+
+
+def _ok_or_losses(status: str, reason: str | None) -> bool:
+    """A node that came back whole: ok, or partial only by events lost on a busy host (its
+    namespaced neighbours share one kernel and two CPUs with the rest of the suite)."""
+    parts = [p for p in (reason or "").split("; ") if p]
+    return status == "ok" or (status == "partial" and bool(parts) and all(LOSSES.search(p) for p in parts))
 
 
 def _redis(h: Host) -> None:
@@ -193,7 +204,8 @@ def test_host_down_and_sshd_dropping_leave_a_partial_bundle_and_nothing_running(
     m = load_cluster(out)
     by = {n.host: n for n in m.nodes}
     assert m.status == "partial"
-    assert by[good.addr].status == "ok" and by[good.addr].dir == f"nodes/{good.addr}-kv"
+    assert _ok_or_losses(by[good.addr].status, by[good.addr].reason), (by[good.addr].status, by[good.addr].reason)
+    assert by[good.addr].dir == f"nodes/{good.addr}-kv"
     assert by[down.addr].status == "unreachable"
     assert "no SSH connection" in (by[down.addr].reason or "")
     assert by[down.addr].dir is None
