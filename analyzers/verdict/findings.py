@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from profiler.analyzers.verdict import rules_server
-
 CATEGORIES = ("cpu", "io_wait", "memory", "lock_contention", "not_saturated")
 # On equal scores the more specific cause wins: a memory limit explains its own IO waits and run-queue
 # delay, a lock its own switches; plain CPU demand is the least specific.
@@ -78,11 +76,39 @@ THRESHOLDS: dict[str, Threshold] = {
     # not saturated
     "idle.cpu": Threshold(0.50, 0.2, "of available cores", "seed 002: TiKV at 50-60% CPU was not the bottleneck",
                           "below this, with little waiting, the target is not the bottleneck"),
+    # What servers and the Go runtime say about themselves (rules_server.py)
+    "go.lock_wait": Threshold(
+        2.0, 8.0, "goroutines waiting",
+        "our measurements: goworkload -mode mutex, 8 workers: 7; its cpu, idle and fsync modes and etcd under "
+        "load: below 0.5",
+        "goroutine-seconds per second waiting for sync.Mutex/RWMutex: how many goroutines wait for a Go lock on "
+        "average (block or mutex profile, runtime metric, goroutine snapshots)"),
+    "go.lock_share": Threshold(
+        0.3, 0.7, "of working goroutines", "our rule",
+        "goroutines queued on Go locks / goroutines that run, sit in syscalls or queue on locks (waiting for the "
+        "network, channels or timers is not work)"),
+    "go.gc_cpu": Threshold(
+        0.25, 0.5, "of the process's CPU",
+        "Go's GC design: marking takes 25% of GOMAXPROCS while a cycle runs; well above it the collector runs "
+        "constantly and mark assists slow the goroutines that allocate",
+        "CPU in the Go garbage collector / the process's CPU"),
+    "go.heap_limit": Threshold(
+        0.9, 1.0, "of GOMEMLIMIT", "Go runtime (GOMEMLIMIT): near the soft limit the GC runs as often as it must",
+        "heap in use / GOMEMLIMIT"),
 }
 
-# What servers and the Go runtime say about themselves: rules_server's thresholds, listed with ours.
-THRESHOLDS.update({k: Threshold(t.value, t.full, t.unit, t.source, t.meaning)
-                   for k, t in rules_server.THRESHOLDS.items()})
+
+def strength(value: float, at: float, full: float) -> float:
+    """Evidence strength 0..1 of a value against a threshold: 0 below half of ``at``, 0.5 at it,
+    1 at ``full``, linear between (the one ramp of every verdict rule)."""
+    lo = at * 0.5
+    if value <= lo:
+        return 0.0
+    if value < at:
+        return 0.5 * (value - lo) / (at - lo)
+    if value >= full:
+        return 1.0
+    return 0.5 + 0.5 * (value - at) / (full - at)
 
 
 def ramp(value: float | None, key: str) -> float:
@@ -90,7 +116,7 @@ def ramp(value: float | None, key: str) -> float:
     if value is None:
         return 0.0
     th = THRESHOLDS[key]
-    return rules_server.strength(float(value), th.value, th.full)
+    return strength(float(value), th.value, th.full)
 
 
 @dataclass
@@ -163,3 +189,15 @@ class Verdict:
             "confidence_reasons": list(self.confidence_reasons),
             "runner_up": asdict(self.runner_up) if self.runner_up is not None else None,
         }
+
+
+def evidence(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
+    """One piece of evidence against the named threshold (None: a figure shown without one): its
+    threshold, unit, and whether it is past it in the threshold's direction."""
+    th = THRESHOLDS[key] if key else None
+    crossed = None
+    if th is not None and value is not None:
+        # most thresholds are floors (worse above); a few are ceilings (idle.cpu: worse below)
+        crossed = bool(value <= th.value) if th.full < th.value else bool(value >= th.value)
+    return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
+                    unit=th.unit if th else unit, note=note, crossed=crossed)

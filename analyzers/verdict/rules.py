@@ -12,21 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from profiler.analyzers.verdict import rules_server
-from profiler.analyzers.verdict.findings import PRIMARY, THRESHOLDS, Evidence, Finding, ramp
+from profiler.analyzers.verdict.findings import (
+    PRIMARY,
+    THRESHOLDS,
+    Evidence,
+    Finding,
+    evidence,
+    ramp,
+)
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE, TIKV_POOLS
 from profiler.knowledge.waits import BY_KEY
-
-
-def _ev(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
-    th = THRESHOLDS[key] if key else None
-    crossed = None
-    if th is not None and value is not None:
-        # most thresholds are floors (worse above); a few are ceilings (idle.cpu: worse below)
-        crossed = bool(value <= th.value) if th.full < th.value else bool(value >= th.value)
-    return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
-                    unit=th.unit if th else unit, note=note, crossed=crossed)
 
 
 def _pct(x: float | None) -> str:
@@ -69,21 +66,21 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
     util_s = demand_s = thread_s = throttle_s = 0.0
     if tm.cpu_util is not None:
         util_s = ramp(tm.cpu_util, "cpu.util")
-        ev.append(_ev("cpu_util", tm.cpu_util, "cpu.util", f"{tm.cpu_cores:.2f} of {tm.cpu_available:.2f} cores ({tm.cpu_available_why})"))
+        ev.append(evidence("cpu_util", tm.cpu_util, "cpu.util", f"{tm.cpu_cores:.2f} of {tm.cpu_available:.2f} cores ({tm.cpu_available_why})"))
     if tm.demand_util is not None:
         # Many threads that each queue a little (every wake-up of a lock convoy waits for a CPU)
         # add up to cores of "demand" without any of them being CPU-bound: the demand counts as
         # much as the work threads want a CPU for most of their time (none below 30%, full from 70%).
         busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
         demand_s = ramp(tm.demand_util, "cpu.demand") * _wants_cpu(busy)
-        ev.append(_ev("cpu_demand", tm.demand_util, "cpu.demand",
+        ev.append(evidence("cpu_demand", tm.demand_util, "cpu.demand",
                       f"wants {tm.demand_cores or 0:.2f} of {tm.cpu_available or 0:g} cores, gets {tm.cpu_cores or 0:.2f}"))
     if tm.max_thread_demand is not None and tm.threads > 0:
         # One thread can hold a single-threaded server (redis, an event loop) at its core's limit.
         # In a program with many busy threads a hot one may be a background job: weighed x0.8.
         single = tm.threads == 1 or tm.active_threads <= 1
         thread_s = ramp(tm.max_thread_demand, "cpu.thread_demand") * (1.0 if single else 0.8)
-        ev.append(_ev("thread_demand", tm.max_thread_demand, "cpu.thread_demand", tm.demand_thread or ""))
+        ev.append(evidence("thread_demand", tm.max_thread_demand, "cpu.thread_demand", tm.demand_thread or ""))
     starved_s = 0.0
     if tm.runq_share is not None:
         # Threads that want a CPU nearly all their time and wait for a good part of it are held
@@ -91,11 +88,11 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # 14); a light target that queues now and then on a busy host wants a CPU too little to count.
         busy = (tm.active_states.get("cpu", 0.0) + tm.active_states.get("runnable", 0.0)) if tm.active_states else 0.0
         starved_s = ramp(tm.runq_share, "cpu.runq") * _wants_cpu(busy)
-        ev.append(_ev("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay): "
+        ev.append(evidence("run_queue_share", tm.runq_share, "cpu.runq", "schedstat run delay / (CPU + run delay): "
                       f"how much of what it asks for it waits for; the work threads want a CPU {_pct(busy)} of their time"))
     if tm.cpu_throttled_share is not None:
         throttle_s = ramp(tm.cpu_throttled_share, "cpu.throttled")
-        ev.append(_ev("cgroup_throttled_periods", tm.cpu_throttled_share, "cpu.throttled",
+        ev.append(evidence("cgroup_throttled_periods", tm.cpu_throttled_share, "cpu.throttled",
                       f"throttled {tm.cpu_throttled_time_share or 0:.2f} s per s"))
     pool_best: tuple[float, str, str] | None = None
     for p in tm.pools:
@@ -107,7 +104,7 @@ def rule_cpu(tm: TargetMetrics, m: Metrics) -> Finding | None:
         ps = ramp(load, "cpu.pool")
         if ps <= 0:
             continue
-        ev.append(_ev(f"pool_demand[{p.pool}]", load, "cpu.pool",
+        ev.append(evidence(f"pool_demand[{p.pool}]", load, "cpu.pool",
                       f"{p.cpu_cores:.2f} cores over {p.threads} threads; running {_pct(p.states.get('cpu'))}, queued {_pct(p.states.get('runnable'))}"))
         rec = (TIKV_POOLS[p.pool].advice if p.knob and p.pool in TIKV_POOLS
                else f"the {p.pool} pool is saturated: give it more threads if its work is parallel")
@@ -187,10 +184,10 @@ def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
                    ramp(disk.util, "io.disk_util") if disk is not None and (tm.disk_share or 0) > 0.3 else 0.0)
     if blocked is not None:
         scores.append(ramp(blocked, "io.blocked"))
-        ev.append(_ev("io_blocked_share", blocked, "io.blocked", "D state or IO syscalls, work-path threads"))
+        ev.append(evidence("io_blocked_share", blocked, "io.blocked", "D state or IO syscalls, work-path threads"))
     if aio > 0:
         scores.append(ramp(aio, "io.blocked") if at_limit >= PRIMARY else 0.0)
-        ev.append(_ev("completion_wait_share", aio, "io.blocked",
+        ev.append(evidence("completion_wait_share", aio, "io.blocked",
                       "work threads waiting for IO completions (io_uring_enter/io_getevents); counts only when "
                       "a device or blkio throttle is at its limit" + ("" if at_limit >= PRIMARY else ": none is")))
     own = (blocked is not None and blocked >= THRESHOLDS["io.blocked"].value * 0.5) or (
@@ -199,21 +196,21 @@ def rule_io_wait(tm: TargetMetrics, m: Metrics) -> Finding | None:
         # delay accounting counts every iowait sleep, completion waits included: full weight only
         # when the work path is seen waiting on IO itself
         scores.append(ramp(tm.blkio_delay_share, "io.delayacct") * (1.0 if own else 0.5))
-        ev.append(_ev("blkio_delay_share", tm.blkio_delay_share, "io.delayacct", "delay accounting"))
+        ev.append(evidence("blkio_delay_share", tm.blkio_delay_share, "io.delayacct", "delay accounting"))
     if disk is not None and (own or (tm.disk_share or 0) > 0.3):
         scores.append(ramp(disk.util, "io.disk_util") * 0.6)
-        ev.append(_ev(f"disk_util[{disk.name}]", disk.util, "io.disk_util",
+        ev.append(evidence(f"disk_util[{disk.name}]", disk.util, "io.disk_util",
                       f"{disk.iops:.0f} IOPS, await {disk.await_ms or 0:.1f} ms, queue {disk.queue_depth:.1f}"))
     if m.io is not None and m.io.p99_ms is not None and (own or (m.io.target_share or 0) > 0.3):
         scores.append(ramp(m.io.p99_ms, "io.p99") * 0.7)
-        ev.append(_ev("io_p99_ms", m.io.p99_ms, "io.p99", f"{m.io.total} IOs, p50 {m.io.p50_ms:.2f} ms"))
+        ev.append(evidence("io_p99_ms", m.io.p99_ms, "io.p99", f"{m.io.total} IOs, p50 {m.io.p50_ms:.2f} ms"))
     if m.system is not None and "io_some" in m.system.psi and own:
         scores.append(ramp(m.system.psi["io_some"], "io.psi") * 0.5)
-        ev.append(_ev("psi_io_some", m.system.psi["io_some"], "io.psi", "system-wide"))
+        ev.append(evidence("psi_io_some", m.system.psi["io_some"], "io.psi", "system-wide"))
     if throttle_use is not None:
         # a throttle at its limit holds the target back when its work path waits for it
         scores.append(ramp(throttle_use, "io.blkio_limit") * (1.0 if own else 0.6))
-        ev.append(_ev("blkio_limit_use", throttle_use, "io.blkio_limit", "IOs or bytes per second done / the cgroup's blkio limit"))
+        ev.append(evidence("blkio_limit_use", throttle_use, "io.blkio_limit", "IOs or bytes per second done / the cgroup's blkio limit"))
     if not scores:
         return None
     score = max(scores)
@@ -250,10 +247,10 @@ def rule_memory(tm: TargetMetrics, m: Metrics) -> Finding | None:
     majflt = max(tm.majflt_rate or 0.0, tm.cg_majflt_rate or 0.0) if (tm.majflt_rate is not None or tm.cg_majflt_rate is not None) else None
     if majflt is not None:
         pressure.append(ramp(majflt, "mem.majflt"))
-        ev.append(_ev("major_faults_per_s", majflt, "mem.majflt", "target process or its cgroup"))
+        ev.append(evidence("major_faults_per_s", majflt, "mem.majflt", "target process or its cgroup"))
     if tm.mem_failcnt_rate is not None and tm.mem_limit:
         pressure.append(ramp(tm.mem_failcnt_rate, "mem.failcnt") * 0.8)
-        ev.append(_ev("cgroup_failcnt_per_s", tm.mem_failcnt_rate, "mem.failcnt"))
+        ev.append(evidence("cgroup_failcnt_per_s", tm.mem_failcnt_rate, "mem.failcnt"))
     # Host-wide pressure (PSI, swap) counts fully only when the target shows a sign of its own
     # (faults, a full cgroup, its own swap): on a shared host it is often someone else's.
     own = ((majflt or 0.0) >= 10 or (tm.mem_usage_share or 0.0) >= 0.9 or (tm.swap or 0.0) > 0)
@@ -261,14 +258,14 @@ def rule_memory(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if m.system is not None:
         if "memory_some" in m.system.psi:
             pressure.append(ramp(m.system.psi["memory_some"], "mem.psi") * w)
-            ev.append(_ev("psi_memory_some", m.system.psi["memory_some"], "mem.psi", "system-wide"))
+            ev.append(evidence("psi_memory_some", m.system.psi["memory_some"], "mem.psi", "system-wide"))
         if m.system.swap_io_rate is not None:
             pressure.append(ramp(m.system.swap_io_rate, "mem.swap") * w)
-            ev.append(_ev("swap_pages_per_s", m.system.swap_io_rate, "mem.swap", "system-wide"))
+            ev.append(evidence("swap_pages_per_s", m.system.swap_io_rate, "mem.swap", "system-wide"))
     usage = 0.0
     if tm.mem_usage_share is not None:
         usage = ramp(tm.mem_usage_share, "mem.usage")
-        ev.append(_ev("cgroup_memory_usage", tm.mem_usage_share, "mem.usage", f"limit {_mib(tm.mem_limit)}"))
+        ev.append(evidence("cgroup_memory_usage", tm.mem_usage_share, "mem.usage", f"limit {_mib(tm.mem_limit)}"))
     if not ev:
         return None
     # Being at the limit alone is not a bottleneck (page cache fills any limit); it is when paging follows.
@@ -294,12 +291,12 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if not tm.active_states:
         return None
     fut = tm.active_states.get("futex", 0.0)
-    ev = [_ev("futex_wait_share", fut, "lock.futex", f"{tm.active_threads} busy threads")]
+    ev = [evidence("futex_wait_share", fut, "lock.futex", f"{tm.active_threads} busy threads")]
     score = ramp(fut, "lock.futex")
     if tm.busy_vcsw_rate is not None:
         # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
         # makes its waiters block and wake constantly.
-        ev.append(_ev("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
+        ev.append(evidence("busy_thread_switches_per_s", tm.busy_vcsw_rate, "lock.switches"))
         score *= 0.4 + 0.6 * ramp(tm.busy_vcsw_rate, "lock.switches")
     # One thread cannot contend with itself (a futex wait there is a handoff), but single-threaded
     # processes of one program (PostgreSQL backends, nginx workers) contend with each other.
@@ -307,7 +304,7 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
     if max(tm.active_threads, peers) < 2:
         score *= 0.5
     if tm.vcsw_rate is not None and tm.active_threads:
-        ev.append(_ev("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
+        ev.append(evidence("voluntary_switches_per_s", tm.vcsw_rate, None, "context switches (seed 001: high = IO or lock waits)", "/s"))
     bits = [f"{tm.active_threads} busy thread{'s spend' if tm.active_threads != 1 else ' spends'} {_pct(fut)} "
             f"of {'their' if tm.active_threads != 1 else 'its'} time waiting on locks (futex and lock waits)"]
     if tm.lock_acquire_share is not None:
@@ -324,7 +321,7 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
         bits.append(f"top futex wait stack: {frames} ({secs:.2f} s waited)")
     if tm.futex_wait_s is not None and m.window > 0:
         # bcc's in-kernel futex totals: threads waiting at once (thread-seconds per second)
-        ev.append(_ev("futex_waiting_threads", tm.futex_wait_s / m.window, None,
+        ev.append(evidence("futex_waiting_threads", tm.futex_wait_s / m.window, None,
                       f"{tm.futex_waits or 0} futex waits, {tm.futex_wait_s:.2f} thread-s (bcc futex-waits)", "threads"))
     if len(tm.futex_threads) > 1 or (tm.futex_threads and tm.futex_threads[0][0] != tm.comm):
         bits.append("futex time by pool: " + ", ".join(f"{p} {_pct(s)}" for p, s in tm.futex_threads))
@@ -344,21 +341,19 @@ def rule_lock(tm: TargetMetrics, m: Metrics) -> Finding | None:
 RULES: list[Callable[[TargetMetrics, Metrics], Finding | None]] = [rule_cpu, rule_io_wait, rule_memory, rule_lock]
 
 
-def _server_ev(e: rules_server.ServerEv) -> Evidence:
-    return _ev(e.metric, e.value, e.threshold, e.note, e.unit)
-
-
 def server_findings(tm: TargetMetrics) -> list[Finding]:
     """Findings from what the target's status port and the Go runtime say (analyzers.verdict.rules_server)."""
-    return [Finding(f.category, f.rule, f.score, f.title, f.sub_cause, [_server_ev(e) for e in f.evidence],
-                    f.recommendation, tm.label) for f in rules_server.findings(tm, tm.server)]
+    found = rules_server.findings(tm, tm.server)
+    for f in found:
+        f.target = tm.label
+    return found
 
 
 def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> Finding:
     worst = max((f.score for f in others), default=0.0)
     ev = []
     if tm.cpu_util is not None:
-        ev.append(_ev("cpu_util", tm.cpu_util, "idle.cpu", f"{tm.cpu_cores or 0:.2f} of {tm.cpu_available or 0:g} cores"))
+        ev.append(evidence("cpu_util", tm.cpu_util, "idle.cpu", f"{tm.cpu_cores or 0:.2f} of {tm.cpu_available or 0:g} cores"))
     idle = tm.states.get("idle", 0.0) + tm.states.get("sleep", 0.0) if tm.states else None
     if idle is not None:
         ev.append(Evidence("idle_wait_share", float(idle), None, "of thread time", "waiting for work (epoll, recv, sleep)"))
@@ -373,7 +368,7 @@ def rule_not_saturated(tm: TargetMetrics, m: Metrics, others: list[Finding]) -> 
                            "pollers, reapers, parked runtime/pool threads, timers (profiler.knowledge.waits)"))
     go_idle = rules_server.idle_goroutines(tm, tm.server)
     if go_idle is not None:
-        ev.extend(_server_ev(e) for e in go_idle[0])
+        ev.extend(go_idle[0])
         sub += f"; {go_idle[1]}"
     rec = "raise the load generator's concurrency, or profile the other tiers (TiDB, TiKV, PD, the client)"
     if tm.kind == "tikv":

@@ -2,7 +2,7 @@
 
 Small named rules over one target's :class:`~profiler.analyzers.verdict.server.ServerEvidence`
 (goroutine snapshots, mutex/block profiles, Go runtime metrics): each returns a
-:class:`ServerFinding` with its evidence, or None. analyzers.verdict.rules turns them into
+:class:`Finding` with its evidence, or None. analyzers.verdict.rules turns them into
 findings next to its own (the OS-level rules), so the best explanation wins on score:
 
 - ``go_lock_contention``: goroutines pile up on a Go lock (``sync.Mutex``/``RWMutex``). The OS
@@ -17,66 +17,21 @@ findings next to its own (the OS-level rules), so the best explanation wins on s
 - :func:`idle_goroutines`: not a rule but evidence for "not saturated": the goroutines wait for
   the network, for work on channels or in select, while the process uses little CPU.
 
-Thresholds are in :data:`THRESHOLDS` (docs/verdict.md#go-and-server-metrics); analyzers.verdict.findings
-lists them with its own.
+Their thresholds (``go.*``) are in the one table, analyzers.verdict.findings ``THRESHOLDS``
+(docs/verdict.md#go-and-server-metrics); their findings and evidence are the same types as the
+other rules'.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from profiler.analyzers.server import goroutines as G
+from profiler.analyzers.verdict.findings import THRESHOLDS, Evidence, Finding, evidence, ramp
 from profiler.analyzers.verdict.model import TargetMetrics
 from profiler.analyzers.verdict.server import ServerEvidence
 
-
-@dataclass(frozen=True)
-class ServerThreshold:
-    value: float
-    full: float
-    unit: str
-    source: str
-    meaning: str
-
-
-THRESHOLDS: dict[str, ServerThreshold] = {
-    "go.lock_wait": ServerThreshold(
-        2.0, 8.0, "goroutines waiting",
-        "our measurements: goworkload -mode mutex, 8 workers: 7; its cpu, idle and fsync modes and etcd under "
-        "load: below 0.5",
-        "goroutine-seconds per second waiting for sync.Mutex/RWMutex: how many goroutines wait for a Go lock on "
-        "average (block or mutex profile, runtime metric, goroutine snapshots)"),
-    "go.lock_share": ServerThreshold(
-        0.3, 0.7, "of working goroutines", "our rule",
-        "goroutines queued on Go locks / goroutines that run, sit in syscalls or queue on locks (waiting for the "
-        "network, channels or timers is not work)"),
-    "go.gc_cpu": ServerThreshold(
-        0.25, 0.5, "of the process's CPU",
-        "Go's GC design: marking takes 25% of GOMAXPROCS while a cycle runs; well above it the collector runs "
-        "constantly and mark assists slow the goroutines that allocate",
-        "CPU in the Go garbage collector / the process's CPU"),
-    "go.heap_limit": ServerThreshold(
-        0.9, 1.0, "of GOMEMLIMIT", "Go runtime (GOMEMLIMIT): near the soft limit the GC runs as often as it must",
-        "heap in use / GOMEMLIMIT"),
-}
-
-
-def strength(value: float, at: float, full: float) -> float:
-    """Evidence strength 0..1 of a value against a threshold: 0 below half of ``at``, 0.5 at it,
-    1 at ``full``, linear between (the one ramp of every verdict rule, analyzers.verdict.rules too)."""
-    lo = at * 0.5
-    if value <= lo:
-        return 0.0
-    if value < at:
-        return 0.5 * (value - lo) / (at - lo)
-    if value >= full:
-        return 1.0
-    return 0.5 + 0.5 * (value - at) / (full - at)
-
-
-# The not-saturated rule's bounds (analyzers.verdict.findings THRESHOLDS["idle.cpu"]): a target that
-# wants half of its cores or more may be held back; one that wants a fifth or less is calm.
-CALM_AT, CALM_FULL = 0.5, 0.2
+# The not-saturated rule's bounds: a target that wants half of its cores or more may be held back;
+# one that wants a fifth or less is calm.
+CALM_AT, CALM_FULL = THRESHOLDS["idle.cpu"].value, THRESHOLDS["idle.cpu"].full
 
 
 def calm_weight(busy: float | None) -> float:
@@ -85,34 +40,6 @@ def calm_weight(busy: float | None) -> float:
     if busy is None:
         return 1.0
     return min(1.0, max(0.0, (busy - CALM_FULL) / (CALM_AT - CALM_FULL)))
-
-
-def ramp(value: float | None, key: str) -> float:
-    """:func:`strength` against the named threshold; no value, no evidence."""
-    if value is None:
-        return 0.0
-    th = THRESHOLDS[key]
-    return strength(value, th.value, th.full)
-
-
-@dataclass
-class ServerEv:
-    metric: str
-    value: float | None
-    threshold: str | None  # a THRESHOLDS key
-    note: str = ""
-    unit: str = ""
-
-
-@dataclass
-class ServerFinding:
-    category: str
-    rule: str
-    score: float
-    title: str
-    sub_cause: str
-    evidence: list[ServerEv] = field(default_factory=list)
-    recommendation: str = ""
 
 
 def _pct(x: float | None) -> str:
@@ -126,14 +53,14 @@ def _idle_threads(tm: TargetMetrics) -> str:
     return f"; the OS sees {tm.threads} threads {_pct(parked)} of the time asleep (the Go scheduler parks them)"
 
 
-def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | None:
+def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
     if ev.lock_wait is None and not ev.snapshots:
         return None
     share = ev.lock_share
     wait = ev.lock_wait
-    out = [ServerEv("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source)]
+    out = [evidence("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source)]
     if share is not None:
-        out.append(ServerEv("lock_share_of_working_goroutines", share, "go.lock_share",
+        out.append(evidence("lock_share_of_working_goroutines", share, "go.lock_share",
                             f"{ev.by_kind.get(G.LOCK, 0):.1f} queued on locks of {ev.working:.1f} working goroutines"))
     score = min(ramp(wait, "go.lock_wait"), ramp(share, "go.lock_share") if share is not None else ramp(wait, "go.lock_wait"))
     if score <= 0:
@@ -149,20 +76,20 @@ def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | None
            "bundle (server-PID-mutex-end.pb.gz; `profiler flamegraph` draws it) shows where the lock is held")
     if ev.server == "tidb":
         rec += "; in TiDB, report the stacks with the TiDB version: internal lock contention is a TiDB issue"
-    return ServerFinding("lock_contention", "go_lock_contention", score, "lock contention between goroutines", sub,
+    return Finding("lock_contention", "go_lock_contention", score, "lock contention between goroutines", sub,
                          out, rec)
 
 
-def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | None:
+def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
     gc = ev.gc_cpu_share
     lim = ev.heap_limit_share
     if gc is None and lim is None:
         return None
     out = []
     if gc is not None:
-        out.append(ServerEv("go_gc_cpu_share", gc, "go.gc_cpu", ev.gc_cpu_source))
+        out.append(evidence("go_gc_cpu_share", gc, "go.gc_cpu", ev.gc_cpu_source))
     if lim is not None:
-        out.append(ServerEv("go_heap_of_memory_limit", lim, "go.heap_limit",
+        out.append(evidence("go_heap_of_memory_limit", lim, "go.heap_limit",
                             f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
                             f"{(ev.memory_limit or 0) / 1048576:.0f} MiB"))
     # The GC's share of a process that hardly runs is a share of almost nothing: a near-idle Go
@@ -173,9 +100,9 @@ def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | Non
     busy = tm.demand_util if tm.demand_util is not None else tm.cpu_util
     weight = calm_weight(busy)
     if gc is not None and weight < 1.0:
-        out.append(ServerEv("go_gc_weight", weight, None,
+        out.append(evidence("go_gc_weight", weight, None,
                             f"the share counts {weight:.0%}: the process wants {_pct(busy)} of the cores it may use "
-                            f"(none at {_pct(CALM_FULL)}, in full from {_pct(CALM_AT)})", "weight"))
+                            f"(none at {_pct(CALM_FULL)}, in full from {_pct(CALM_AT)})", unit="weight"))
     g = ramp(gc, "go.gc_cpu") * weight
     # at the limit alone is not a bottleneck (a cache sized to it); with the GC busy it is
     score = max(g, min(ramp(lim, "go.heap_limit"), g + 0.2)) if lim is not None else g
@@ -194,10 +121,10 @@ def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> ServerFinding | Non
     if ev.server == "tidb":
         rec += ("; in TiDB: tidb_server_memory_limit / tidb_memory_usage_alarm_ratio, and the memory quota of "
                 "large queries (tidb_mem_quota_query)")
-    return ServerFinding("memory", "go_memory_pressure", score, "Go memory pressure", sub, out, rec)
+    return Finding("memory", "go_memory_pressure", score, "Go memory pressure", sub, out, rec)
 
 
-def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[ServerEv], str] | None:
+def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[Evidence], str] | None:
     """Evidence that a Go server waits for work: most goroutines in network, channel or select waits."""
     if ev is None or not ev.snapshots or not ev.goroutines:
         return None
@@ -208,13 +135,13 @@ def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[
     top = [f"{n:.0f} in {site}" for kind, site, n in ev.top_sites if kind in (G.IO, G.CHAN, G.SELECT, G.WAIT)][:3]
     text = (f"{_pct(share)} of its {ev.goroutines:.0f} goroutines wait for the network, channels or timers"
             + (f" ({'; '.join(top)})" if top else "") + ", not for locks or the CPU")
-    return [ServerEv("goroutines_waiting_for_work", share, None, text, "of goroutines")], text
+    return [evidence("goroutines_waiting_for_work", share, None, text, unit="of goroutines")], text
 
 
 RULES = (rule_go_locks, rule_go_memory)
 
 
-def findings(tm: TargetMetrics, ev: ServerEvidence | None) -> list[ServerFinding]:
+def findings(tm: TargetMetrics, ev: ServerEvidence | None) -> list[Finding]:
     if ev is None:
         return []
     return [f for f in (r(tm, ev) for r in RULES) if f is not None]
