@@ -176,10 +176,11 @@ def record(perf_data: Path, seconds: int) -> None:
 
 def merged_stacks(data: Path) -> str:
     from profiler.bundle import perfdata as pd
+    from profiler.bundle import perfdata_reduce as pr
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            m = pd.merge_samples(data, Path(tmp) / "m.data", by_tid=False)
+            m = pr.merge_samples(data, Path(tmp) / "m.data", by_tid=False)
         except pd.PerfDataUnsupported as exc:
             return f"not merged ({exc})"
     return f"{m.samples:,} samples, {m.written:,} distinct stacks symbolized ({m.samples / max(m.written, 1):.1f}x fewer)"

@@ -119,20 +119,20 @@ class RecordCollector(PerfCollector):
         try:
             import numpy as np
 
-            from profiler.bundle import perfdata as pdata
+            from profiler.bundle import perfdata_reduce as pr
         except ImportError:  # the cluster agent's bare python3
             rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
             return data
         pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
-        mine: pdata.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
+        mine: pr.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
         try:
-            total, frames = self.targets_in_data(ctx, rec) or pdata.count_samples(data, mine)
+            total, frames = self.targets_in_data(ctx, rec) or pr.count_samples(data, mine)
             keep = mine
             fraction = min(1.0, self.max_symbolized / max(total, 1), self.max_frames / max(frames, 1))
             if fraction < 1.0:
-                thin = pdata.thinning(fraction)
+                thin = pr.thinning(fraction)
                 keep = lambda pid, tid, t: mine(pid, tid, t) & thin(pid, tid, t)  # noqa: E731
-            kept, others = pdata.filter_samples(data, out, keep, drop_types=drop)
+            kept, others = pr.filter_samples(data, out, keep, drop_types=drop)
         except (PerfDataUnsupported, OSError) as exc:
             rec.stats["symbolized"] = f"every sample (perf.data not filtered: {exc})"
             return data

@@ -24,6 +24,7 @@ from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
 from profiler.collectors import offcpu, syscalls
 
 from profiler.bundle import perfdata as pd
+from profiler.bundle import perfdata_reduce as pr
 from tests.conftest import have_perf, is_root, requires_perf, requires_root
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "perf-script-collectors"
@@ -160,11 +161,11 @@ def test_a_copy_with_one_process_samples_prints_what_perf_script_pid_prints(reco
                                                                              tmp_path: Path) -> None:
     d, pid = recordings
     copy = tmp_path / "mine.data"
-    kept, dropped = pd.filter_samples(d / "cpu.data", copy, lambda p, t, tm: p == pid)
+    kept, dropped = pr.filter_samples(d / "cpu.data", copy, lambda p, t, tm: p == pid)
     assert kept > 0 and dropped > 0  # a system-wide recording: other processes' samples too
     fields = "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
     assert _script(copy, "-F", fields, "--pid", str(pid)) == _script(d / "cpu.data", "-F", fields, "--pid", str(pid))
-    assert pd.count_samples(copy, lambda p, t, tm: p == pid)[0] == kept
+    assert pr.count_samples(copy, lambda p, t, tm: p == pid)[0] == kept
 
 
 @pytest.mark.privileged
@@ -176,7 +177,7 @@ def test_merged_stacks_fold_the_same(recordings: tuple[Path, int], tmp_path: Pat
     fields = "comm,pid,tid,time,period,event,ip,sym,dso"
     whole = collapse_text(_script(d / "cpu.data", "-F", fields).decode(errors="replace"), opts)
     merged = tmp_path / "merged.data"
-    m = pd.merge_samples(d / "cpu.data", merged, by_tid=opts.include_tid, count_samples=opts.count_samples)
+    m = pr.merge_samples(d / "cpu.data", merged, by_tid=opts.include_tid, count_samples=opts.count_samples)
     assert m.written < m.samples  # a profile repeats its stacks
     weighted = FoldOptions(include_tid=opts.include_tid)  # the merged period is the weight
     assert collapse_text(_script(merged, "-F", fields).decode(errors="replace"), weighted) == whole
@@ -185,11 +186,11 @@ def test_merged_stacks_fold_the_same(recordings: tuple[Path, int], tmp_path: Pat
 def test_thinning_is_uniform_and_deterministic() -> None:
     t = np.arange(200_000, dtype=np.int64) * 1000
     tid = np.tile(np.array([7, 8], np.int64), 100_000)  # a ping-pong: every other sample is the other thread
-    keep = pd.thinning(0.1)(tid, tid, t)
+    keep = pr.thinning(0.1)(tid, tid, t)
     assert 0.09 < keep.mean() < 0.11
     assert 0.09 < keep[tid == 7].mean() < 0.11 and 0.09 < keep[tid == 8].mean() < 0.11
-    assert (pd.thinning(0.1)(tid, tid, t) == keep).all()
-    assert pd.thinning(1.0)(tid, tid, t).all()
+    assert (pr.thinning(0.1)(tid, tid, t) == keep).all()
+    assert pr.thinning(1.0)(tid, tid, t).all()
 
 
 def test_state_letters_follow_the_print_format() -> None:

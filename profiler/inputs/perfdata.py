@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from profiler.bundle import perfdata as pdata
+from profiler.bundle import perfdata_reduce as pr
 from profiler.errors import CapabilityError, InputError
 from profiler.inputs.source import Format
 
@@ -67,7 +68,7 @@ def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[s
 @dataclass(frozen=True)
 class Merge:
     """Merge the samples of identical stacks before perf script symbolizes them
-    (profiler.bundle.perfdata.merge_samples): their period becomes the total (``count_samples``:
+    (profiler.bundle.perfdata_reduce.merge_samples): their period becomes the total (``count_samples``:
     their number), so a consumer that weighs samples by period folds the same stacks."""
 
     by_tid: bool = False
@@ -104,7 +105,7 @@ def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], 
         with tempfile.TemporaryDirectory(prefix="profiler-merge-") as tmp:
             copy = Path(tmp) / "merged.perf.data"
             try:
-                m = pdata.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples)
+                m = pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples)
             except (pdata.PerfDataUnsupported, OSError):
                 pass
             except (ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError):
