@@ -12,25 +12,38 @@ target waits for one). Records stream into
 
 Cost is kept low by holding the per-thread files open and re-reading them with ``pread``
 at offset 0 (procfs regenerates the text on each read), so a tick is a few syscalls per
-thread rather than open/read/close of five files.
+thread rather than open/read/close of five files. What each file holds, and the host-wide and
+cgroup readers, are collectors/procfs_files.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import json
 import os
-import re
-import shutil
-import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import IO, Any
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
+from profiler.collectors.procfs_files import (
+    READ_SIZE,
+    block_devices,
+    cgroup_dirs,
+    int_or_none,
+    kv_file_colon,
+    parse_stat,
+    parse_status_ctxt,
+    parse_syscall,
+    raw_read,
+    read_cgroup,
+    read_cpu_times,
+    read_system,
+    read_text,
+    syscall_table,
+    whole_disks,
+)
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 
@@ -38,302 +51,6 @@ FILE = members.PROC
 SLOW_HZ = 4.0  # process / system / cgroup / per-thread status records per second
 TOP_HZ = 1.0  # host-wide top CPU consumers (the neighbours that may starve a target) per second
 TOP_N = 8
-_READ = 4096
-
-# --------------------------------------------------------------------------- syscall names
-
-
-def _parse_unistd(text: str) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for m in re.finditer(r"^#define\s+__NR_(\w+)\s+(\d+)\s*$", text, re.M):
-        out[int(m.group(2))] = m.group(1)
-    return out
-
-
-def syscall_table() -> tuple[dict[int, str], str]:
-    """The running kernel's syscall number -> name table, and where it came from.
-
-    Tracefs names the syscall tracepoints but not their numbers, so the ladder is: the
-    audit userspace's table (``ausyscall --dump``, generated from the kernel), else the
-    kernel's UAPI header ``unistd_64.h`` (linux-libc-dev or the installed kernel headers).
-    Returns ({}, "none") when neither exists: the analyzers then show numbers.
-    """
-    exe = shutil.which("ausyscall")
-    if exe:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run([exe, "--dump"], capture_output=True, text=True, timeout=5).stdout
-            table = {}
-            for line in out.splitlines():
-                parts = line.split()
-                if len(parts) == 2 and parts[0].isdigit():
-                    table[int(parts[0])] = parts[1]
-            if table:
-                return table, "ausyscall"
-    machine = os.uname().machine
-    arch = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(machine, machine)
-    candidates = [f"/usr/include/{arch}-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"]
-    candidates += sorted(glob.glob("/usr/src/linux-headers-*/arch/x86/include/generated/uapi/asm/unistd_64.h"))
-    candidates += ["/usr/include/asm-generic/unistd.h"]
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            table = _parse_unistd(Path(path).read_text(errors="replace"))
-            if len(table) > 50:
-                return table, path
-    return {}, "none"
-
-
-# --------------------------------------------------------------------------- parsing helpers
-
-
-def parse_stat(text: str) -> list[str] | None:
-    """Fields of /proc/.../stat after the ``(comm)``; index 0 is field 3 (state).
-
-    comm may hold spaces and parentheses, so split at the last ')'.
-    """
-    end = text.rfind(")")
-    if end < 0:
-        return None
-    return text[end + 2:].split()
-
-
-def parse_status_ctxt(text: str) -> tuple[int, int] | None:
-    v = iv = None
-    for line in text.splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            v = int(line.split()[1])
-        elif line.startswith("nonvoluntary_ctxt_switches:"):
-            iv = int(line.split()[1])
-    if v is None or iv is None:
-        return None
-    return v, iv
-
-
-def parse_syscall(text: str) -> int | None:
-    """``/proc/TID/syscall``: 'running' -> None, '-1 ...' (not in a syscall) -> -1, 'N args' -> N."""
-    word = text.split(" ", 1)[0].strip()
-    if not word or word == "running":
-        return None
-    try:
-        return int(word)
-    except ValueError:
-        return None
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
-
-
-def _kv_file(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    text = _read(path) or ""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            with contextlib.suppress(ValueError):
-                out[parts[0]] = int(parts[1])
-    return out
-
-
-_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
-_MEM_KEYS = {
-    "MemTotal": "total", "MemFree": "free", "MemAvailable": "available", "Cached": "cached",
-    "Buffers": "buffers", "Dirty": "dirty", "Writeback": "writeback", "SwapTotal": "swap_total",
-    "SwapFree": "swap_free",
-}
-_VM_KEYS = ("pgmajfault", "pswpin", "pswpout", "pgscan_direct", "pgsteal_direct", "pgscan_kswapd", "allocstall_normal")
-
-
-def read_system(disks: list[str]) -> dict[str, Any]:
-    rec: dict[str, Any] = {"kind": "system"}
-    text = _read("/proc/stat") or ""
-    ncpu = 0
-    for line in text.splitlines():
-        if line.startswith("cpu "):
-            vals = [int(v) for v in line.split()[1:]]
-            rec["cpu"] = dict(zip(_CPU_FIELDS, vals, strict=False))
-        elif line.startswith("cpu"):
-            ncpu += 1
-        elif line.startswith("procs_running"):
-            rec["procs_running"] = int(line.split()[1])
-        elif line.startswith("procs_blocked"):
-            rec["procs_blocked"] = int(line.split()[1])
-        elif line.startswith("ctxt "):
-            rec["ctxt"] = int(line.split()[1])
-    rec["ncpu"] = ncpu
-    mem: dict[str, int] = {}
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        if key in _MEM_KEYS:
-            with contextlib.suppress(ValueError, IndexError):
-                mem[_MEM_KEYS[key]] = int(rest.split()[0]) * 1024
-    if "swap_total" in mem and "swap_free" in mem:
-        mem["swap_used"] = mem["swap_total"] - mem["swap_free"]
-    rec["mem"] = mem
-    vm = _kv_file("/proc/vmstat")
-    rec["vm"] = {k: vm[k] for k in _VM_KEYS if k in vm}
-    psi: dict[str, dict[str, float]] = {}
-    for res in ("cpu", "io", "memory"):
-        body = _read(f"/proc/pressure/{res}")
-        if body is None:
-            continue
-        d: dict[str, float] = {}
-        for line in body.splitlines():
-            parts = line.split()
-            if not parts:
-                continue
-            for kv in parts[1:]:
-                k, _, v = kv.partition("=")
-                if k in ("avg10", "total"):
-                    d[f"{parts[0]}_{k}"] = float(v) if k == "avg10" else int(v)
-        psi[res] = d
-    if psi:
-        rec["psi"] = psi
-    dd: dict[str, dict[str, int]] = {}
-    for line in (_read("/proc/diskstats") or "").splitlines():
-        f = line.split()
-        if len(f) < 14 or f[2] not in disks:
-            continue
-        n = [int(x) for x in f[3:14]]
-        dd[f[2]] = {
-            "reads": n[0], "read_sectors": n[2], "read_ms": n[3], "writes": n[4],
-            "write_sectors": n[6], "write_ms": n[7], "in_flight": n[8], "io_ticks_ms": n[9],
-            "time_in_queue_ms": n[10],
-        }
-    rec["disks"] = dd
-    return rec
-
-
-def read_cpu_times(exclude: set[int]) -> dict[int, tuple[int, str]]:
-    """pid -> (utime+stime of the process and its reaped threads, in clock ticks; comm), every process."""
-    out: dict[int, tuple[int, str]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for e in entries:
-        if not e.isdigit() or int(e) in exclude:
-            continue
-        text = _raw_read(f"/proc/{e}/stat", 1024)
-        if not text:
-            continue
-        f = parse_stat(text)
-        if not f or len(f) < 13:
-            continue
-        out[int(e)] = (int(f[11]) + int(f[12]), text[text.find("(") + 1:text.rfind(")")])
-    return out
-
-
-def block_devices() -> dict[str, str]:
-    """'major:minor' -> name of every block device (/sys/class/block/*/dev): reports name a disk
-    once (vda), whether a figure came from diskstats, a block trace or a cgroup throttle."""
-    out: dict[str, str] = {}
-    root = "/sys/class/block"
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        dev = _read(f"{root}/{name}/dev")
-        if dev:
-            out[dev.strip()] = name
-    return out
-
-
-def whole_disks() -> list[str]:
-    """Block devices worth sampling: whole disks that are not loop/ram devices."""
-    out = []
-    for d in sorted(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else []:
-        if d.startswith(("loop", "ram")):
-            continue
-        out.append(d)
-    return out
-
-
-def _cgroup_dirs(pid: int) -> dict[str, str]:
-    """controller -> directory holding the target's cgroup files (v1), or {'': dir} (v2)."""
-    out: dict[str, str] = {}
-    text = _read(f"/proc/{pid}/cgroup") or ""
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, ctrls, path = parts
-        if not ctrls:
-            d = "/sys/fs/cgroup" + path
-            if os.path.isfile(os.path.join(d, "cgroup.controllers")) or os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
-                out[""] = d
-            continue
-        for c in ctrls.split(","):
-            for mount in (f"/sys/fs/cgroup/{c}", f"/sys/fs/cgroup/{ctrls}"):
-                d = mount + path
-                if os.path.isdir(d):
-                    out[c] = d
-                    break
-    return out
-
-
-def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
-    rec: dict[str, Any] = {}
-    if "cpu" in dirs:
-        st = _kv_file(os.path.join(dirs["cpu"], "cpu.stat"))
-        if st:
-            rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
-                          "throttled_time_ns": st.get("throttled_time", 0)}
-    if "cpuacct" in dirs:
-        usage = _read(os.path.join(dirs["cpuacct"], "cpuacct.usage"))
-        if usage and usage.strip().isdigit():
-            rec.setdefault("cpu", {})["usage_ns"] = int(usage)
-    if "memory" in dirs:
-        d = dirs["memory"]
-        m: dict[str, Any] = {}
-        for key, fname in (("usage", "memory.usage_in_bytes"), ("limit", "memory.limit_in_bytes"),
-                           ("failcnt", "memory.failcnt"), ("max_usage", "memory.max_usage_in_bytes")):
-            v = _read(os.path.join(d, fname))
-            if v and v.strip().isdigit():
-                m[key] = int(v)
-        st = _kv_file(os.path.join(d, "memory.stat"))
-        for key in ("pgmajfault", "total_pgmajfault", "cache", "rss", "total_cache", "total_rss", "pgpgin"):
-            if key in st:
-                m[key] = st[key]
-        if m:
-            rec["memory"] = m
-    if "blkio" in dirs:
-        d = dirs["blkio"]
-        b: dict[str, Any] = {}
-        for key, fname in (("service_bytes", "blkio.throttle.io_service_bytes"), ("serviced", "blkio.throttle.io_serviced")):
-            text = _read(os.path.join(d, fname)) or ""
-            totals: dict[str, int] = {}
-            for line in text.splitlines():
-                f = line.split()
-                if len(f) == 3 and f[1] in ("Read", "Write") and f[2].isdigit():
-                    totals[f[1].lower()] = totals.get(f[1].lower(), 0) + int(f[2])
-            if totals:
-                b[key] = totals
-        if b:
-            rec["blkio"] = b
-    if "" in dirs:  # cgroup v2
-        d = dirs[""]
-        st = _kv_file(os.path.join(d, "cpu.stat"))
-        if st:
-            rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
-                          "throttled_time_ns": st.get("throttled_usec", 0) * 1000, "usage_ns": st.get("usage_usec", 0) * 1000}
-        m = {}
-        cur = _read(os.path.join(d, "memory.current"))
-        if cur and cur.strip().isdigit():
-            m["usage"] = int(cur)
-        mx = _read(os.path.join(d, "memory.max"))
-        if mx and mx.strip().isdigit():
-            m["limit"] = int(mx)
-        ev = _kv_file(os.path.join(d, "memory.events"))
-        if "max" in ev:
-            m["failcnt"] = ev["max"]
-        ms = _kv_file(os.path.join(d, "memory.stat"))
-        if "pgmajfault" in ms:
-            m["pgmajfault"] = ms["pgmajfault"]
-        if m:
-            rec["memory"] = m
-    return rec
-
 
 # --------------------------------------------------------------------------- the sampler
 
@@ -350,7 +67,7 @@ class _Thread:
         self.base = base
         self.fds: dict[str, int] = {"stat": os.open(f"{base}/stat", os.O_RDONLY)}
 
-    def read(self, name: str, size: int = _READ) -> str | None:
+    def read(self, name: str, size: int = READ_SIZE) -> str | None:
         """The file's current text; None if it cannot be read (thread gone, no permission)."""
         fd = self.fds.get(name)
         if fd is None:
@@ -358,7 +75,7 @@ class _Thread:
                 fd = os.open(f"{self.base}/{name}", os.O_RDONLY)
             except OSError as exc:
                 if exc.errno == errno.EMFILE:  # out of descriptors: read without keeping one
-                    return _raw_read(f"{self.base}/{name}", size)
+                    return raw_read(f"{self.base}/{name}", size)
                 self.fds[name] = -1
                 return None
             self.fds[name] = fd
@@ -375,19 +92,6 @@ class _Thread:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.fds.clear()
-
-
-def _raw_read(path: str, size: int = _READ) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size).decode("ascii", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def raise_fd_limit() -> None:
@@ -410,7 +114,7 @@ class Sampler:
         self.slow_every = max(1, round(self.hz / max(0.1, slow_hz)))
         self.threads: dict[int, dict[int, _Thread]] = {p: {} for p in self.pids}
         self.alive = {p: True for p in self.pids}
-        self.cg_dirs = {p: _cgroup_dirs(p) for p in self.pids}
+        self.cg_dirs = {p: cgroup_dirs(p) for p in self.pids}
         self.disks = whole_disks()
         self.stop_event = threading.Event()
         self.top_every = max(1, round(self.hz / max(0.1, TOP_HZ)))
@@ -446,7 +150,7 @@ class Sampler:
         self.emit({
             "kind": "host", "t": round(time.monotonic(), 6), "clk_tck": os.sysconf("SC_CLK_TCK"),
             "page_size": os.sysconf("SC_PAGE_SIZE"), "hz": self.hz, "slow_hz": self.hz / self.slow_every,
-            "ncpu": os.cpu_count() or 0, "task_delayacct": _int_or_none(_read("/proc/sys/kernel/task_delayacct")),
+            "ncpu": os.cpu_count() or 0, "task_delayacct": int_or_none(read_text("/proc/sys/kernel/task_delayacct")),
             "syscall_table": source, "syscall_names": {str(k): v for k, v in sorted(table.items())},
             "pids": self.pids, "block_devices": block_devices(),
         })
@@ -472,7 +176,7 @@ class Sampler:
 
     def _pid_gone(self, pid: int) -> bool:
         try:
-            text = _read(f"/proc/{pid}/stat")
+            text = read_text(f"/proc/{pid}/stat")
         except OSError:
             return True
         if text is None:
@@ -579,7 +283,7 @@ class Sampler:
         return rec
 
     def _process_record(self, pid: int, t: float) -> dict[str, Any] | None:
-        text = _read(f"/proc/{pid}/stat")
+        text = read_text(f"/proc/{pid}/stat")
         if text is None:
             return None
         f = parse_stat(text)
@@ -593,11 +297,11 @@ class Sampler:
         }
         if len(f) > 39:
             rec["blkio_ticks"] = int(f[39])
-        io = _kv_file_colon(f"/proc/{pid}/io")
+        io = kv_file_colon(f"/proc/{pid}/io")
         for key in ("read_bytes", "write_bytes", "rchar", "wchar", "syscr", "syscw", "cancelled_write_bytes"):
             if key in io:
                 rec[key] = io[key]
-        st = _read(f"/proc/{pid}/status") or ""
+        st = read_text(f"/proc/{pid}/status") or ""
         for line in st.splitlines():
             if line.startswith("VmSwap:"):
                 with contextlib.suppress(ValueError, IndexError):
@@ -646,22 +350,6 @@ class Sampler:
 
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _kv_file_colon(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (_read(path) or "").splitlines():
-        k, _, v = line.partition(":")
-        with contextlib.suppress(ValueError):
-            out[k.strip()] = int(v)
-    return out
-
-
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int((text or "").strip())
-    except ValueError:
-        return None
 
 
 # --------------------------------------------------------------------------- the collector

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from profiler.analyzers.series import procfs as procmod
-from profiler.collectors import procfs
+from profiler.collectors import procfs, procfs_files
 
 CHURN = r"""
 import threading, time, sys
@@ -103,7 +103,7 @@ def test_states_and_syscalls_of_a_sleeping_thread() -> None:
 
 
 def test_syscall_table_comes_from_the_system() -> None:
-    table, source = procfs.syscall_table()
+    table, source = procfs_files.syscall_table()
     if not table:
         pytest.skip("no syscall table on this host (no ausyscall, no unistd_64.h)")
     assert source != "none"
@@ -112,11 +112,11 @@ def test_syscall_table_comes_from_the_system() -> None:
 
 
 def test_parsers_survive_odd_text() -> None:
-    assert procfs.parse_stat("123 (a) b)) S 1 2 3")[0] == "S"
-    assert procfs.parse_syscall("running") is None
-    assert procfs.parse_syscall("-1 0x7ffd 0x0") == -1
-    assert procfs.parse_syscall("202 0x1 0x2 0x3 0x4 0x5 0x6 0x7ffd 0x7f") == 202
-    assert procfs.parse_status_ctxt("voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t7\n") == (5, 7)
+    assert procfs_files.parse_stat("123 (a) b)) S 1 2 3")[0] == "S"
+    assert procfs_files.parse_syscall("running") is None
+    assert procfs_files.parse_syscall("-1 0x7ffd 0x0") == -1
+    assert procfs_files.parse_syscall("202 0x1 0x2 0x3 0x4 0x5 0x6 0x7ffd 0x7f") == 202
+    assert procfs_files.parse_status_ctxt("voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t7\n") == (5, 7)
 
 
 def test_a_cut_off_file_still_parses() -> None:
