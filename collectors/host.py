@@ -8,6 +8,7 @@ what fixes it") so that what doctor says is what a capture will do.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -307,13 +308,15 @@ def _v1_dir(controller: str, path: str) -> Path | None:
     return None
 
 
-def _throttle_file(path: Path) -> dict[str, int]:
+def read_kv_ints(path: str | Path) -> dict[str, int]:
+    """A ``key value`` file (cpu.stat, memory.stat, /proc/vmstat, blkio throttle limits): the lines
+    of two words whose value is an integer; others are skipped, a missing file is empty."""
     out: dict[str, int] = {}
-    text = read_text(path) or ""
-    for line in text.splitlines():
+    for line in (read_text(path) or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
+        if len(parts) == 2:
+            with contextlib.suppress(ValueError):
+                out[parts[0]] = int(parts[1])
     return out
 
 
@@ -342,7 +345,7 @@ def target_cgroup(pid: int) -> dict[str, Any]:
     if blk is not None:
         throttle = {}
         for kind in ("read_bps", "write_bps", "read_iops", "write_iops"):
-            vals = _throttle_file(blk / f"blkio.throttle.{kind}_device")
+            vals = read_kv_ints(blk / f"blkio.throttle.{kind}_device")
             if vals:
                 throttle[kind] = vals
         info["blkio_throttle"] = throttle

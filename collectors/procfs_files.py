@@ -18,6 +18,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from profiler.collectors.host import read_kv_ints
+
 READ_SIZE = 4096  # bytes of one procfs file read
 
 # --------------------------------------------------------------------------- syscall names
@@ -107,17 +109,6 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def _kv_file(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    text = read_text(path) or ""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            with contextlib.suppress(ValueError):
-                out[parts[0]] = int(parts[1])
-    return out
-
-
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 _MEM_KEYS = {
     "MemTotal": "total", "MemFree": "free", "MemAvailable": "available", "Cached": "cached",
@@ -153,7 +144,7 @@ def read_system(disks: list[str]) -> dict[str, Any]:
     if "swap_total" in mem and "swap_free" in mem:
         mem["swap_used"] = mem["swap_total"] - mem["swap_free"]
     rec["mem"] = mem
-    vm = _kv_file("/proc/vmstat")
+    vm = read_kv_ints("/proc/vmstat")
     rec["vm"] = {k: vm[k] for k in _VM_KEYS if k in vm}
     psi: dict[str, dict[str, float]] = {}
     for res in ("cpu", "io", "memory"):
@@ -255,7 +246,7 @@ def cgroup_dirs(pid: int) -> dict[str, str]:
 def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
     rec: dict[str, Any] = {}
     if "cpu" in dirs:
-        st = _kv_file(os.path.join(dirs["cpu"], "cpu.stat"))
+        st = read_kv_ints(os.path.join(dirs["cpu"], "cpu.stat"))
         if st:
             rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
                           "throttled_time_ns": st.get("throttled_time", 0)}
@@ -271,7 +262,7 @@ def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
             v = read_text(os.path.join(d, fname))
             if v and v.strip().isdigit():
                 m[key] = int(v)
-        st = _kv_file(os.path.join(d, "memory.stat"))
+        st = read_kv_ints(os.path.join(d, "memory.stat"))
         for key in ("pgmajfault", "total_pgmajfault", "cache", "rss", "total_cache", "total_rss", "pgpgin"):
             if key in st:
                 m[key] = st[key]
@@ -293,7 +284,7 @@ def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
             rec["blkio"] = b
     if "" in dirs:  # cgroup v2
         d = dirs[""]
-        st = _kv_file(os.path.join(d, "cpu.stat"))
+        st = read_kv_ints(os.path.join(d, "cpu.stat"))
         if st:
             rec["cpu"] = {"nr_periods": st.get("nr_periods", 0), "nr_throttled": st.get("nr_throttled", 0),
                           "throttled_time_ns": st.get("throttled_usec", 0) * 1000, "usage_ns": st.get("usage_usec", 0) * 1000}
@@ -304,10 +295,10 @@ def read_cgroup(dirs: dict[str, str]) -> dict[str, Any]:
         mx = read_text(os.path.join(d, "memory.max"))
         if mx and mx.strip().isdigit():
             m["limit"] = int(mx)
-        ev = _kv_file(os.path.join(d, "memory.events"))
+        ev = read_kv_ints(os.path.join(d, "memory.events"))
         if "max" in ev:
             m["failcnt"] = ev["max"]
-        ms = _kv_file(os.path.join(d, "memory.stat"))
+        ms = read_kv_ints(os.path.join(d, "memory.stat"))
         if "pgmajfault" in ms:
             m["pgmajfault"] = ms["pgmajfault"]
         if m:
