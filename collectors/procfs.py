@@ -27,6 +27,7 @@ import time
 from typing import IO, Any
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
+from profiler.collectors.host import read_text
 from profiler.collectors.procfs_files import (
     READ_SIZE,
     block_devices,
@@ -40,7 +41,6 @@ from profiler.collectors.procfs_files import (
     read_cgroup,
     read_cpu_times,
     read_system,
-    read_text,
     syscall_table,
     whole_disks,
 )

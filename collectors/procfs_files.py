@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from profiler.collectors.host import read_kv_ints
+from profiler.collectors.host import read_kv_ints, read_text
 
 READ_SIZE = 4096  # bytes of one procfs file read
 
@@ -98,14 +98,6 @@ def parse_syscall(text: str) -> int | None:
     try:
         return int(word)
     except ValueError:
-        return None
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read()
-    except OSError:
         return None
 
 
