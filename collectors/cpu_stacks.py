@@ -29,7 +29,7 @@ from profiler.collectors.perf_collector import PerfCollector, pid_list
 from profiler.collectors.process import run_to_file, tail
 
 from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
-from profiler.bundle.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
+from profiler.formats.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
 
 OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
@@ -119,7 +119,7 @@ class RecordCollector(PerfCollector):
         try:
             import numpy as np
 
-            from profiler.bundle import perfdata_reduce as pr
+            from profiler.formats import perfdata_reduce as pr
         except ImportError:  # the cluster agent's bare python3
             rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
             return data

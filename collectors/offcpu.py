@@ -54,7 +54,7 @@ from profiler.collectors.scope import (
 )
 
 from profiler.bundle import CollectorRecord, members
-from profiler.bundle.perfdata import PerfDataUnsupported
+from profiler.formats.perfdata import PerfDataUnsupported
 
 OUTPUT = members.OFFCPU_STACKS
 INTERVALS = members.OFFCPU_INTERVALS
@@ -369,7 +369,7 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
             comms.append(name.decode("utf-8", "replace"))
         return i
 
-    from profiler.bundle import perfdata as pd
+    from profiler.formats import perfdata as pd
 
     with pd.PerfFile(data) as f:
         ev = f.event("sched:sched_switch")

@@ -3,7 +3,7 @@
 Read through ``/proc/PID/exe`` (the binary the process runs, even in a container or deleted),
 in this order, the first answer wins:
 
-- Go: the ``.go.buildinfo`` section (collectors/golang.py): the Go version and build settings
+- Go: the ``.go.buildinfo`` section (profiler/formats/golang.py): the Go version and build settings
   (``-buildmode``, ``-trimpath``, ``CGO_ENABLED``, ``GOAMD64``, ``vcs.revision``...), the main
   package and module;
 - JVM: the process maps ``libjvm.so``;
@@ -26,10 +26,9 @@ from __future__ import annotations
 import contextlib
 import re
 
-from profiler.collectors import golang
-from profiler.collectors.elf import ET_DYN, ET_EXEC, SHT_NOBITS, Elf, ElfError
-
 from profiler.bundle import RuntimeInfo
+from profiler.formats import golang
+from profiler.formats.elf import ET_DYN, ET_EXEC, SHT_NOBITS, Elf, ElfError
 
 RODATA_SCAN = 64 << 20  # bytes of .rodata searched for Rust's standard library paths
 MAX_VALUE = 200  # characters kept of each build setting (DefaultGODEBUG runs long)

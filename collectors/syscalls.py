@@ -61,7 +61,7 @@ from profiler.collectors.scope import (
 )
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
-from profiler.bundle.perfdata import PerfDataUnsupported
+from profiler.formats.perfdata import PerfDataUnsupported
 
 RATE_OUTPUT = members.SYSCALLS_RATE
 OUTPUT = members.SYSCALLS
@@ -461,7 +461,7 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
     """Pair the enter/exit trace straight from perf.data (no perf script): the samples of the
     processes ``pids`` (their threads' names from the file's COMM records). Returns the
     pairing and perf's lost-event count; PerfDataUnsupported when the file cannot be read so."""
-    from profiler.bundle import perfdata as pd
+    from profiler.formats import perfdata as pd
 
     comms: dict[int, str] = {}
     lost = [0]

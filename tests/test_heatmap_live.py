@@ -148,7 +148,7 @@ def test_binary_member_pairs_exactly_as_the_text_of_the_same_perf_data(tmp_path:
     """One perf.data of a real fio run, two ways: `perf script --ns` text through the text reader
     (the old block.trace path), and the block-io collector's binary member written from it. Every
     pair, its latency and the counts must agree."""
-    from profiler.bundle import blockevents
+    from profiler.formats import blockevents
 
     data = _record_fio(tmp_path, [])
     text = subprocess.run(["perf", "script", "--ns", "-i", str(data)], capture_output=True, check=True).stdout
@@ -183,7 +183,7 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
     shows the decoding exact to the nanosecond on one recording)."""
     from profiler.collectors import blockio as col
 
-    from profiler.bundle import blockevents
+    from profiler.formats import blockevents
 
     text_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqtext-{os.getpid()}")
     raw_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqraw-{os.getpid()}")

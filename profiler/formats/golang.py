@@ -1,4 +1,4 @@
-"""What a Go executable says about itself (collectors layer): its build info and its function table.
+"""What a Go executable says about itself (formats layer): its build info and its function table.
 
 Two sections every Go binary keeps, even stripped (``go build -ldflags=-s -w``, ``strip``):
 
@@ -30,8 +30,7 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
-from profiler.collectors.elf import Elf, ElfError
-
+from profiler.formats.elf import Elf, ElfError
 from profiler.tolerant import uvarint
 
 BUILDINFO_MAGIC = b"\xff Go buildinf:"

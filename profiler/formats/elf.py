@@ -1,4 +1,4 @@
-"""A small ELF reader (collectors layer): header, section headers, notes, bytes at an address.
+"""A small ELF reader (formats layer): header, section headers, notes, bytes at an address.
 
 Enough to tell what runtime built a target's executable (collectors/runtime.py) and to read a
 Go binary's symbol table (collectors/gosym.py) without binutils: 32/64-bit, either byte order.
