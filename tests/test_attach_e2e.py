@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 from profiler.collectors.base import CaptureOptions
-from profiler.collectors.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpu
 
 from profiler.bundle import Bundle
 from profiler.capture.session import Session

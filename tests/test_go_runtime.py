@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from profiler.collectors import gosym, runtime
+from profiler.collectors.runtime import detect as runtime
+from profiler.collectors.runtime import gosym
 
 from profiler.bundle import VERSION, Bundle, parse_manifest
 from profiler.cli import main

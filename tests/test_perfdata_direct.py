@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
-from profiler.collectors import offcpu, syscalls
+from profiler.collectors.perf import offcpu, syscalls
 
 from profiler.formats import perfdata as pd
 from profiler.formats import perfdata_reduce as pr
@@ -297,7 +297,7 @@ def test_collectors_import_without_numpy(tmp_path: Path) -> None:
     """The cluster agent ships the collectors to hosts with nothing but python3: they import,
     and pick the plain-Python pairings."""
     code = ("import sys; sys.modules['numpy'] = None; "
-            "from profiler.collectors import offcpu, syscalls, cpu_stacks; from profiler.formats import perfdata; "
+            "from profiler.collectors.perf import offcpu, syscalls, cpu_stacks; from profiler.formats import perfdata; "
             "import io; assert isinstance(offcpu.interval_writer(io.StringIO()), offcpu.PyIntervalWriter); "
             "assert isinstance(syscalls.pairing(io.StringIO(), 0.0, 1.0, {}), syscalls.PyPairing); "
             "print('ok')")

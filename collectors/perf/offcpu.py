@@ -41,11 +41,11 @@ except ImportError:  # the cluster agent runs collectors under a bare python3: p
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
-from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import read_file, write_file
-from profiler.collectors.perf_collector import no_side_band, pid_list
-from profiler.collectors.scope import (
+from profiler.collectors.perf.base import no_side_band, pid_list
+from profiler.collectors.perf.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
+from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
     thread_ids,

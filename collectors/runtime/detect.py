@@ -16,7 +16,7 @@ in this order, the first answer wins:
 Besides the runtime, what perf's stack walking and naming will give: the ELF type
 (executable or PIE), whether a symbol table is there (stripped or not) and the build id.
 Go keeps frame pointers (amd64 since Go 1.7; arm64 in later releases), so ``--call-graph fp`` walks
-Go stacks; a stripped Go binary's frames are named from .gopclntab (collectors/gosym.py).
+Go stacks; a stripped Go binary's frames are named from .gopclntab (collectors/runtime/gosym.py).
 C and C++ built with ``-O2`` usually omit frame pointers (Debian's default before trixie), so fp
 stacks of such code stop early; ``--call-graph dwarf`` walks them at a higher cost.
 """
