@@ -24,12 +24,13 @@ from pathlib import Path
 import psutil
 import pytest
 from profiler.collectors.base import CaptureOptions
-from profiler.collectors.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpu
 
-from profiler.bundle import Bundle, blockevents
+from profiler.bundle import Bundle
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 from profiler.cli import main
+from profiler.formats import blockevents
 
 TRACEFS = "/sys/kernel/tracing"
 

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from profiler.collectors import offcpu, registry, syscalls
+from profiler.collectors import registry
 from profiler.collectors.base import CaptureContext, CaptureOptions, Target
-from profiler.collectors.duty import DutyCycle
+from profiler.collectors.perf import offcpu, syscalls
+from profiler.collectors.perf.duty import DutyCycle
 
 from profiler.bundle import Bundle, BundleWriter, Manifest
 from profiler.capture.session import Session

@@ -180,7 +180,7 @@ def test_a_second_signal_during_the_stop_does_not_cut_it(tmp_path: Path, name: s
 def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> None:
     """A later capture removes the tracefs instances a killed one left (its process is gone, or its
     pid now names another process) and never one whose owner still runs: others capture beside us."""
-    from profiler.collectors import blockio
+    from profiler.collectors.tracefs import blockio
 
     root = Path(TRACEFS) / "instances"
     dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))

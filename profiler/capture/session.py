@@ -43,7 +43,7 @@ from profiler.bundle import (
 )
 from profiler.capture import signals
 from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, write_times
-from profiler.collectors import blockio, host
+from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import (
     CaptureContext,
@@ -53,6 +53,7 @@ from profiler.collectors.base import (
     disk_reason,
     skipped,
 )
+from profiler.collectors.tracefs import blockio
 from profiler.errors import CapabilityError, Interrupted, OutputError
 from profiler.files import create_growing
 from profiler.progress import Progress

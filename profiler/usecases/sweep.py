@@ -106,7 +106,7 @@ def _fill(step: Step, a: Analysis) -> None:
     step.category, step.headline = v.category, v.headline
     for tv, tm in zip(a.verdict.per_target, a.metrics.targets, strict=True):
         step.targets.append(StepTarget(label=tm.label, comm=tm.comm, category=tv.category, score=tv.score,
-                                       cpu_cores=tm.cpu_cores, cpu_available=tm.cpu_available, headline=tv.headline))
+                                       cpu_cores=tm.process.cpu_cores, cpu_available=tm.limits.cpu_available, headline=tv.headline))
 
 
 def _line(req: SweepRequest, i: int, step: Step) -> str:

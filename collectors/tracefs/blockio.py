@@ -11,7 +11,7 @@ The collector creates ``instances/profiler-<pid>-<n>`` (never touching the globa
 tools use), sets ``trace_clock=mono`` (the bundle's clock), enables block_rq_issue,
 block_rq_complete (and block_rq_requeue, block_rq_merge where the kernel has them), and a
 thread reads each CPU's ``trace_pipe_raw`` (the ring buffer's own binary pages, nothing
-formatted) every 0.2 s, decodes the pages with numpy (profiler/bundle/blockevents.py) and
+formatted) every 0.2 s, decodes the pages with numpy (profiler/formats/blockevents.py) and
 writes the events, in time order, as the columnar member ``block.events.bin`` (~5-15 bytes
 an event). The text trace this replaces (``cat trace_pipe | gzip``) cost 38% of one CPU at
 97K IOPS and was parsed again after the capture at ~520K events per CPU-second.
@@ -48,7 +48,7 @@ from profiler.collectors.base import CaptureContext, CollectorBase, Probe, disk_
 from profiler.collectors.files import file_size
 
 from profiler.bundle import OK, PARTIAL, CollectorRecord, members
-from profiler.bundle import blockevents as be
+from profiler.formats import blockevents as be
 
 OUTPUT = members.BLOCK_EVENTS
 TEXT_OUTPUT = members.BLOCK_TRACE  # without numpy: ftrace text, as bundles before v4 held
