@@ -64,11 +64,12 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
 
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
             keep_perf_data: bool, collectors: list[str] | None, load: list[str] | None = None,
-            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None) -> CaptureResult:
+            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
+            containers: list[str] | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
     from profiler.collectors import registry
 
-    targets = resolve(pids)
+    targets = resolve(pids, containers)
     out = output or default_output()
     chosen = (registry.by_name(options, collectors, keep_perf_data) if collectors
               else registry.default_collectors(options, keep_perf_data))

@@ -26,6 +26,8 @@ bundle is kept either way (marked partial when it is not complete).
 
     profiler attach --pid 4242 --call-graph dwarf -o cap    # Rust built without frame pointers
 
+    profiler attach --container tikv1 -d 30s -o cap         # a docker/podman container's processes, its limits named
+
     profiler attach --pid tidb-server --status-url http://127.0.0.1:10080 -o cap   # name the status port
     profiler attach --pid mariadbd -d 30s --load-log sb.log -o cap   # a load started elsewhere, on the timeline
 
@@ -38,7 +40,8 @@ CLOCK_MONOTONIC time (mono:12345.6). docs/load.md says more.
 """
 
 def command(
-    pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several. A name may match several processes."),
+    pid: list[str] = typer.Option(None, "--pid", "-p", help="Process name or pid; repeat for several. A name may match several processes, or name a container."),
+    container: list[str] = typer.Option(None, "--container", help="Every process of a running container: docker, podman, containerd or Kubernetes ([NAMESPACE/]POD[/CONTAINER]), by name, id or id prefix (repeatable)."),
     duration: str = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m)."),
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-YYYYmmdd-HHMMSS)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
@@ -55,6 +58,8 @@ def command(
     status_interval: str = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics."),
     no_server_cpu_profile: bool = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile over the window."),
 ) -> None:
+    if not pid and not container:
+        raise UsageError("no target: pass --pid NAME|PID or --container NAME|ID (repeatable)")
     if load_start is not None and load_log is None:
         raise UsageError("--load-start goes with --load-log (the load's output file)")
     if load_log is not None and not load_log.is_file():
@@ -63,7 +68,7 @@ def command(
     start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
-    result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
+    result = capture(pid or [], output, options, containers=container or [], force=force, keep_perf_data=keep_perf_data,
                      collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
     partial_is_an_error(result)
 
