@@ -458,7 +458,9 @@ def cpus_allowed(pid: int) -> list[int]:
 
 def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: str | None) -> TargetInfo:
     """Everything the manifest records about a target, read at capture start."""
-    from profiler.collectors import runtime  # the ELF readers load only when a capture starts
+    from profiler.collectors.runtime import (
+        detect as runtime,  # the ELF readers load only when a capture starts
+    )
 
     container = in_container(pid)
     rt = runtime.detect(pid)

@@ -59,7 +59,7 @@ class ThreadInfo:
 
 @dataclass
 class RuntimeInfo:
-    """What built a target's executable (collectors/runtime.py): read from the binary, not guessed."""
+    """What built a target's executable (collectors/runtime/detect.py): read from the binary, not guessed."""
 
     name: str | None = None  # "go", "rust", "c++", "c", "jvm"; None: not known
     version: str | None = None  # "go1.19.8", "rustc 1.74.0", "GCC 12.2.0"
