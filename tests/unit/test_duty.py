@@ -177,8 +177,7 @@ def test_sampled_capture_traces_only_its_windows(tmp_path: Path) -> None:
     try:
         time.sleep(0.3)
         cols = [syscalls.Syscalls(duty=DutyCycle(on=0.5, period=1.5)), offcpu.OffCpu(duty=DutyCycle(on=0.5, period=1.5))]
-        Session([target_from_pid(proc.pid)], tmp_path / "cap", CaptureOptions(duration=3.6, interval=0.25), cols,
-                progress=io.StringIO()).run()
+        Session([target_from_pid(proc.pid)], tmp_path / "cap", CaptureOptions(duration=3.6, interval=0.25), cols).run()
     finally:
         proc.kill()
         proc.wait()
