@@ -31,7 +31,10 @@ MAX_FREQUENCY = 10000
 # ----------------------------------------------------------------------------- the capture options
 # Declared once; every capturing verb takes them from here (tests/test_cli_conventions.py checks
 # that a flag's help text is the same in every verb).
-PID = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several. A name may match several processes.")
+_PID_HELP = "Process name or pid; repeat for several. A name may match several processes, or a container's processes."
+PID = typer.Option(..., "--pid", "-p", help=_PID_HELP)
+PID_OR_CONTAINER = typer.Option(None, "--pid", "-p", help=_PID_HELP)  # attach: --pid or --container
+CONTAINER = typer.Option(None, "--container", help="Every process of a running container: docker, podman, containerd or a Kubernetes pod's ([NAMESPACE/]POD[/CONTAINER]), by name, id or id prefix (repeatable; docs/containers.md).")
 FORCE = typer.Option(False, "--force", "-f", help="Replace an earlier capture in the output directory: only the files the profiler wrote there are removed (docs/cli.md#force).")
 DURATION = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m).")
 DURATION_AT_MOST = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most (30s, 2m).")
@@ -86,11 +89,12 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
 
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
             keep_perf_data: bool, collectors: list[str] | None, load: list[str] | None = None,
-            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None) -> CaptureResult:
+            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
+            containers: list[str] | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
     from profiler.collectors import registry
 
-    targets = resolve(pids)
+    targets = resolve(pids, containers)
     out = output or default_output()
     chosen = (registry.by_name(options, collectors, keep_perf_data) if collectors
               else registry.default_collectors(options, keep_perf_data))

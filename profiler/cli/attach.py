@@ -27,6 +27,8 @@ bundle is kept either way (marked partial when it is not complete).
 
     profiler attach --pid 4242 --call-graph dwarf -o cap    # Rust built without frame pointers
 
+    profiler attach --container tikv1 -d 30s -o cap         # a docker/podman container's processes, its limits named
+
     profiler attach --pid tidb-server --status-url http://127.0.0.1:10080 -o cap   # name the status port
     profiler attach --pid mariadbd -d 30s --load-log sb.log -o cap   # a load started elsewhere, on the timeline
 
@@ -39,7 +41,8 @@ CLOCK_MONOTONIC time (mono:12345.6). docs/load.md says more.
 """
 
 def command(
-    pid: list[str] = shared.PID,
+    pid: list[str] = shared.PID_OR_CONTAINER,
+    container: list[str] = shared.CONTAINER,
     duration: str = shared.DURATION,
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-YYYYmmdd-HHMMSS)."),
     force: bool = shared.FORCE,
@@ -56,6 +59,8 @@ def command(
     status_interval: str = shared.STATUS_INTERVAL,
     no_server_cpu_profile: bool = shared.NO_SERVER_CPU_PROFILE,
 ) -> None:
+    if not pid and not container:
+        raise UsageError("no target: pass --pid NAME|PID or --container NAME|ID (repeatable)")
     if load_start is not None and load_log is None:
         raise UsageError("--load-start goes with --load-log (the load's output file)")
     if load_log is not None and not load_log.is_file():
@@ -64,7 +69,7 @@ def command(
     start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
-    result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
+    result = capture(pid or [], output, options, containers=container or [], force=force, keep_perf_data=keep_perf_data,
                      collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
     partial_is_an_error(result)
 
