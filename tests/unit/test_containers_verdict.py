@@ -1,7 +1,7 @@
 """The CPU rule names a container's limits (analyzers/verdict/rules_cpu.container_limit): a pin by
 cpuset or affinity, a CPU quota, below what the target wants; and the limit's words in the
 evidence (target.cpu_list, _pinned). Real containers check the same end to end
-(tests/test_containers_e2e.py)."""
+(tests/e2e/test_containers_e2e.py)."""
 
 from __future__ import annotations
 
