@@ -19,7 +19,7 @@ import pytest
 from profiler import files
 from profiler.cli import main
 from profiler.errors import OutputError
-from tests.test_hostile import PERF_BUNDLE, bundle, one_error_line, run
+from tests.cli.test_hostile import PERF_BUNDLE, bundle, one_error_line, run
 
 VICTIM_REPORT = "<html>their own report</html>"
 
