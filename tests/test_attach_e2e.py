@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import json
 import os
 import re
@@ -25,12 +24,13 @@ from pathlib import Path
 import psutil
 import pytest
 from profiler.collectors.base import CaptureOptions
-from profiler.collectors.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpu
 
-from profiler.bundle import Bundle, blockevents
+from profiler.bundle import Bundle
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 from profiler.cli import main
+from profiler.formats import blockevents
 
 TRACEFS = "/sys/kernel/tracing"
 
@@ -378,8 +378,7 @@ def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: 
     col = OffCpu()
     col.max_bytes = 64 << 10
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
-        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col],
-                progress=io.StringIO()).run()
+        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col]).run()
     b = Bundle.open(clean_state / "cap")
     rec = b.manifest.collector("offcpu-stacks")
     assert rec is not None and rec.status == "partial" and "stopped early" in (rec.reason or "")

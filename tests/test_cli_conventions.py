@@ -63,3 +63,19 @@ def test_report_json_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(SAMPLES / "io-fsync-fio"), "--json"]) == 0
     assert '"schema": "profiler.report"' in capsys.readouterr().out
     assert main(["report", str(SAMPLES / "io-fsync-fio"), "--json", "--format", "md"]) == 2
+
+
+CAPTURING = ("attach", "run", "sweep", "demo", "cluster attach", "cluster run")
+
+
+def test_every_capturing_verb_declares_a_capture_option_alike() -> None:
+    """The capture options are declared once (profiler/cli/_capture.py): a flag several capturing
+    verbs take has the same help text and default in each (no drifted copies)."""
+    seen: dict[str, tuple[str, str, object]] = {}
+    for verb in CAPTURING:
+        for flag, p in _opts(verb).items():
+            if not flag.startswith("--") or flag in ("--output", "--help", "--pid", "--duration"):
+                continue
+            first = seen.setdefault(flag, (verb, p.help, p.default))
+            assert (p.help, p.default) == first[1:], f"{flag}: {verb} and {first[0]} disagree"
+    assert {"--force", "--frequency", "--call-graph", "--interval", "--collector", "--no-report"} <= set(seen)

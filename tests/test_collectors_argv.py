@@ -6,8 +6,10 @@ import io
 from pathlib import Path
 
 import pytest
-from profiler.collectors import blockio, cpu_stacks, offcpu, perf_stat, registry, syscalls
+from profiler.collectors import registry
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector, Target
+from profiler.collectors.perf import cpu_stacks, offcpu, perf_stat, syscalls
+from profiler.collectors.tracefs import blockio
 
 from profiler.bundle import BundleWriter, Manifest
 

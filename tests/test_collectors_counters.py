@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from profiler.collectors.perf_stat import KernelCounters
+from profiler.collectors.perf.perf_stat import KernelCounters
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this host")

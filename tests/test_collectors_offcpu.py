@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.collectors.base import CaptureContext, CaptureOptions, Target
-from profiler.collectors.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpu
 
 from profiler.bundle import BundleWriter, Manifest
 

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from profiler.collectors import offcpu, registry, syscalls
+from profiler.collectors import registry
 from profiler.collectors.base import CaptureContext, CaptureOptions, Target
-from profiler.collectors.duty import DutyCycle
+from profiler.collectors.perf import offcpu, syscalls
+from profiler.collectors.perf.duty import DutyCycle
 
 from profiler.bundle import Bundle, BundleWriter, Manifest
 from profiler.capture.session import Session
@@ -176,8 +177,7 @@ def test_sampled_capture_traces_only_its_windows(tmp_path: Path) -> None:
     try:
         time.sleep(0.3)
         cols = [syscalls.Syscalls(duty=DutyCycle(on=0.5, period=1.5)), offcpu.OffCpu(duty=DutyCycle(on=0.5, period=1.5))]
-        Session([target_from_pid(proc.pid)], tmp_path / "cap", CaptureOptions(duration=3.6, interval=0.25), cols,
-                progress=io.StringIO()).run()
+        Session([target_from_pid(proc.pid)], tmp_path / "cap", CaptureOptions(duration=3.6, interval=0.25), cols).run()
     finally:
         proc.kill()
         proc.wait()

@@ -21,8 +21,9 @@ from profiler.analyzers.io import pairing, stats
 from profiler.analyzers.views import read_views, start_early_reads
 from profiler.analyzers.views.blockio import EARLY_IO
 
-from profiler.bundle import Bundle, EarlyReads, blockevents, members
+from profiler.bundle import Bundle, EarlyReads, members
 from profiler.cli import main
+from profiler.formats import blockevents
 from profiler.usecases.report import analysis_of, render
 
 pytestmark = [

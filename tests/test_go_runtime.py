@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from profiler.collectors import golang, gosym, runtime
-from profiler.collectors.elf import Elf
+from profiler.collectors.runtime import detect as runtime
+from profiler.collectors.runtime import gosym
 
 from profiler.bundle import VERSION, Bundle, parse_manifest
 from profiler.cli import main
+from profiler.formats import golang
+from profiler.formats.elf import Elf
 from tests.conftest import SAMPLES
 from tests.workloads import gobuild
 from tests.workloads.goservers import Etcd, GoWorkload, children
@@ -169,7 +171,7 @@ def test_rust_from_comment_or_library_paths(tmp_path: Path) -> None:
 def test_not_elf_is_unknown(tmp_path: Path) -> None:
     f = tmp_path / "script"
     f.write_bytes(b"#!/bin/sh\necho hi\n")
-    from profiler.collectors.elf import ElfError
+    from profiler.formats.elf import ElfError
 
     with pytest.raises(ElfError, match="not an ELF"):
         Elf(f)

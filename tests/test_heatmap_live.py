@@ -121,7 +121,7 @@ def _record_fio(tmp_path: Path, extra: list[str]) -> Path:
     """perf record -a of the block events over a real fio run, with every CPU kept busy by a spinner.
 
     Busy CPUs because perf record drops completions that run in interrupt context on an idle CPU,
-    without a lost record (collectors/blockio.py; 91 of 11330 once here): what this recording is
+    without a lost record (collectors/tracefs/blockio.py; 91 of 11330 once here): what this recording is
     for is comparing two decodings of one perf.data, which needs completions in it."""
     data = tmp_path / "blk.perf.data"
     events = [a for ev in EVENTS if (TRACEFS / "events" / "block" / ev).is_dir() for a in ("-e", f"block:{ev}")]
@@ -148,7 +148,7 @@ def test_binary_member_pairs_exactly_as_the_text_of_the_same_perf_data(tmp_path:
     """One perf.data of a real fio run, two ways: `perf script --ns` text through the text reader
     (the old block.trace path), and the block-io collector's binary member written from it. Every
     pair, its latency and the counts must agree."""
-    from profiler.bundle import blockevents
+    from profiler.formats import blockevents
 
     data = _record_fio(tmp_path, [])
     text = subprocess.run(["perf", "script", "--ns", "-i", str(data)], capture_output=True, check=True).stdout
@@ -181,9 +181,9 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
     saw pairs identically: device, sector, op, flags, bytes, issuer; times agree to the
     microsecond ftrace prints (test_binary_member_pairs_exactly_as_the_text_of_the_same_perf_data
     shows the decoding exact to the nanosecond on one recording)."""
-    from profiler.collectors import blockio as col
+    from profiler.collectors.tracefs import blockio as col
 
-    from profiler.bundle import blockevents
+    from profiler.formats import blockevents
 
     text_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqtext-{os.getpid()}")
     raw_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqraw-{os.getpid()}")

@@ -4,14 +4,16 @@ The layers, bottom to top (imports point down; two layers on one level do not im
 
     0  core         profiler (the package root), profiler.errors, profiler.knowledge, profiler.files (writing
                     outputs), profiler.tolerant (reading damaged inputs), profiler.untrusted (printing names)
+    1  formats      profiler.formats: codecs of perf.data, block events, ELF and Go tables; may import core
     1  bundle       profiler.bundle: the capture bundle (manifest, reader, writer, member names)
-    2  inputs       profiler.inputs: one reader per input format; may import bundle
-    2  collectors   profiler.collectors: capture-side evidence; may import bundle, core
-    3  analyzers    profiler.analyzers: pure analysis; may import inputs, bundle, core
-    3  capture      profiler.capture: session, targets, doctor; may import collectors, bundle, core
+    2  inputs       profiler.inputs: one reader per input format; may import formats, bundle
+    2  collectors   profiler.collectors: capture-side evidence; may import formats, bundle, core
+    3  analyzers    profiler.analyzers: pure analysis; may import inputs, formats, bundle, core
+    3  capture      profiler.capture: session, targets, doctor; may import collectors, formats, bundle, core
     4  renderers    profiler.renderers (+ profiler.templates): may import analyzers' models and below them
     5  usecases     profiler.usecases: one function per user request; composes all of the above
-    5  cluster      profiler.cluster: the cluster capture over SSH; may import capture, collectors, bundle, core
+    5  cluster      profiler.cluster: the cluster capture over SSH; may import capture, collectors, formats,
+                    bundle, core
     6  cli          profiler.cli (+ profiler.__main__): thin typer verbs; nothing imports it
        demo         profiler.demo: a standalone workload script, imports nothing of ours
 
@@ -44,6 +46,7 @@ LAYER_OF: dict[str, str] = {
     "profiler.files": "core",
     "profiler.tolerant": "core",
     "profiler.untrusted": "core",
+    "profiler.formats": "formats",
     "profiler.bundle": "bundle",
     "profiler.inputs": "inputs",
     "profiler.collectors": "collectors",
@@ -58,19 +61,20 @@ LAYER_OF: dict[str, str] = {
     "profiler.demo": "demo",
 }
 
-_BELOW_USECASES = {"core", "bundle", "inputs", "collectors", "analyzers", "capture", "renderers"}
+_BELOW_USECASES = {"core", "formats", "bundle", "inputs", "collectors", "analyzers", "capture", "renderers"}
 
 # Layer -> the layers its modules may import (its own included).
 MAY_IMPORT: dict[str, set[str]] = {
     "core": {"core"},
+    "formats": {"core", "formats"},
     "bundle": {"core", "bundle"},
-    "inputs": {"core", "bundle", "inputs"},
-    "collectors": {"core", "bundle", "collectors"},
-    "analyzers": {"core", "bundle", "inputs", "analyzers"},
-    "capture": {"core", "bundle", "collectors", "capture"},
-    "renderers": {"core", "bundle", "inputs", "analyzers", "renderers"},
+    "inputs": {"core", "formats", "bundle", "inputs"},
+    "collectors": {"core", "formats", "bundle", "collectors"},
+    "analyzers": {"core", "formats", "bundle", "inputs", "analyzers"},
+    "capture": {"core", "formats", "bundle", "collectors", "capture"},
+    "renderers": {"core", "formats", "bundle", "inputs", "analyzers", "renderers"},
     "usecases": _BELOW_USECASES | {"usecases"},
-    "cluster": {"core", "bundle", "collectors", "capture", "cluster"},
+    "cluster": {"core", "formats", "bundle", "collectors", "capture", "cluster"},
     "cli": _BELOW_USECASES | {"usecases", "cluster", "cli"},
     "demo": {"demo"},
 }

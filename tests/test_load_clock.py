@@ -172,8 +172,8 @@ def test_per_transaction_figures() -> None:
     info = LoadInfo(argv=["sysbench"], log=members.LOAD_LOG, started=100.0)
     la = analyze_load(LoadLog(info=info, parsed=parse_lines(sysbench_lines([1000.0] * 10))), _manifest())
     assert la.tps == pytest.approx(1000.0)
-    tm = TargetMetrics(pid=7, comm="mariadbd", kind=None, runtime=None, label="mariadbd (pid 7)", cpu_cores=1.5,
-                       read_bps=2_000_000.0, write_bps=1_000_000.0, vcsw_rate=3000.0, ivcsw_rate=500.0)
+    tm = TargetMetrics.from_flat(pid=7, comm="mariadbd", cpu_cores=1.5,
+                                 read_bps=2_000_000.0, write_bps=1_000_000.0, vcsw_rate=3000.0, ivcsw_rate=500.0)
     (pt,) = per_transaction(la, [tm], {7: 5000}, 10.0)
     assert (pt.cpu_ms, pt.io_bytes, pt.ctx_switches, pt.ios) == pytest.approx((1.5, 3000.0, 3.5, 0.5))
 

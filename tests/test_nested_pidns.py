@@ -90,7 +90,7 @@ def test_offcpu_and_syscalls_from_a_nested_pid_namespace(tmp_path: Path) -> None
 def test_many_thread_names_become_one_pattern_per_pool() -> None:
     """A TiKV-like server has more thread names than a filter should list: numbered names
     collapse into one glob per pool; names that cannot be quoted mean no name filter."""
-    from profiler.collectors.scope import comm_filter
+    from profiler.collectors.perf.scope import comm_filter
 
     names = ([f"raftstore-{i}-{j}" for i in range(4) for j in range(4)] + [f"grpc-server-{i}" for i in range(10)]
              + [f"rocksdb:low{i}" for i in range(10)] + [f"unified-read-{i}" for i in range(12)]
@@ -111,7 +111,7 @@ def test_the_text_pairings_map_host_ids_too(writer: str) -> None:
     """The perf script fallbacks (perf.data not readable directly; the cluster agent's bare
     python3 without numpy) pair the same switches under the namespace's ids: the header's
     pid/tid are perf's translated ids, prev_pid/next_pid the host's."""
-    from profiler.collectors.offcpu import IntervalWriter, PyIntervalWriter
+    from profiler.collectors.perf.offcpu import IntervalWriter, PyIntervalWriter
 
     def line(pid: int, tid: int, t: float, prev: int, nxt: int, state: str = "S") -> str:
         return (f"  {pid}/{tid}  {t:.6f}: sched:sched_switch: prev_comm=w prev_pid={prev} prev_prio=120 "

@@ -1,4 +1,4 @@
-"""perf.data read directly (profiler.bundle.perfdata): the same answers as `perf script` on real
+"""perf.data read directly (profiler.formats.perfdata): the same answers as `perf script` on real
 recordings we make ourselves, a batch at a time or all at once.
 
 - syscall pairs and off-CPU intervals decoded straight from perf.data equal those paired from
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
-from profiler.collectors import offcpu, syscalls
+from profiler.collectors.perf import offcpu, syscalls
 
-from profiler.bundle import perfdata as pd
-from profiler.bundle import perfdata_reduce as pr
+from profiler.formats import perfdata as pd
+from profiler.formats import perfdata_reduce as pr
 from tests.conftest import have_perf, is_root, requires_perf, requires_root
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "perf-script-collectors"
@@ -297,7 +297,7 @@ def test_collectors_import_without_numpy(tmp_path: Path) -> None:
     """The cluster agent ships the collectors to hosts with nothing but python3: they import,
     and pick the plain-Python pairings."""
     code = ("import sys; sys.modules['numpy'] = None; "
-            "from profiler.collectors import offcpu, syscalls, cpu_stacks; from profiler.bundle import perfdata; "
+            "from profiler.collectors.perf import offcpu, syscalls, cpu_stacks; from profiler.formats import perfdata; "
             "import io; assert isinstance(offcpu.interval_writer(io.StringIO()), offcpu.PyIntervalWriter); "
             "assert isinstance(syscalls.pairing(io.StringIO(), 0.0, 1.0, {}), syscalls.PyPairing); "
             "print('ok')")

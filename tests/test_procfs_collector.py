@@ -13,7 +13,8 @@ import time
 
 import pytest
 from profiler.analyzers.series import procfs as procmod
-from profiler.collectors import procfs, procfs_files
+from profiler.collectors.procfs import files as procfs_files
+from profiler.collectors.procfs import sampler as procfs
 
 CHURN = r"""
 import threading, time, sys

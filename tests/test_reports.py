@@ -152,7 +152,7 @@ def test_timeline_is_one_axis(analysis) -> None:
     assert known and all(v >= 0 for v in known)
     states = tl.panels["states"].series
     # stacked thread counts never exceed the number of threads sampled
-    nthreads = sum(t.threads for t in analysis.metrics.targets)
+    nthreads = sum(t.time.threads for t in analysis.metrics.targets)
     for i in range(len(tl.t)):
         total = sum(vals[i] or 0 for vals in states.values())
         assert total <= nthreads + 0.01

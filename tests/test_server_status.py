@@ -24,8 +24,8 @@ from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.server import keyseries
 from profiler.analyzers.server import series as S
 from profiler.analyzers.server.prometheus import parse_text
-from profiler.collectors import server_status as ss
-from profiler.collectors import status_ports as ports
+from profiler.collectors.server import ports
+from profiler.collectors.server import status as ss
 
 from profiler.bundle import Bundle
 from profiler.cli import main

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
-import io
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,8 +71,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 def _session(tmp_path: Path, pid: int, cols: list[Ticker], duration: float | None = 0.5,
              load: list[str] | None = None) -> Session:
-    return Session([target_from_pid(pid)], tmp_path / "cap", CaptureOptions(duration=duration), list(cols),
-                   load=load, progress=io.StringIO())
+    return Session([target_from_pid(pid)], tmp_path / "cap", CaptureOptions(duration=duration), list(cols), load=load)
 
 
 def test_duration_reached_gives_an_ok_bundle(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
@@ -186,3 +187,41 @@ def test_an_unexpected_error_still_finishes_the_bundle(tmp_path: Path, sleeper: 
     assert m.status == "partial" and "bug in the loop" in (m.reason or "")
     rec = m.collector("ticker")
     assert rec is not None and rec.status == "ok" and rec.files == ["ticker.txt"]
+
+
+def test_progress_goes_through_the_progress_protocol(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """The session says how far it got through profiler.progress.Progress (the CLI draws it): the
+    window's seconds against the duration, the bytes written, then the collectors finished."""
+    calls: list[tuple[str, float, float | None, str]] = []
+
+    def progress(task: str, done: float, total: float | None = None, unit: str = "") -> None:
+        calls.append((task, done, total, unit))
+
+    Session([target_from_pid(sleeper.pid)], tmp_path / "cap", CaptureOptions(duration=1.2), [Ticker("a"), Ticker("b")],
+            progress=progress).run()
+    capturing = [c for c in calls if c[0] == "capturing"]
+    assert capturing and all(c[2] == 1.2 and c[3] == "s" for c in capturing)
+    assert [c[1] for c in capturing] == sorted(c[1] for c in capturing) and capturing[-1][1] < 1.2
+    assert any(c[0] == "writing the bundle" and c[3] == "B" for c in calls)
+    assert calls[-1] == ("stopping: finishing files", 2, 2, "collectors")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_ends_the_capture_partial_and_names_it(tmp_path: Path, sleeper: subprocess.Popen[bytes],
+                                                              sig: int) -> None:
+    """Ctrl-C, SIGTERM and SIGHUP all end a capture the same way: every collector stopped and
+    its files kept, the bundle partial with the signal named, the handlers given back."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    timer = threading.Timer(0.8, os.kill, (os.getpid(), sig))
+    timer.start()
+    try:
+        result = _session(tmp_path, sleeper.pid, [Ticker()], duration=30).run()
+    finally:
+        timer.cancel()
+    name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+    assert result.interrupted and result.signal == sig and result.stop_reason == f"interrupted ({name})"
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert m.status == "partial" and (m.reason or "").startswith(f"interrupted ({name})")
+    rec = m.collector("ticker")
+    assert rec is not None and rec.status == "ok" and (tmp_path / "cap" / "ticker.txt").read_text()
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture.session import capture_bar
 from profiler.cli import main
 from tests.conftest import SAMPLES
 
@@ -90,7 +89,3 @@ def test_progress_bars_on_a_terminal_only(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "folding" not in proc.stderr and "wrote" in proc.stderr
 
-
-def test_capture_bar() -> None:
-    assert capture_bar(12, 30) == "capturing [##########..............] 12s / 30s, 18s left"
-    assert "until Ctrl-C" in capture_bar(5, None)

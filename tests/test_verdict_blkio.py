@@ -52,11 +52,11 @@ def test_a_stale_stamp_on_a_real_capture_is_not_read_as_hours_of_io() -> None:
     assert max(jumps) > 10_000  # the fixture still carries the impossible jump
     assert _raw_share(DATA, 11731) > 50
     tm = _target(DATA)
-    assert tm.blkio_delay_share is not None and 0.0 <= tm.blkio_delay_share <= 1.0
+    assert tm.time.blkio_delay_share is not None and 0.0 <= tm.time.blkio_delay_share <= 1.0
     # etcd was CPU-bound there: the sampler saw its busy threads in D or an IO syscall 0.4% of
     # the time; delay accounting, read right, agrees within a few percent
-    sampled = tm.active_states["io"]
-    assert abs(tm.blkio_delay_share - sampled) < 0.05, (tm.blkio_delay_share, sampled)
+    sampled = tm.time.active_states["io"]
+    assert abs(tm.time.blkio_delay_share - sampled) < 0.05, (tm.time.blkio_delay_share, sampled)
 
 
 def _own_share(log: Path, t0: float, t1: float) -> float:
@@ -102,9 +102,9 @@ def test_a_throttled_fsync_loop_reads_its_own_fsync_time(tmp_path: Path, threads
     tm = _target(bundle)
     t0, t1 = _window(bundle)
     own = float(np.mean([_own_share(Path(f"{log}.{i}"), t0, t1) for i in range(threads)]))
-    assert tm.active_threads == threads
-    assert tm.blkio_delay_share is not None and 0.0 <= tm.blkio_delay_share <= 1.0
-    assert abs(tm.blkio_delay_share - own) < 0.12, (tm.blkio_delay_share, own)
+    assert tm.time.active_threads == threads
+    assert tm.time.blkio_delay_share is not None and 0.0 <= tm.time.blkio_delay_share <= 1.0
+    assert abs(tm.time.blkio_delay_share - own) < 0.12, (tm.time.blkio_delay_share, own)
 
 
 @pytest.mark.privileged
@@ -118,4 +118,4 @@ def test_a_cpu_bound_process_under_a_quota_waits_on_no_io(tmp_path: Path) -> Non
         time.sleep(1.0)
         bundle = recorder.record(tmp_path / "b", [target_from_pid(proc.pid)], 4.0, 20.0)
     tm = _target(bundle)
-    assert tm.blkio_delay_share is None or tm.blkio_delay_share < 0.02, tm.blkio_delay_share
+    assert tm.time.blkio_delay_share is None or tm.time.blkio_delay_share < 0.02, tm.time.blkio_delay_share

@@ -8,8 +8,9 @@ with them; the recorded bundles of samples/ check the same rules end to end
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
-from profiler.analyzers.verdict import findings, ranking, rules
+from profiler.analyzers.verdict import findings, ranking, rules, rules_cpu
 from profiler.analyzers.verdict.model import DiskMetrics, Metrics, SystemMetrics, TargetMetrics
 
 
@@ -21,19 +22,19 @@ def _metrics(tm: TargetMetrics, cpu_util: float = 1.0, neighbours: list[tuple[st
                    unsupported_counters=[], warnings=[])
 
 
-def _starved_redis() -> TargetMetrics:
-    """One event-loop thread that runs 18% and waits on the run queue 78% of the time."""
-    tm = TargetMetrics(pid=1, comm="redis-server", kind=None, runtime=None, label="redis-server (pid 1)",
-                       threads=4, active_threads=1, samples=200)
-    tm.cpu_cores, tm.cpu_available, tm.cpu_available_why = 0.18, 2.0, "2 CPUs on the host"
-    tm.cpu_util = 0.09
-    tm.demand_cores, tm.demand_util = 0.97, 0.485
-    tm.max_thread_demand, tm.demand_thread_cpu = 0.96, 0.18
-    tm.demand_thread = "redis-server (tid 1): running 18%, waiting for a CPU 78%"
-    tm.runq_share = 0.81
-    tm.active_states = {"cpu": 0.18, "runnable": 0.78, "io": 0.0, "aio": 0.0, "futex": 0.0, "idle": 0.04,
-                        "sleep": 0.0, "other": 0.0}
-    return tm
+STARVED_REDIS: dict[str, Any] = {
+    # one event-loop thread that runs 18% and waits on the run queue 78% of the time
+    "threads": 4, "active_threads": 1, "samples": 200,
+    "cpu_cores": 0.18, "cpu_available": 2.0, "cpu_available_why": "2 CPUs on the host", "cpu_util": 0.09,
+    "demand_cores": 0.97, "demand_util": 0.485, "max_thread_demand": 0.96, "demand_thread_cpu": 0.18,
+    "demand_thread": "redis-server (tid 1): running 18%, waiting for a CPU 78%", "runq_share": 0.81,
+    "active_states": {"cpu": 0.18, "runnable": 0.78, "io": 0.0, "aio": 0.0, "futex": 0.0, "idle": 0.04,
+                      "sleep": 0.0, "other": 0.0},
+}
+
+
+def _starved_redis(**changed: Any) -> TargetMetrics:
+    return TargetMetrics.from_flat(pid=1, comm="redis-server", **{**STARVED_REDIS, **changed})
 
 
 def test_a_starved_thread_is_cpu_bound_and_the_neighbours_are_named() -> None:
@@ -45,32 +46,31 @@ def test_a_starved_thread_is_cpu_bound_and_the_neighbours_are_named() -> None:
 
 
 def test_a_quota_is_the_sub_cause_before_the_neighbours() -> None:
-    tm = _starved_redis()
-    tm.cpu_throttled_share, tm.cpu_throttled_time_share, tm.cpu_available_why = 0.95, 0.8, "cgroup CPU quota 0.10 cores"
+    tm = _starved_redis(cpu_throttled_share=0.95, cpu_throttled_time_share=0.8,
+                        cpu_available_why="cgroup CPU quota 0.10 cores")
     m = _metrics(tm)
-    f = rules.rule_cpu(tm, m)
+    f = rules_cpu.rule_cpu(tm, m)
     assert f is not None and f.sub_cause.startswith("cgroup CPU quota: throttled in 95% of periods")
 
 
 def test_a_light_target_that_queues_on_a_busy_host_is_not_cpu_bound() -> None:
-    tm = _starved_redis()
     # wants a tenth of a core, gets 0.04, queues for the rest: its threads want a CPU 15% of their time
-    tm.cpu_cores, tm.cpu_util, tm.demand_cores, tm.demand_util = 0.04, 0.02, 0.15, 0.075
-    tm.max_thread_demand, tm.demand_thread_cpu, tm.runq_share = 0.15, 0.04, 0.73
-    tm.active_states = dict(tm.active_states, cpu=0.04, runnable=0.11, idle=0.85)
+    tm = _starved_redis(cpu_cores=0.04, cpu_util=0.02, demand_cores=0.15, demand_util=0.075, max_thread_demand=0.15,
+                        demand_thread_cpu=0.04, runq_share=0.73,
+                        active_states=dict(STARVED_REDIS["active_states"], cpu=0.04, runnable=0.11, idle=0.85))
     m = _metrics(tm)
     assert ranking.target_verdict(tm, m).category == "not_saturated"
 
 
 def test_completion_waits_count_as_io_only_at_a_device_or_throttle_limit() -> None:
-    tm = TargetMetrics(pid=2, comm="fio", kind=None, runtime=None, label="fio (pid 2)", threads=2, active_threads=1,
-                       samples=200)
-    tm.cpu_cores, tm.cpu_available, tm.cpu_util = 0.02, 2.0, 0.01
-    tm.active_states = {"cpu": 0.02, "runnable": 0.0, "io": 0.0, "aio": 0.95, "futex": 0.0, "idle": 0.03,
-                        "sleep": 0.0, "other": 0.0}
+    fio: dict[str, Any] = {
+        "threads": 2, "active_threads": 1, "samples": 200, "cpu_cores": 0.02, "cpu_available": 2.0, "cpu_util": 0.01,
+        "active_states": {"cpu": 0.02, "runnable": 0.0, "io": 0.0, "aio": 0.95, "futex": 0.0, "idle": 0.03,
+                          "sleep": 0.0, "other": 0.0}}
+    tm = TargetMetrics.from_flat(pid=2, comm="fio", **fio)
     quiet = rules.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
     assert quiet is not None and quiet.score < findings.PRIMARY
-    tm.blkio_limits, tm.blkio_iops_use = {"read_iops": {"254:0": 100}}, 1.0
+    tm = TargetMetrics.from_flat(pid=2, comm="fio", **fio, blkio_limits={"read_iops": {"254:0": 100}}, blkio_iops_use=1.0)
     throttled = rules.rule_io_wait(tm, _metrics(tm, disk_util=0.05))
     assert throttled is not None and throttled.score >= findings.PRIMARY
     assert "at 100% of its limit" in throttled.sub_cause and "wait for IO completions 95%" in throttled.sub_cause
@@ -110,15 +110,16 @@ def test_mixed_evidence_lowers_confidence_and_says_why() -> None:
                for w in why)
 
 
-def _go(demand_util: float, cpu_cores: float, gc_share: float, heap: float, limit: float | None) -> TargetMetrics:
+def _go(demand_util: float | None, cpu_cores: float, gc_share: float, heap: float, limit: float | None,
+        cpu_util: float | None = -1.0) -> TargetMetrics:
     from profiler.analyzers.verdict.server import ServerEvidence
 
-    tm = TargetMetrics(pid=3, comm="goworkload", kind=None, runtime="go", label="goworkload (pid 3)", threads=6,
-                       active_threads=2, cpu_cores=cpu_cores, cpu_available=2.0, cpu_util=cpu_cores / 2.0,
-                       demand_util=demand_util, states={"idle": 0.9, "cpu": 0.05}, samples=90)
-    tm.server = ServerEvidence(pid=3, go=True, gc_cpu_share=gc_share, gc_cpu_source="runtime metrics",
-                               heap_inuse=heap, heap_goal=4 * 2**20, memory_limit=limit)
-    return tm
+    return TargetMetrics.from_flat(
+        pid=3, comm="goworkload", runtime="go", threads=6, active_threads=2, cpu_cores=cpu_cores, cpu_available=2.0,
+        cpu_util=cpu_cores / 2.0 if cpu_util == -1.0 else cpu_util, demand_util=demand_util,
+        states={"idle": 0.9, "cpu": 0.05}, samples=90,
+        server=ServerEvidence(pid=3, go=True, gc_cpu_share=gc_share, gc_cpu_source="runtime metrics",
+                              heap_inuse=heap, heap_goal=4 * 2**20, memory_limit=limit))
 
 
 def test_the_gc_share_of_a_near_idle_go_process_is_not_memory_pressure() -> None:
@@ -132,8 +133,7 @@ def test_the_gc_share_of_a_near_idle_go_process_is_not_memory_pressure() -> None
     v = ranking.target_verdict(busy, _metrics(busy))
     assert v.category == "memory" and "Go terms" in (v.primary.sub_cause or "")
     # how busy it is unknown: the share counts in full, as before
-    unknown = _go(0.0, 0.005, 0.715, 2**20, None)
-    unknown.demand_util = unknown.cpu_util = None
+    unknown = _go(None, 0.005, 0.715, 2**20, None, cpu_util=None)
     assert ranking.target_verdict(unknown, _metrics(unknown)).category == "memory"
 
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from profiler.analyzers.verdict import findings, ranking, rules
+from profiler.analyzers.verdict import findings, ranking, rules, rules_cpu
 from profiler.analyzers.verdict.metrics import compute
 from profiler.analyzers.views import read_views
 
@@ -34,7 +34,7 @@ EXPECTED = {
     "tikv-shaped-raftstore-hot": ("cpu", ("pool raftstore", "raftstore.store-pool-size")),
 }
 
-RULE_OF = {"cpu": rules.rule_cpu, "io_wait": rules.rule_io_wait, "memory": rules.rule_memory,
+RULE_OF = {"cpu": rules_cpu.rule_cpu, "io_wait": rules.rule_io_wait, "memory": rules.rule_memory,
            "lock_contention": rules.rule_lock}
 
 
@@ -81,7 +81,7 @@ def test_imbalance_flags_the_quiet_peer() -> None:
     assert len(m.targets) == 3
     cpu = [i for i in cv.imbalances if i.metric == "cpu_cores"]
     assert len(cpu) == 1, [i.note for i in cv.imbalances]
-    quiet = min(m.targets, key=lambda t: t.cpu_cores or 0)
+    quiet = min(m.targets, key=lambda t: t.process.cpu_cores or 0)
     assert cpu[0].outlier == quiet.label and cpu[0].ratio < 0.7
 
 

@@ -61,7 +61,7 @@ def test_one_read_per_member_with_several_targets(monkeypatch: pytest.MonkeyPatc
     counts = _opens(monkeypatch, PERF)
     a = analysis.analyze(bundle)
     assert counts[members.STAT] == counts[members.SYSCALLS] == 1
-    assert all(t.syscall_top for t in a.metrics.targets)  # each target's rows, from the one read
+    assert all(t.counters.syscall_top for t in a.metrics.targets)  # each target's rows, from the one read
 
 
 def test_older_syscalls_rate_member_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +77,7 @@ def test_older_syscalls_rate_member_is_read_once(tmp_path: Path, monkeypatch: py
     counts = _opens(monkeypatch, root)
     a = analysis.analyze(bundle)
     assert counts[members.SYSCALLS_RATE] == 1 and members.SYSCALLS not in counts
-    assert a.metrics.targets[0].syscall_rate == pytest.approx(3000 / 1.0, rel=0.5)
+    assert a.metrics.targets[0].counters.syscall_rate == pytest.approx(3000 / 1.0, rel=0.5)
     assert "syscalls" in a.timeline.panels
 
 

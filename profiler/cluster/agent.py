@@ -20,7 +20,6 @@ shipped code removed, and the agent exits: no perf process or tracefs instance o
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -154,7 +153,7 @@ class Agent:
             self.emit(event="done", status="failed", stage="collectors", reason=str(exc))
             return
         used, why = registry.backend_choice(options)
-        session = Session(targets, out, options, chosen, progress=io.StringIO(),
+        session = Session(targets, out, options, chosen,
                           extra_options={"keep_perf_data": keep, "backend_used": used, "backend_reason": why,
                                          "cluster": {"node": req.get("node"), "role": req.get("role")}})
         session.prepare()

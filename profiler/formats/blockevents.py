@@ -1,4 +1,4 @@
-"""The block-io collector's binary member ``block.events.bin`` (bundle layer): format, writer, reader.
+"""The block-io collector's binary member ``block.events.bin`` (formats layer): format, writer, reader.
 
 The collector reads the block_rq_* tracepoints as the kernel's ring buffer pages
 (tracefs ``per_cpu/cpuN/trace_pipe_raw``, ~65 bytes an event) and writes this columnar file
@@ -6,7 +6,7 @@ The collector reads the block_rq_* tracepoints as the kernel's ring buffer pages
 sides use this module: the collector decodes pages into it (:func:`parse_pages`,
 :class:`PageStream`), the inputs layer reads it (:func:`iter_blocks`). A perf.data of the same
 tracepoints converts to it too (:func:`convert`, through the one perf.data reader,
-profiler/bundle/perfdata.py).
+profiler/formats/perfdata.py).
 
 Layout (little-endian)::
 
@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from profiler.bundle import members
-from profiler.bundle import perfdata as pd
+from profiler.formats import perfdata as pd
 
 try:
     import numpy as np
@@ -45,7 +44,6 @@ except ImportError:  # the cluster agent's bare python3: the collector writes te
 
 HAVE_NUMPY = np is not None
 
-MEMBER = members.BLOCK_EVENTS
 MAGIC = b"PRFBLKEV"
 VERSION = 1
 _HEAD = struct.Struct("<8sII")

@@ -1,4 +1,4 @@
-"""perf.data, the binary file perf record writes, read without `perf script` (bundle layer).
+"""perf.data, the binary file perf record writes, read without `perf script` (formats layer).
 
 Both sides read it: the collectors at the end of a capture (syscall pairs, off-CPU intervals,
 keeping only the targets' samples before symbolizing) and the inputs layer (perf.data given

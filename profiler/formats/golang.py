@@ -1,4 +1,4 @@
-"""What a Go executable says about itself (collectors layer): its build info and its function table.
+"""What a Go executable says about itself (formats layer): its build info and its function table.
 
 Two sections every Go binary keeps, even stripped (``go build -ldflags=-s -w``, ``strip``):
 
@@ -21,7 +21,7 @@ textStart; for 1.2 only nfunc. The function table is nfunc+1 (pc, funcoff) pairs
 offsets from textStart since 1.18, pointer-size addresses before), sorted by pc, the last
 pair closing the last function; each function record's second word is the offset of its name
 (a NUL-terminated string) in the name table. This is what perf cannot read: a stripped Go
-binary has no .symtab, and perf names its frames ``[unknown]`` (collectors/gosym.py fixes that).
+binary has no .symtab, and perf names its frames ``[unknown]`` (collectors/runtime/gosym.py fixes that).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
-from profiler.collectors.elf import Elf, ElfError
-
+from profiler.formats.elf import Elf, ElfError
 from profiler.tolerant import uvarint
 
 BUILDINFO_MAGIC = b"\xff Go buildinf:"

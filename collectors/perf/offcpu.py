@@ -41,11 +41,11 @@ except ImportError:  # the cluster agent runs collectors under a bare python3: p
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
-from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import read_file, write_file
-from profiler.collectors.perf_collector import no_side_band, pid_list
-from profiler.collectors.scope import (
+from profiler.collectors.perf.base import no_side_band, pid_list
+from profiler.collectors.perf.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
+from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
     thread_ids,
@@ -54,7 +54,7 @@ from profiler.collectors.scope import (
 )
 
 from profiler.bundle import CollectorRecord, members
-from profiler.bundle.perfdata import PerfDataUnsupported
+from profiler.formats.perfdata import PerfDataUnsupported
 
 OUTPUT = members.OFFCPU_STACKS
 INTERVALS = members.OFFCPU_INTERVALS
@@ -369,7 +369,7 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
             comms.append(name.decode("utf-8", "replace"))
         return i
 
-    from profiler.bundle import perfdata as pd
+    from profiler.formats import perfdata as pd
 
     with pd.PerfFile(data) as f:
         ev = f.event("sched:sched_switch")

@@ -15,13 +15,13 @@ the capture clock, takes:
   (``/debug/pprof/profile?seconds=N``, when the duration is known) -> ``server-PID-cpu.pb.gz``;
 - an index of every request, its time, status, size and error -> ``server-status.jsonl``.
 
-Finding the port (collectors/status_ports.py): the known flags and defaults of each server
+Finding the port (collectors/server/ports.py): the known flags and defaults of each server
 kind, else the target's own listening TCP sockets, each probed here for ``/metrics`` and
 ``/debug/pprof/``. Only this host's addresses are used unless the user names a URL with
 ``--status-url``; a target in another network namespace (a container) is reached from a thread
 that joins that namespace (root).
 
-Nothing the server returns is trusted (collectors/status_http.py): every request has a time
+Nothing the server returns is trusted (collectors/server/bounded_http.py): every request has a time
 budget and a size cap, HTML and other non-profile answers are refused, and every failure is
 counted by kind in the collector's stats (``failures``) and named in the index. A target without
 such a port is skipped with the reason; the capture and the other collectors are never held up
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe, Target
-from profiler.collectors.status_http import (
+from profiler.collectors.server.bounded_http import (
     HTML,
     NOT_PPROF,
     NOT_TEXT,
@@ -52,7 +52,7 @@ from profiler.collectors.status_http import (
     looks_html,
     looks_pprof,
 )
-from profiler.collectors.status_ports import (
+from profiler.collectors.server.ports import (
     Candidate,
     Endpoint,
     as_url,

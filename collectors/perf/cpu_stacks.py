@@ -5,7 +5,7 @@ then ``perf script --pid PIDS`` (no inline resolution: fast) at the end, so the 
 symbolized text of the targets' samples that post-mortem on another host can read. perf.data
 itself stays out of the bundle unless ``keep_perf_data``.
 
-The sampler runs on the CPUs, not on the targets' threads (collectors/scope.py): a per-thread
+The sampler runs on the CPUs, not on the targets' threads (collectors/perf/scope.py): a per-thread
 ``cpu-clock`` event re-arms a timer at every context switch of the target, which cost a
 switch-heavy MariaDB ~11% of its throughput here; per CPU it costs the target nothing beyond
 the samples. ``:I`` leaves idle CPUs alone. Without the right to open system-wide events
@@ -22,14 +22,14 @@ import contextlib
 import re
 from pathlib import Path
 
-from profiler.collectors import gosym
 from profiler.collectors.base import CaptureContext, Probe
 from profiler.collectors.files import file_size
-from profiler.collectors.perf_collector import PerfCollector, pid_list
+from profiler.collectors.perf.base import PerfCollector, pid_list
 from profiler.collectors.process import run_to_file, tail
+from profiler.collectors.runtime import gosym
 
 from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
-from profiler.bundle.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
+from profiler.formats.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
 
 OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
@@ -101,7 +101,7 @@ class RecordCollector(PerfCollector):
     def script_pids(self, ctx: CaptureContext) -> list[int]:
         """The processes whose samples are symbolized (perf script --pid)."""
         if self._pids is None:
-            from profiler.collectors.scope import with_descendants
+            from profiler.collectors.perf.scope import with_descendants
 
             self._pids = with_descendants(ctx.pids)
         return self._pids
@@ -119,7 +119,7 @@ class RecordCollector(PerfCollector):
         try:
             import numpy as np
 
-            from profiler.bundle import perfdata_reduce as pr
+            from profiler.formats import perfdata_reduce as pr
         except ImportError:  # the cluster agent's bare python3
             rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
             return data
@@ -218,7 +218,7 @@ class CpuStacks(RecordCollector):
         return p
 
     def system_wide(self) -> bool:
-        from profiler.collectors.scope import system_wide_allowed
+        from profiler.collectors.perf.scope import system_wide_allowed
 
         return system_wide_allowed()
 

@@ -1,7 +1,7 @@
 """Syscalls of the targets (collectors layer) -> syscalls-rate.csv and syscalls.csv.
 
 ``perf record -a -e raw_syscalls:sys_enter --filter '<targets' thread ids>' -e
-raw_syscalls:sys_exit --filter ...`` (no stacks), duty-cycled (collectors/duty.py: 1 s of every
+raw_syscalls:sys_exit --filter ...`` (no stacks), duty-cycled (collectors/perf/duty.py: 1 s of every
 10 s by default, ``--collector syscalls-trace`` for all of it); at stop a stack-less ``perf script
 --pid`` pass pairs every enter with its thread's exit -> syscalls.csv
 (``time,tid,comm,syscall,count,total_ns`` per interval, per thread, per syscall). A syscall is
@@ -9,7 +9,7 @@ counted in the interval where it returned; one still blocked when the capture en
 ``epoll_wait``) is counted up to the last event, in the last interval. The syscall rate is
 that of the traced windows (counts / sampled seconds).
 
-The events live on the CPUs with a kernel filter on the thread id (collectors/scope.py), not on
+The events live on the CPUs with a kernel filter on the thread id (collectors/perf/scope.py), not on
 the targets' threads: per-thread events (and the per-thread ``perf stat`` rate counter this
 collector ran before) are switched with the thread at every context switch, which cost a
 switch-heavy MariaDB ~8% of its throughput here. The filter holds the threads the targets have
@@ -47,11 +47,10 @@ except ImportError:  # the cluster agent runs collectors under a bare python3: p
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.duty import DutyCycle
 from profiler.collectors.files import file_size, read_file
-from profiler.collectors.perf_collector import PerfCollector, no_side_band, pid_list
-from profiler.collectors.process import tail
-from profiler.collectors.scope import (
+from profiler.collectors.perf.base import PerfCollector, no_side_band, pid_list
+from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
     thread_ids,
@@ -59,9 +58,10 @@ from profiler.collectors.scope import (
     untraced_threads,
     with_descendants,
 )
+from profiler.collectors.process import tail
 
 from profiler.bundle import FAILED, PARTIAL, CollectorRecord, members
-from profiler.bundle.perfdata import PerfDataUnsupported
+from profiler.formats.perfdata import PerfDataUnsupported
 
 RATE_OUTPUT = members.SYSCALLS_RATE
 OUTPUT = members.SYSCALLS
@@ -461,7 +461,7 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
     """Pair the enter/exit trace straight from perf.data (no perf script): the samples of the
     processes ``pids`` (their threads' names from the file's COMM records). Returns the
     pairing and perf's lost-event count; PerfDataUnsupported when the file cannot be read so."""
-    from profiler.bundle import perfdata as pd
+    from profiler.formats import perfdata as pd
 
     comms: dict[int, str] = {}
     lost = [0]

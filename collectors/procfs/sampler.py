@@ -13,7 +13,7 @@ target waits for one). Records stream into
 Cost is kept low by holding the per-thread files open and re-reading them with ``pread``
 at offset 0 (procfs regenerates the text on each read), so a tick is a few syscalls per
 thread rather than open/read/close of five files. What each file holds, and the host-wide and
-cgroup readers, are collectors/procfs_files.py.
+cgroup readers, are collectors/procfs/files.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 from profiler.collectors.host import read_text
-from profiler.collectors.procfs_files import (
+from profiler.collectors.procfs.files import (
     READ_SIZE,
     block_devices,
     cgroup_dirs,

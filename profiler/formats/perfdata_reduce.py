@@ -1,4 +1,4 @@
-"""Smaller copies of a perf.data (bundle layer): only some samples, or identical stacks merged into one.
+"""Smaller copies of a perf.data (formats layer): only some samples, or identical stacks merged into one.
 
 What `perf script` costs is paid per sample it reads and per binary those samples name, so the
 collectors and the flame graph verbs hand it a reduced copy (perfdata.py reads the original):
@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from profiler.bundle.perfdata import (
+from profiler.formats.perfdata import (
     HEADER_SIZE,
     RECORD_COMM,
     RECORD_FORK,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 from profiler.collectors.files import file_size
-from profiler.collectors.perf_collector import PerfCollector, perf_probe, pid_list
+from profiler.collectors.perf.base import PerfCollector, perf_probe, pid_list
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
 

@@ -6,7 +6,7 @@ The known flags and defaults of each server kind (tidb-server ``-status`` 10080,
 (``/proc/PID/net/tcp*`` matched to the inodes of its ``/proc/PID/fd``). Only this host's
 addresses are kept (a wildcard listener is reached on loopback); a target in another network
 namespace is reached from a thread that joins it (:func:`join_netns`). Probing what answers is
-the collector's (collectors/server_status.py), over collectors/status_http.py.
+the collector's (collectors/server/status.py), over collectors/server/bounded_http.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A small ELF reader (collectors layer): header, section headers, notes, bytes at an address.
+"""A small ELF reader (formats layer): header, section headers, notes, bytes at an address.
 
-Enough to tell what runtime built a target's executable (collectors/runtime.py) and to read a
-Go binary's symbol table (collectors/gosym.py) without binutils: 32/64-bit, either byte order.
+Enough to tell what runtime built a target's executable (collectors/runtime/detect.py) and to read a
+Go binary's symbol table (collectors/runtime/gosym.py) without binutils: 32/64-bit, either byte order.
 Sections are read lazily through one open file; nothing is mapped or loaded whole unless asked.
 A file that is not ELF, or is cut short, raises :class:`ElfError` (never struct.error).
 """

@@ -5,7 +5,7 @@ fp`` walks goroutine stacks as well as C ones. Naming the frames is the problem:
 .symtab (and .dynsym), and a Go binary built with ``-ldflags=-s -w`` or passed through
 ``strip`` (Debian's etcd, most release builds) has neither, so every Go frame comes out as
 ``[unknown] (/usr/bin/etcd)``. The runtime's own table, .gopclntab, is always there
-(collectors/golang.py reads it).
+(profiler/formats/golang.py reads it).
 
 :func:`symbolizers` prepares, while the targets are alive, one function table per stripped Go
 executable of the targets (read through ``/proc/PID/exe``, so a container's binary or a deleted
@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import IO
 
-from profiler.collectors.elf import PT_LOAD, Elf, ElfError
-from profiler.collectors.golang import FuncTable, functable
+from profiler.formats.elf import PT_LOAD, Elf, ElfError
+from profiler.formats.golang import FuncTable, functable
 
 
 @dataclass

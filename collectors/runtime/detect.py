@@ -3,7 +3,7 @@
 Read through ``/proc/PID/exe`` (the binary the process runs, even in a container or deleted),
 in this order, the first answer wins:
 
-- Go: the ``.go.buildinfo`` section (collectors/golang.py): the Go version and build settings
+- Go: the ``.go.buildinfo`` section (profiler/formats/golang.py): the Go version and build settings
   (``-buildmode``, ``-trimpath``, ``CGO_ENABLED``, ``GOAMD64``, ``vcs.revision``...), the main
   package and module;
 - JVM: the process maps ``libjvm.so``;
@@ -16,7 +16,7 @@ in this order, the first answer wins:
 Besides the runtime, what perf's stack walking and naming will give: the ELF type
 (executable or PIE), whether a symbol table is there (stripped or not) and the build id.
 Go keeps frame pointers (amd64 since Go 1.7; arm64 in later releases), so ``--call-graph fp`` walks
-Go stacks; a stripped Go binary's frames are named from .gopclntab (collectors/gosym.py).
+Go stacks; a stripped Go binary's frames are named from .gopclntab (collectors/runtime/gosym.py).
 C and C++ built with ``-O2`` usually omit frame pointers (Debian's default before trixie), so fp
 stacks of such code stop early; ``--call-graph dwarf`` walks them at a higher cost.
 """
@@ -26,10 +26,9 @@ from __future__ import annotations
 import contextlib
 import re
 
-from profiler.collectors import golang
-from profiler.collectors.elf import ET_DYN, ET_EXEC, SHT_NOBITS, Elf, ElfError
-
 from profiler.bundle import RuntimeInfo
+from profiler.formats import golang
+from profiler.formats.elf import ET_DYN, ET_EXEC, SHT_NOBITS, Elf, ElfError
 
 RODATA_SCAN = 64 << 20  # bytes of .rodata searched for Rust's standard library paths
 MAX_VALUE = 200  # characters kept of each build setting (DefaultGODEBUG runs long)
