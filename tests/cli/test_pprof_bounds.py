@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from profiler.inputs import pprof
-from tests.test_inputs_pprof import blob, num, packed, varint
+from tests.cli.test_inputs_pprof import blob, num, packed, varint
 
 MB = 1 << 20
 
