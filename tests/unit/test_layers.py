@@ -278,3 +278,10 @@ def test_each_module_docstring_names_its_layer() -> None:
         warnings.warn(f"tests/unit/test_layers.py KNOWN_UNNAMED: no longer needed, remove: {', '.join(stale)}",
                       stacklevel=1)
     assert not bad, "module docstrings that do not name their layer:\n" + "\n".join(bad)
+
+
+def test_tests_sit_in_their_tier() -> None:
+    """docs/design.md#tests: a test module lives in tests/unit, cli, e2e or scenarios; only the
+    README's own test (the README names it) stays at tests/."""
+    loose = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_readme.py")
+    assert not loose, f"tests/{', tests/'.join(loose)}: move each to tests/unit, cli, e2e or scenarios (docs/design.md#tests)"
