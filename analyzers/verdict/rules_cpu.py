@@ -11,7 +11,8 @@ Two steps, each small:
    finding's score being the strongest;
 2. the sub-cause rules (:data:`SUB_CAUSES`), tried in order, most specific first: the first
    that applies names what keeps more CPU from the target, with its advice: the cgroup quota,
-   a named pool at its size, neighbours on the host, all of its cores busy, one hot thread.
+   a pin or quota below what it wants (a container's limits), a named pool at its size,
+   neighbours on the host, all of its cores busy, one hot thread.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from profiler.analyzers.verdict.findings import PRIMARY, Evidence, Finding, evidence, ramp
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
+from profiler.analyzers.verdict.target import cpu_list
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_POOLS
 
@@ -165,10 +167,44 @@ def quota(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
         return None
     lim = t.limits
     sub = f"cgroup CPU quota: throttled in {_pct(lim.cpu_throttled_share)} of periods ({lim.cpu_available_why})"
+    if lim.container_name:
+        sub += f" ({lim.container_name})"
     if t.time.demand_cores is not None and t.process.cpu_cores is not None:
         sub += f"; wants {t.time.demand_cores:.2f} cores, gets {t.process.cpu_cores:.2f}"
     rec = "raise the cgroup CPU quota (cpu.cfs_quota_us / the container's CPU limit)"
     return sub, rec, min(1.0, max(s.score, s.throttle + 0.01))
+
+
+def container_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
+    """A pin (its cgroup's cpuset, or its affinity) or a CPU quota below what the target wants:
+    that limit binds whatever else the host runs (seed 001: TiKV containers pinned one CPU each
+    by --cpuset-cpus; docs/verdict.md#container-limits)."""
+    lim, tt = t.limits, t.time
+    if s.score < PRIMARY or tt.demand_cores is None:
+        return None
+    caps: list[tuple[float, str]] = []
+    if lim.pinned_to:
+        caps.append((float(len(lim.pinned_to)), f"pinned to {cpu_list(lim.pinned_to)} by {lim.pinned_by}"))
+    if lim.quota_cores is not None:
+        caps.append((lim.quota_cores, f"held to {lim.quota_cores:.2f} cores by its cgroup CPU quota"))
+    if not caps:
+        return None
+    cap, what = min(caps)
+    if tt.demand_cores < 0.9 * cap:
+        return None  # it does not want all it may use: the limit is not what holds it
+    where = f" ({lim.container_name})" if lim.container_name else ""
+    got = t.process.cpu_cores or 0.0
+    sub = (f"{what}{where}: wants {tt.demand_cores:.2f} core{'s' if tt.demand_cores >= 1.5 else ''} "
+           f"of the {cap:g} it may use, gets {got:.2f}")
+    others, names = others_on_host(m)
+    if _starved(t) and others is not None and others >= 0.3 and got < 0.8 * cap:
+        sub += f"; other processes on the host take CPU time too ({names or 'the host is busy'})"
+    if lim.pinned_to and cap == len(lim.pinned_to):
+        rec = (f"it may run on {cpu_list(lim.pinned_to)} only: give it more CPUs (--cpuset-cpus, the pod's CPU "
+               "limit with the static CPU manager) or fewer busy threads (TiKV sizes its pools from the host's cores)")
+    else:
+        rec = "raise its CPU quota (--cpus, the pod's resources.limits.cpu, cpu.cfs_quota_us / cpu.max)"
+    return sub, rec, s.score
 
 
 def pool_at_size(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
@@ -226,7 +262,8 @@ def not_the_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
 
 
 # Most specific first: the first that applies names the sub-cause.
-SUB_CAUSES: tuple[SubCause, ...] = (quota, pool_at_size, starvation, all_cores, one_thread, not_the_limit)
+SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, all_cores, one_thread,
+                                    not_the_limit)
 
 
 def rule_cpu(t: TargetMetrics, m: Metrics) -> Finding | None:
