@@ -313,7 +313,7 @@ class Session:
         info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic(), source="run",
                         start_from="spawn")
         writer.manifest.load = info
-        logfh = create_growing(writer.path(log_name))  # the copier writes it; closed in _stop_load
+        logfh = create_growing(writer.path(log_name), writer.root)  # the copier writes it; closed in _stop_load
         try:
             proc = _proc.spawn(list(self.load_argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                new_session=False)
@@ -359,7 +359,7 @@ class Session:
             info.started = self.load_start.resolve(m.clock.monotonic_start)
             info.start_from = self.load_start.text
         m.load = info
-        logfh = create_growing(writer.path(members.LOAD_LOG))  # the follower writes it; closed in _stop_follow
+        logfh = create_growing(writer.path(members.LOAD_LOG), writer.root)  # the follower writes it; closed in _stop_follow
         try:
             self._follower = FileFollower(self.load_log, logfh).start()
         except OSError as exc:

@@ -105,6 +105,9 @@ def _build() -> Any:
                 param.metavar = ""
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
+    from profiler.cli._term import help_metavars
+
+    help_metavars(cmd)
     return cmd
 
 

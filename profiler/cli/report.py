@@ -30,7 +30,7 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
 """
 
 def command(
-    bundle: Path = typer.Argument(..., help="A capture bundle directory."),
+    bundle: Path = typer.Argument(..., readable=False, help="A capture bundle directory."),  # unreadable: exit 4, one line
     format: str = typer.Option(None, "--format", help="html, md, json or text (default: from -o's extension, else text)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),

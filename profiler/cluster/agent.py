@@ -175,7 +175,7 @@ class Agent:
             m.reason = "; ".join(filter(None, [m.reason, self.stop_reason]))
             m.status = "partial" if m.status == "ok" else m.status
             with contextlib.suppress(OSError, OutputError):
-                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, special=False)
+                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, root=out)
         first = min((c.started for c in m.collectors if c.started), default=None)
         self.emit(event="done", status=m.status, reason=m.reason, stop_reason=result.stop_reason,
                   bytes=_tree_size(out), first_collector_mono=first, clock_offset=m.clock.offset,

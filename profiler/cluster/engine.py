@@ -227,7 +227,7 @@ class ClusterCapture:
         m.load = ClusterLoad(argv=list(self.opts.load), log=LOAD_LOG)
         while time.time() < planned and not self._sigint:
             time.sleep(min(0.05, max(0.0, planned - time.time())))
-        log = create_growing(self.out / LOAD_LOG)  # handed to the child
+        log = create_growing(self.out / LOAD_LOG, self.out)  # handed to the child
         try:
             proc = subprocess.Popen(list(self.opts.load), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)

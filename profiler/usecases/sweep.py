@@ -158,7 +158,7 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
             else:
                 a = analysis_of(out)
                 if req.step_reports:
-                    atomic_write_bytes(out / REPORT_NAME, render(a, "html").encode())
+                    atomic_write_bytes(out / REPORT_NAME, render(a, "html").encode(), req.output)
                 _fill(step, a)
         except (Interrupted, KeyboardInterrupt) as exc:
             signum = getattr(exc, "signum", 2)
