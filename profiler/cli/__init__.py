@@ -108,6 +108,9 @@ def _build() -> Any:
                 param.callback = _finite(param.callback)
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
+    from profiler.cli._term import help_metavars
+
+    help_metavars(cmd)
     return cmd
 
 

@@ -89,3 +89,35 @@ def test_progress_bars_on_a_terminal_only(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "folding" not in proc.stderr and "wrote" in proc.stderr
 
+
+
+@pytest.mark.parametrize("argv", [["doctor"], ["analyze", str(SAMPLES / "tikv-shaped-raftstore-hot"), "--no-html"]])
+def test_a_terminal_gets_lines_wrapped_between_words(argv: list[str]) -> None:
+    """At 160 columns the long lines (doctor's fixes, the verdict's headline and evidence) are
+    wrapped by us between words, continuations indented; the terminal never cuts a word."""
+    try:
+        on_tty, _ = run_on_pty(argv, stdout_tty=True, stderr_tty=False)
+    except AssertionError:
+        if argv[0] != "doctor":
+            raise
+        pytest.skip("doctor failed a check on this host (it exits non-zero then)")
+    lines = ANSI.sub("", on_tty).replace("\r", "").split("\n")
+    assert max(len(ln) for ln in lines) <= 160
+    piped = subprocess.run([sys.executable, "-m", "profiler", *argv], capture_output=True, text=True, timeout=120).stdout
+    longest = max(piped.split("\n"), key=len)
+    assert len(longest) > 160, "nothing long enough to wrap"
+    assert _words(on_tty) == _words(piped)  # every word whole, in the same order
+    cont = [ln for ln in lines if ln.startswith(" " * 6) and ln.strip()]
+    assert cont, "no continuation line"
+
+
+def test_help_names_arguments_and_fixed_choices() -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    out = {v: subprocess.run([sys.executable, "-m", "profiler", *v.split(), "--help"], capture_output=True, text=True,
+                             env=env, timeout=60).stdout for v in ("flamegraph", "attach", "heatmap", "run")}
+    assert "Usage: profiler flamegraph [OPTIONS] INPUT" in out["flamegraph"] and "{" not in out["flamegraph"].split("\n")[1]
+    assert "Usage: profiler run [OPTIONS] [LOAD...]" in out["run"]
+    assert "[comm|pool|process|thread]" in out["flamegraph"] and "[ours|inferno|perl]" in out["flamegraph"]
+    assert "[fp|dwarf|lbr]" in out["attach"] and "[perf|bcc|auto]" in out["attach"]
+    assert "[none|op|device|issuer|comm]" in out["heatmap"] and "[log|quantile|linear]" in out["heatmap"]
+    assert "<str>" not in out["attach"].split("--call-graph")[1].split("\n")[0]
