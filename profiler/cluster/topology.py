@@ -126,7 +126,10 @@ def load_topology(path: Path) -> tuple[list[NodeSpec], list[str]]:
         raise UsageError(f"topology {path} is not valid YAML{at}") from None
     except RecursionError:
         raise UsageError(f"topology {path} nests too deeply to be a topology") from None
-    return from_topology(data, str(path))
+    try:
+        return from_topology(data, str(path))
+    except RecursionError:  # configs nested just under the parser's limit, walked once more
+        raise UsageError(f"topology {path} nests too deeply to be a topology") from None
 
 
 def read_topology_text(path: Path) -> str:
