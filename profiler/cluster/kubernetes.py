@@ -81,6 +81,10 @@ class TidbClusterPlan:
         return sel + (f",{COMPONENT_LABEL}={role}" if role else "")
 
 
+def _map(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def is_kubernetes(data: Any) -> bool:
     """Does this parsed YAML hold a TidbCluster (alone, or in a kubectl List)?"""
     if not isinstance(data, dict):
@@ -109,7 +113,7 @@ def _plan(tc: dict[str, Any], where: str) -> TidbClusterPlan:
     api = tc.get("apiVersion")
     if not isinstance(api, str) or not api.startswith("pingcap.com/"):
         raise UsageError(f"{where}: a TidbCluster's apiVersion is pingcap.com/..., not {str(api)[:40]!r}")
-    meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
+    meta = _map(tc.get("metadata"))
     name, ns = meta.get("name"), meta.get("namespace") or "default"
     for what, v in (("metadata.name", name), ("metadata.namespace", ns)):
         if not isinstance(v, str) or not _DNS.match(v):
@@ -117,7 +121,7 @@ def _plan(tc: dict[str, Any], where: str) -> TidbClusterPlan:
     spec = tc.get("spec")
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: TidbCluster {name} has no spec")
-    plan = TidbClusterPlan(name=name, namespace=ns, pods=[])
+    plan = TidbClusterPlan(name=str(name), namespace=str(ns), pods=[])
     for comp in COMPONENTS:
         cs = spec.get(comp)
         if cs is None:
@@ -129,8 +133,8 @@ def _plan(tc: dict[str, Any], where: str) -> TidbClusterPlan:
         if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= MAX_REPLICAS:
             raise UsageError(f"{at}.replicas should be a number from 0 to {MAX_REPLICAS}")
         knobs = _config(cs.get("config"), f"{at}.config")
-        limits = cs.get("limits") if isinstance(cs.get("limits"), dict) else {}
-        requests = cs.get("requests") if isinstance(cs.get("requests"), dict) else {}
+        limits = _map(cs.get("limits"))
+        requests = _map(cs.get("requests"))
         for i in range(replicas):
             plan.pods.append(PodPlan(
                 name=f"{name}-{comp}-{i}", namespace=ns, role=comp, container=comp,
@@ -183,12 +187,12 @@ def _place(plan: TidbClusterPlan, pods: list[dict[str, Any]], where: str) -> Non
     """Each planned pod's host, UID and server container id from the pods kubectl listed."""
     by = {p.name: p for p in plan.pods}
     for pod in pods:
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-        p = by.get(meta.get("name")) if isinstance(meta.get("name"), str) else None
+        meta = _map(pod.get("metadata"))
+        p = by.get(str(meta.get("name")))
         if p is None or (meta.get("namespace") or "default") != plan.namespace:
             continue
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-        status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+        spec = _map(pod.get("spec"))
+        status = _map(pod.get("status"))
         host = status.get("hostIP")
         if isinstance(host, str) and re.match(r"^[0-9A-Fa-f:.]{2,45}$", host):
             p.host = host
