@@ -126,7 +126,11 @@ def load_topology(path: Path) -> tuple[list[NodeSpec], list[str]]:
         raise UsageError(f"topology {path} is not valid YAML{at}") from None
     except RecursionError:
         raise UsageError(f"topology {path} nests too deeply to be a topology") from None
+    from profiler.cluster import kubernetes  # a TidbCluster (TiDB Operator) instead of a TiUP file
+
     try:
+        if kubernetes.is_kubernetes(data):
+            return kubernetes.to_nodes(kubernetes.from_manifest(data, str(path)))
         return from_topology(data, str(path))
     except RecursionError:  # configs nested just under the parser's limit, walked once more
         raise UsageError(f"topology {path} nests too deeply to be a topology") from None
