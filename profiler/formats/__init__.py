@@ -1,0 +1,1 @@
+"""Codecs of the files perf, the kernel and our collectors write (formats layer)."""

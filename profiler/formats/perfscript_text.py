@@ -1,0 +1,326 @@
+"""perf.data -> the text `perf script -F FIELDS` prints, without perf (formats layer).
+
+The samples come from ``perfstacks.py`` (perf's order, each thread's name), their frames from
+``perfsymbolize.py`` (named once per distinct body), and each sample is printed as perf 6.1's
+``process_event`` prints it for the fields asked (``comm,pid,tid,cpu,time,period,event,ip,sym,
+symoff,dso`` and ``trace`` for sched_switch):
+
+    comm pid/tid [cpu] secs.usecs: period event: trace
+    \\t<address, 16 wide> symbol+0xoffset (dso)      one line per frame, then a blank line
+
+The comm is padded to 16 when the event has no call chain (the frame then follows the header
+on its line, and no blank line ends the sample); event names are right-aligned to the longest
+event name of the file. A merged sample (``merge``) stands for every sample with the same
+event, process, thread name (and thread, ``by_tid``) and printed frames: its period is their
+total (``count_samples``: their number), so folding the text by period gives the folded
+stacks of the whole file.
+
+Samples whose frames cannot be named here the way perf names them (``Frames.unsupported``) are
+left to perf script: ``fallback`` receives which samples, and returns perf's text for them
+(the caller decides where the smaller perf.data it needs is written); their blocks are put back
+in their place in the order.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profiler.bundle.perfdata import FEAT_TRACING_DATA, PerfDataUnsupported, PerfFile, state_letters
+from profiler.formats import perfstacks
+from profiler.formats.perfstacks import Keep, Stacks
+from profiler.formats.perfsymbolize import Frames, Symbolizer
+
+FEAT_BUILD_ID = 2
+MISC_BUILD_ID_SIZE = 1 << 15
+KNOWN_FIELDS = ("comm", "pid", "tid", "cpu", "time", "period", "event", "ip", "sym", "symoff", "dso", "trace")
+FLUSH = 1 << 20
+
+
+@dataclass(frozen=True)
+class Merge:
+    by_tid: bool = False
+    count_samples: bool = False
+
+
+@dataclass
+class Result:
+    """What was printed, and what perf script had to name."""
+
+    samples: int = 0  # samples in perf.data (of the events read, kept by ``keep``)
+    written: int = 0  # samples printed (merged: one per distinct stack)
+    by_perf: int = 0  # samples perf script printed (fallback)
+    reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples
+
+
+Fallback = Callable[[np.ndarray, np.ndarray, np.ndarray], Iterator[bytes]]  # (pid, tid, time) -> perf's text
+
+
+def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
+    """The header's build ids: {(kernel?, file name): hex}, and the kernel's."""
+    out: dict[tuple[bool, str], str] = {}
+    data = f._feature(FEAT_BUILD_ID) or b""
+    pos = 0
+    kernel = None
+    while pos + 8 <= len(data):
+        _typ, misc, size = struct.unpack_from("<IHH", data, pos)
+        if size < 8 + 4 + 24 or pos + size > len(data):
+            break
+        raw = data[pos + 12 : pos + 36]
+        n = raw[20] if misc & MISC_BUILD_ID_SIZE else 20
+        name_end = data.find(b"\0", pos + 36, pos + size)
+        name = data[pos + 36 : name_end if name_end >= 0 else pos + size].decode("utf-8", "surrogateescape")
+        is_kernel = (misc & 7) == 1
+        bid = raw[:n].hex()
+        out[(is_kernel, name)] = bid
+        if is_kernel and name == "[kernel.kallsyms]":
+            kernel = bid
+        pos += size
+    return out, kernel
+
+
+def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
+    """The payload columns perf script's ``trace`` field prints for sched_switch."""
+    from profiler.bundle.perfdata import tp_column, tp_fields
+
+    try:
+        fl = tp_fields(f, "sched_switch") if False else f.tp_fields("sched_switch")
+    except PerfDataUnsupported:
+        return None
+    need = ("prev_comm", "prev_pid", "prev_prio", "prev_state", "next_comm", "next_pid", "next_prio")
+    if not all(k in fl for k in need):
+        return None
+    comms: dict[bytes, int] = {}
+    names: list[bytes] = []
+
+    def decode(rec: object, offs: np.ndarray, raw: np.ndarray) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for k in ("prev_pid", "prev_prio", "prev_state", "next_pid", "next_prio"):
+            out[k] = tp_column(rec, raw, fl[k]).astype(np.int64)  # type: ignore[arg-type]
+        for k in ("prev_comm", "next_comm"):
+            fld = fl[k]
+            ids = np.empty(len(raw), np.int64)
+            buf = rec.buf  # type: ignore[attr-defined]
+            for i, r in enumerate(raw.tolist()):
+                b = bytes(buf[r + fld.offset : r + fld.offset + fld.size]).split(b"\0")[0]
+                j = comms.get(b)
+                if j is None:
+                    j = comms[b] = len(names)
+                    names.append(b)
+                ids[i] = j
+            out[k] = ids
+        return out
+
+    decode.names = names  # type: ignore[attr-defined]
+    return decode
+
+
+def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
+           merge: Merge | None = None, go_tables: Callable[[str], Callable[[int], tuple[str, int] | None] | None] | None = None,
+           root_of: Callable[[int], str] | None = None, fallback: Fallback | None = None,
+           result: Result | None = None) -> Iterator[bytes]:
+    """perf script's text for ``path`` (``--pid``: ``pids``), in chunks. Raises
+    PerfDataUnsupported, before yielding anything, for a file perf would print otherwise."""
+    res = result if result is not None else Result()
+    want = fields.split(",")
+    if any(w not in KNOWN_FIELDS for w in want):
+        raise PerfDataUnsupported(f"fields {fields} (only {','.join(KNOWN_FIELDS)} are printed without perf)")
+    from profiler.formats.kallsyms import vmlinux
+
+    if vmlinux() is not None:
+        raise PerfDataUnsupported(f"perf reads kernel symbols from {vmlinux()}")
+    with PerfFile(path) as f:
+        bids, kernel_bid = build_ids(f)
+        names = [ev.name for ev in f.events]
+        has_tracing = FEAT_TRACING_DATA in f.features
+        trace = _sched_switch(f) if "trace" in want and has_tracing else None
+        for ev in f.events:
+            st = ev.sample_type
+            lay = perfstacks.sample_layout(st)
+            for fld, ok in (("period", lay.period >= 0), ("cpu", lay.cpu >= 0), ("tid", lay.tid >= 0),
+                            ("pid", lay.tid >= 0), ("time", lay.time >= 0)):
+                if fld in want and not ok:
+                    raise PerfDataUnsupported(f"event {ev.name} has no {fld} field (perf script refuses -F {fields})")
+            if "trace" in want and ev.type == 2 and (trace is None or not ev.name.endswith("sched_switch")):
+                raise PerfDataUnsupported(f"tracepoint {ev.name} payload (only sched_switch is printed without perf)")
+        states = state_letters(f.tp_flags("sched_switch")) if trace is not None else None
+        callchain = {ev.index: bool(ev.sample_type & 32) for ev in f.events}
+        evtypes = {ev.index: ev.type for ev in f.events}
+    width = max((len(n) for n in names), default=0)
+    keep_all = keep
+    if pids is not None:
+        parr = np.asarray(sorted(pids), np.int64)
+
+        def keep_all(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+            ok: np.ndarray = np.isin(pid, parr)
+            return ok & keep(pid, tid, t) if keep is not None else ok
+
+    st = perfstacks.read(path, keep=keep_all, tracepoint=trace)
+    res.samples = len(st)
+    if merge is not None:
+        st = _merged(st, merge)
+    reps, body_idx = _bodies(st)
+    starts, flat = perfstacks.chains(path, st, reps)
+    sym = Symbolizer(st, bids, root_of, go_tables, kernel_bid)
+    frames = sym.frames(reps, starts, flat)
+    bodies = _body_texts(frames, want)
+    perf_blocks: Iterator[bytes] | None = None
+    by_perf = np.zeros(len(st), bool)
+    if frames.unsupported:
+        bad = np.asarray(sorted(frames.unsupported), np.int64)
+        by_perf = np.isin(body_idx, bad)
+        for b, why in frames.unsupported.items():
+            res.reasons[why] = res.reasons.get(why, 0) + int((body_idx == b).sum())
+        res.by_perf = int(by_perf.sum())
+        if fallback is None:
+            raise PerfDataUnsupported("; ".join(sorted(res.reasons)))
+        perf_blocks = _blocks(fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]))
+    res.written = len(st)
+    yield from _samples(st, body_idx, bodies, by_perf, perf_blocks, want, names, width, callchain, evtypes, trace, states)
+
+
+def _merged(st: Stacks, m: Merge) -> Stacks:
+    """One sample per (event, process, thread name, [thread], body), the first in order, its
+    period the total (or the count)."""
+    from profiler.bundle.perfdata import U64
+    from profiler.bundle.perfdata_reduce import _mix
+
+    with np.errstate(over="ignore"):
+        who = st.comm.astype(U64) * U64(0x9E3779B97F4A7C15)
+        if m.by_tid:
+            who = who ^ _mix(st.tid.astype(U64) + U64(0x51))
+        k = _mix(st.body ^ _mix(st.event.astype(U64) * U64(0xD6E8FEB86659FD93) + who))
+    uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
+    w = np.ones(len(st), np.int64) if m.count_samples else st.period
+    sums = np.bincount(inv.ravel(), weights=w.astype(np.float64)).astype(np.int64)
+    order = np.sort(first)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    out = st.select(order)
+    tot = np.empty(len(first), np.int64)
+    tot[rank] = sums
+    out.period = tot
+    return out
+
+
+def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
+    """One representative sample per body key, and each sample's body index."""
+    _, first, inv = np.unique(st.body, return_index=True, return_inverse=True)
+    return first, inv.ravel()
+
+
+def _body_texts(fr: Frames, want: list[str]) -> list[str]:
+    """Each body's frame lines as perf prints them (ip, sym, symoff, dso as asked)."""
+    ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
+    n = len(fr.addr)
+    key_cache: dict[tuple[int, int, int], str] = {}
+    lines: list[str] = []
+    dsos = fr.dsos
+    for a, d, s, o in zip(fr.addr.tolist(), fr.dso.tolist(), fr.sym.tolist(), fr.off.tolist(), strict=True):
+        k = (a, d, s)
+        text = key_cache.get(k)
+        if text is None:
+            parts = ["\t"]
+            if ip:
+                parts.append(f"{a:16x}")
+            if sym:
+                if s >= 0:
+                    t = dsos[d].table
+                    assert t is not None
+                    name = t.name(s)
+                    if name.find("\t") >= 0:
+                        name = name[: name.find("\t")]
+                elif s <= -2:
+                    name = fr.names[-2 - s]
+                else:
+                    name = "[unknown]"
+                parts.append(" " + name + (f"+{o:#x}" if symoff and s != -1 else ""))
+            if dso:
+                parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
+            parts.append("\n")
+            text = key_cache[k] = "".join(parts)
+        lines.append(text)
+    starts = fr.starts.tolist()
+    return ["".join(lines[starts[i] : starts[i + 1]]) for i in range(len(starts) - 1)] if n or starts else []
+
+
+def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """perf script's text cut into samples (each with its closing blank line)."""
+    rest = b""
+    for c in chunks:
+        rest += c
+        while True:
+            i = rest.find(b"\n\n")
+            if i < 0:
+                break
+            yield rest[: i + 2]
+            rest = rest[i + 2 :]
+    if rest:
+        yield rest
+
+
+def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray, perf_blocks: Iterator[bytes] | None,
+             want: list[str], names: list[str], width: int, callchain: dict[int, bool], evtypes: dict[int, int],
+             trace: Callable[..., dict[str, np.ndarray]] | None, states: Callable[[int], str] | None) -> Iterator[bytes]:
+    comm_f, pid_f, tid_f, cpu_f, time_f = ("comm" in want, "pid" in want, "tid" in want, "cpu" in want, "time" in want)
+    period_f, event_f, ip_f = "period" in want, "event" in want, "ip" in want
+    trace_f = "trace" in want and trace is not None
+    tnames: list[bytes] = getattr(trace, "names", [])
+    comms = st.comms
+    ev_text = {i: f"{n:>{width}}: " for i, n in enumerate(names)}
+    out: list[str] = []
+    size = 0
+    cols = (st.event.tolist(), st.pid.tolist(), st.tid.tolist(), st.cpu.tolist(), st.time.tolist(), st.period.tolist(),
+            st.comm.tolist(), body_idx.tolist(), by_perf.tolist())
+    ex = {k: v.tolist() for k, v in st.extra.items()} if trace_f else {}
+    for i, (ev, pid, tid, cpu, t, period, comm, b, perf) in enumerate(zip(*cols, strict=True)):
+        if perf:
+            assert perf_blocks is not None
+            if out:
+                yield "".join(out).encode("utf-8", "surrogateescape")
+                out, size = [], 0
+            yield next(perf_blocks, b"")
+            continue
+        cc = callchain[ev] and ip_f
+        h: list[str] = []
+        if comm_f:
+            h.append(f"{comms[comm]} " if cc else f"{comms[comm]:>16} ")
+        if pid_f and tid_f:
+            h.append(f"{pid:5d}/{tid:<5d} ")
+        elif pid_f:
+            h.append(f"{pid:5d} ")
+        elif tid_f:
+            h.append(f"{tid:5d} ")
+        if cpu_f:
+            h.append(f"[{cpu:03d}] ")
+        if time_f:
+            h.append(f"{t // 1_000_000_000:>{5}}.{(t % 1_000_000_000) // 1000:06d}: ".rjust(14))
+        if period_f:
+            h.append(f"{period:10d} ")
+        if event_f:
+            h.append(ev_text[ev])
+        if trace_f and evtypes[ev] == 2:
+            assert states is not None
+            h.append(f"prev_comm={tnames[ex['prev_comm'][i]].decode('utf-8', 'surrogateescape')} "
+                     f"prev_pid={ex['prev_pid'][i]} prev_prio={ex['prev_prio'][i]} "
+                     f"prev_state={states(ex['prev_state'][i])} ==> "
+                     f"next_comm={tnames[ex['next_comm'][i]].decode('utf-8', 'surrogateescape')} "
+                     f"next_pid={ex['next_pid'][i]} next_prio={ex['next_prio'][i]}")
+        if ip_f:
+            if cc:
+                h.append("\n")
+                h.append(bodies[b])
+            else:
+                h.append(" " + bodies[b].lstrip("\t").rstrip("\n"))
+        h.append("\n")
+        s = "".join(h)
+        out.append(s)
+        size += len(s)
+        if size > FLUSH:
+            yield "".join(out).encode("utf-8", "surrogateescape")
+            out, size = [], 0
+    if out:
+        yield "".join(out).encode("utf-8", "surrogateescape")
