@@ -60,8 +60,11 @@ class SymTable:
     strings: bytes
     demangle: bool = True
     plt: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, name): index len(starts) + k
+    failed: bool = False  # perf's loading stopped part way: its first lookup finds nothing, later ones these
+    fixed: np.ndarray | None = None  # symbols that went through perf's fixups (dedupe), None: all
     _names: dict[int, str] = field(default_factory=dict)
     _win: dict[int, int] = field(default_factory=dict)
+    _regions: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -104,6 +107,43 @@ class SymTable:
             en = np.where(plt, pe[np.where(plt, idx - n, 0)], en)
         return st, en
 
+    def ambiguous(self, addrs: np.ndarray) -> np.ndarray:
+        """Addresses perf's answer for depends on the shape of its symbol tree: inside two
+        symbols at once (a symbol without a size, stretched to the next one over the PLT
+        entries added after it, or two overlapping sized symbols)."""
+        if self._regions is None:
+            self._regions = self._overlaps()
+        lo, hi = self._regions
+        if not len(lo) or not len(addrs):
+            return np.zeros(len(addrs), bool)
+        a = addrs.astype(np.uint64)
+        k = np.searchsorted(lo, a, side="right") - 1
+        return (k >= 0) & (a < hi[np.maximum(k, 0)])
+
+    def _overlaps(self) -> tuple[np.ndarray, np.ndarray]:
+        lo: list[int] = []
+        hi: list[int] = []
+        n = len(self.starts)
+        if n > 1:
+            # sized symbols overlapping the ones before them (other than at the same address)
+            mx = np.maximum.accumulate(self.ends.astype(np.uint64))
+            over = np.flatnonzero((self.starts[1:] < mx[:-1]) & (self.starts[1:] != self.starts[:-1])) + 1
+            for k in over.tolist():
+                lo.append(int(self.starts[k]))
+                hi.append(int(mx[k - 1]))
+        if self.plt and n:
+            for ps, _pe, _nm in self.plt:
+                k = int(np.searchsorted(self.starts, np.uint64(ps), side="right")) - 1
+                if k >= 0 and int(self.ends[k]) > ps:
+                    lo.append(int(self.starts[k]))
+                    hi.append(int(self.ends[k]))
+        if not lo:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+        order = np.argsort(np.asarray(lo, np.uint64), kind="stable")
+        l_ = np.asarray(lo, np.uint64)[order]
+        h_ = np.maximum.accumulate(np.asarray(hi, np.uint64)[order])
+        return l_, h_
+
     def _winner(self, first: int, last: int) -> int:
         """perf's symbols__fixup_duplicate over the symbols ``first..last`` (one address)."""
         got = self._win.get(first)
@@ -126,6 +166,8 @@ class SymTable:
             j = np.where(ok, i, 0)
             first = np.searchsorted(self.starts, self.starts[j], side="left").astype(np.int64)
             dup = ok & (first != j)
+            if self.fixed is not None:
+                dup &= self.fixed[j]  # an unfixed duplicate stays in perf's tree: the first is found
             if dup.any():
                 pairs = {(int(f), int(k)) for f, k in zip(first[dup].tolist(), j[dup].tolist(), strict=True)}
                 win = {f: self._winner(f, k) for f, k in pairs}
@@ -171,50 +213,98 @@ def has_dynsym(elf: Elf) -> bool:
     return any(s.type == SHT_DYNSYM for s in elf.sections)
 
 
-def load(syms: Elf, runtime: Elf, demangle: bool = True) -> SymTable:
-    """The table perf builds from ``syms`` (the file with ``.symtab``, else the one with ``.dynsym``)
-    with ``runtime`` (the binary itself: program headers, the PLT)."""
-    got = _symbols(syms, SHT_SYMTAB) or _symbols(syms, SHT_DYNSYM)
+def _pass(syms: Elf, runtime: Elf, kind: int) -> tuple[np.ndarray, ...] | None:
+    """One of perf's two loading passes (``.symtab``, then ``.dynsym``): the symbols kept, in
+    table order, as (values, sizes, name offsets, bindings, strings, aborted). perf stops a pass
+    at a kept symbol whose section does not exist (a stale index left by a binary rewriter):
+    the symbols before it stay, unfixed, and loading is reported failed."""
+    got = _symbols(syms, kind)
     if got is None:
-        starts = np.zeros(0, np.uint64)
-        table = SymTable(starts, starts.copy(), np.zeros(0, np.int64), np.zeros(0, np.uint8), b"", demangle)
-        return _with_plt(table, runtime)
+        return None
     rows, strings = got
     typ = rows["info"] & 0xF
-    bind = rows["info"] >> 4
     vis = rows["other"] & 0x3
     named = (rows["name"] != 0) & (rows["shndx"] != SHN_UNDEF)
     func_or_obj = named & ((typ == STT_FUNC) | (typ == STT_GNU_IFUNC) | (typ == STT_OBJECT))
     label = named & (typ == STT_NOTYPE) & (rows["shndx"] != SHN_ABS) & (vis != STV_HIDDEN) & (vis != STV_INTERNAL)
-    keep = (func_or_obj | label) & (rows["shndx"] != SHN_ABS)
+    keep = (func_or_obj | label) & (rows["shndx"] != SHN_ABS)  # absolute symbols are skipped
     secs = syms.sections
     nsec = len(secs)
     shndx = rows["shndx"].astype(np.int64)
-    if keep.any() and int(shndx[keep].max()) >= nsec:
-        raise ElfError(f"{syms.path}: a symbol names section {int(shndx[keep].max())} of {nsec}")
+    aborted = False
+    bad = np.flatnonzero(keep & (shndx >= nsec))
+    if len(bad):
+        keep[int(bad[0]):] = False
+        aborted = True
     alloc = np.array([bool(s.flags & SHF_ALLOC) for s in secs] + [False], bool)
     textdata = np.array([("text" in s.name or "data" in s.name) for s in secs] + [False], bool)
     idx = np.where(keep, shndx, nsec)
     keep &= alloc[idx] & (~label | textdata[idx])
-    name_off = rows["name"].astype(np.int64)
-    rows, bind, shndx, name_off = rows[keep], bind[keep], shndx[keep], name_off[keep]
+    rows, shndx = rows[keep], shndx[keep]
     value = rows["value"].astype(np.uint64)
-    size = rows["size"].astype(np.uint64)
     value = value - _adjustment(syms, runtime, value, shndx)
-    order = np.argsort(value, kind="stable")
+    return (value, rows["size"].astype(np.uint64), rows["name"].astype(np.int64), (rows["info"] >> 4).astype(np.uint8),
+            np.frombuffer(strings, np.uint8), np.asarray(aborted))
+
+
+def _fix_ends(starts: np.ndarray, ends: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """perf's symbols__fixup_end: a symbol without a size ends where the next one (in address
+    order) starts; the last one at the page boundary after the next one past it."""
+    if not len(starts):
+        return ends
+    nxt = np.empty_like(starts)
+    nxt[:-1] = starts[1:]
+    nxt[-1] = (starts[-1] + np.uint64(PAGE - 1)) // np.uint64(PAGE) * np.uint64(PAGE) + np.uint64(PAGE)
+    return np.where(zero, nxt, ends)
+
+
+def load(syms: Elf, runtime: Elf, demangle: bool = True) -> SymTable:
+    """The table perf 6.1 builds from ``syms`` (the file with ``.symtab``, else the one with
+    ``.dynsym``) with ``runtime`` (the binary: program headers, the PLT): the ``.symtab``
+    symbols, fixed up, then the ``.dynsym`` ones added and the whole fixed up again."""
+    first = _pass(syms, runtime, SHT_SYMTAB)
+    second = _pass(syms, runtime, SHT_DYNSYM) if not (first is not None and bool(first[5])) else None
+    if first is None and second is None:
+        starts = np.zeros(0, np.uint64)
+        table = SymTable(starts, starts.copy(), np.zeros(0, np.int64), np.zeros(0, np.uint8), b"", demangle)
+        return _with_plt(table, runtime)
+    parts = [p for p in (first, second) if p is not None]
+    failed = any(bool(p[5]) for p in parts)
+    strings = b"".join(p[4].tobytes() for p in parts)
+    base = 0
+    vals, sizes, names, binds, passes = [], [], [], [], []
+    for k, p in enumerate(parts):
+        vals.append(p[0])
+        sizes.append(p[1])
+        names.append(p[2] + base)
+        binds.append(p[3])
+        passes.append(np.full(len(p[0]), k, np.int8))
+        base += len(p[4])
+    value = np.concatenate(vals)
+    size = np.concatenate(sizes)
+    pas = np.concatenate(passes)
+    order = np.argsort(value, kind="stable")  # ties: the .symtab pass first, each in table order
     starts = value[order]
-    sizes = size[order]
-    ends = starts + sizes
-    name_at = name_off[order]
-    binds = bind[order]
-    # a symbol without a size ends where the next one starts; the last one a page on
+    ends = starts + size[order]
+    pas = pas[order]
     zero = ends == starts
-    if len(starts):
-        nxt = np.empty_like(starts)
-        nxt[:-1] = starts[1:]
-        nxt[-1] = (starts[-1] + np.uint64(PAGE - 1)) // np.uint64(PAGE) * np.uint64(PAGE) + np.uint64(PAGE)
-        ends = np.where(zero, nxt, ends)
-    table = SymTable(starts, ends, name_at, binds.astype(np.uint8), strings, demangle)
+    fixed = np.ones(len(starts), bool)
+    if len(parts) == 2 or not failed:
+        # the first pass is fixed up on its own (unless it failed), the second over everything
+        p0 = pas == 0
+        if not (first is not None and bool(first[5])):
+            ends0 = _fix_ends(starts[p0], ends[p0], zero[p0])
+            ends[p0] = ends0
+        if len(parts) == 2 and not bool(parts[1][5]):
+            ends = _fix_ends(starts, ends, ends == starts)
+        elif len(parts) == 2:
+            fixed = pas == 0  # the failed second pass's symbols stay as loaded
+    if failed and len(parts) == 1 and first is not None:
+        fixed[:] = False
+    table = SymTable(starts, ends, np.concatenate(names)[order], np.concatenate(binds)[order].astype(np.uint8),
+                     strings, demangle)
+    table.failed = failed
+    table.fixed = fixed
     return _with_plt(table, runtime)
 
 

@@ -26,15 +26,11 @@ import re
 import threading
 from collections.abc import Callable
 
-__all__ = ["JavaName", "backend", "demangle", "exact"]
+__all__ = ["backend", "demangle", "exact"]
 
 _LIBBFD_GLOBS = ("/usr/lib/x86_64-linux-gnu/libbfd*.so*", "/usr/lib/aarch64-linux-gnu/libbfd*.so*",
                  "/usr/lib64/libbfd*.so*", "/usr/lib/libbfd*.so*", "/lib64/libbfd*.so*")
 _lock = threading.Lock()
-
-
-class JavaName(Exception):
-    """A name perf would demangle as a Java signature (not done here: the caller falls back)."""
 
 
 @functools.cache
@@ -153,10 +149,82 @@ def _ocaml(sym: str) -> str | None:
     return "".join(out)
 
 
+_JAVA_BASE = {"B": "byte", "C": "char", "D": "double", "F": "float", "I": "int", "J": "long", "S": "short",
+              "Z": "boolean"}
+_PREFIX, _CLASS, _FUNC, _TYPE, _CTYPE, _CLASS_SUB = range(6)
+
+
+def _java(sym: str) -> str | None:
+    """perf's Java signature demangler without the return type (``JAVA_DEMANGLE_NORET``), as it
+    runs on any name holding a ``)`` that nothing else demangled: ``Lpkg/Cls;meth(I)V`` ->
+    ``pkg.Cls.meth(int)``; None when the name does not parse as one (most names)."""
+    end = sym.rfind(")")
+    if end < 0:
+        return None
+    out: list[str] = []
+    mode = _PREFIX
+    array = 0
+    narg = 0
+    for i in range(end + 1):
+        c = sym[i]
+        if c == "L":
+            if mode in (_PREFIX, _CTYPE):
+                if mode == _CTYPE:
+                    if narg:
+                        out.append(", ")
+                    narg += 1
+                mode = _CLASS if mode == _PREFIX else _CLASS_SUB
+            else:
+                out.append(c)
+        elif c in _JAVA_BASE:
+            if mode == _TYPE:
+                if narg:
+                    out.append(", ")
+                out.append(_JAVA_BASE[c])
+                out.extend("[]" for _ in range(array))
+                array = 0
+                narg += 1
+            else:
+                out.append(c)
+        elif c == "V":
+            if mode == _TYPE:
+                out.append("void")
+                out.extend("[]" for _ in range(array))
+                array = 0
+            else:
+                out.append(c)
+        elif c == "[":
+            if mode != _TYPE:
+                return None
+            array += 1
+        elif c == "(":
+            if mode != _FUNC:
+                return None
+            out.append(c)
+            mode = _TYPE
+        elif c == ")":
+            if mode != _TYPE:
+                return None
+            out.append(c)
+            narg = 0
+        elif c == ";":
+            if mode not in (_CLASS, _CLASS_SUB):
+                return None
+            if i + 1 < len(sym) and sym[i + 1].isascii() and sym[i + 1].isalpha() and mode == _CLASS:
+                out.append(".")
+            mode = _FUNC if mode == _CLASS else _TYPE
+        elif c == "/":
+            if mode not in (_CLASS, _FUNC, _CLASS_SUB):
+                return None
+            out.append(".")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def demangle(name: str) -> str:
-    """``name`` as perf 6.1 stores it. Raises :class:`JavaName` for a name perf would read as a
-    Java signature (one holding a closing parenthesis that nothing else demangled)."""
+    """``name`` as perf 6.1 stores it."""
     if not name:
         return name
     raw = name.encode("utf-8", "surrogateescape")
@@ -170,9 +238,8 @@ def demangle(name: str) -> str:
     oc = _ocaml(name)
     if oc is not None:
         return oc
-    if ")" in name:
-        raise JavaName(name)
-    return name
+    jv = _java(name)
+    return jv if jv is not None else name
 
 
 def exact() -> bool:

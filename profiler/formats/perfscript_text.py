@@ -84,10 +84,10 @@ def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
 
 def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     """The payload columns perf script's ``trace`` field prints for sched_switch."""
-    from profiler.bundle.perfdata import tp_column, tp_fields
+    from profiler.bundle.perfdata import tp_column
 
     try:
-        fl = tp_fields(f, "sched_switch") if False else f.tp_fields("sched_switch")
+        fl = f.tp_fields("sched_switch")
     except PerfDataUnsupported:
         return None
     need = ("prev_comm", "prev_pid", "prev_prio", "prev_state", "next_comm", "next_pid", "next_prio")
@@ -137,7 +137,12 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         names = [ev.name for ev in f.events]
         has_tracing = FEAT_TRACING_DATA in f.features
         trace = _sched_switch(f) if "trace" in want and has_tracing else None
+        checked: set[str] = set()
         for ev in f.events:
+            # perf checks the first event of each kind (hardware, software, tracepoint...), dummies aside
+            if _is_dummy(ev) or _output_type(ev.type) in checked:
+                continue
+            checked.add(_output_type(ev.type))
             st = ev.sample_type
             lay = perfstacks.sample_layout(st)
             for fld, ok in (("period", lay.period >= 0), ("cpu", lay.cpu >= 0), ("tid", lay.tid >= 0),
@@ -166,6 +171,12 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
     starts, flat = perfstacks.chains(path, st, reps)
     sym = Symbolizer(st, bids, root_of, go_tables, kernel_bid)
     frames = sym.frames(reps, starts, flat)
+    raw_ip = ~np.asarray([callchain[int(e)] for e in st.event[reps].tolist()], bool)
+    if raw_ip.any():  # without a call chain perf prints the sample's own address
+        lens = np.diff(frames.starts)
+        per = np.repeat(raw_ip, lens)
+        ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
+        frames.addr = np.where(per, ips, frames.addr)
     bodies = _body_texts(frames, want)
     perf_blocks: Iterator[bytes] | None = None
     by_perf = np.zeros(len(st), bool)
@@ -180,6 +191,14 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         perf_blocks = _blocks(fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]))
     res.written = len(st)
     yield from _samples(st, body_idx, bodies, by_perf, perf_blocks, want, names, width, callchain, evtypes, trace, states)
+
+
+def _is_dummy(ev: object) -> bool:
+    return getattr(ev, "type", -1) == 1 and getattr(ev, "config", -1) == 9  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY
+
+
+def _output_type(typ: int) -> str:
+    return str(typ) if typ < 6 else "other"  # PERF_TYPE_MAX: dynamic PMUs share one output type
 
 
 def _merged(st: Stacks, m: Merge) -> Stacks:
@@ -248,18 +267,39 @@ def _body_texts(fr: Frames, want: list[str]) -> list[str]:
 
 
 def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """perf script's text cut into samples (each with its closing blank line)."""
+    """perf script's text cut into samples: a header line, then (with a call chain) its frame
+    lines, each starting with a tab, and the blank line that ends it."""
     rest = b""
+    lines: list[bytes] = []
     for c in chunks:
         rest += c
-        while True:
-            i = rest.find(b"\n\n")
-            if i < 0:
-                break
-            yield rest[: i + 2]
-            rest = rest[i + 2 :]
+        *full, rest = rest.split(b"\n")
+        lines.extend(full)
+        yield from _cut(lines, final=False)
     if rest:
-        yield rest
+        lines.append(rest)
+    yield from _cut(lines, final=True)
+
+
+def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
+    """Whole samples from the front of ``lines`` (removed from it)."""
+    i = 0
+    n = len(lines)
+    while i < n:
+        j = i + 1
+        if j < n and (lines[j][:1] == b"\t" or lines[j] == b""):
+            while j < n and lines[j][:1] == b"\t":
+                j += 1
+            if j >= n:
+                if not final:
+                    break
+            else:
+                j += 1  # the blank line
+        elif j >= n and not final:
+            break
+        yield b"".join(x + b"\n" for x in lines[i:j])
+        i = j
+    del lines[:i]
 
 
 def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray, perf_blocks: Iterator[bytes] | None,

@@ -57,6 +57,8 @@ MISC_KERNEL, MISC_USER = 1, 2
 MISC_COMM_EXEC = 1 << 13
 MISC_FORK_EXEC = 1 << 13
 MISC_MMAP_BUILD_ID = 1 << 14
+CONTEXT_KERNEL = (1 << 64) - 128
+CONTEXT_USER = (1 << 64) - 512
 _SIDE = (RECORD_MMAP, RECORD_MMAP2, RECORD_COMM, RECORD_FORK, RECORD_EXIT, RECORD_KSYMBOL)
 _UNSUPPORTED = S_READ | S_BRANCH_STACK | S_REGS_USER | S_STACK_USER
 
@@ -233,18 +235,21 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
                     h = _chain_hash(rec, c.offs, lay.callchain)
                 elif ev.sample_type & S_IP:
                     o_ip = 8 + (8 if ev.sample_type & S_IDENTIFIER else 0)
-                    h = _mix(rec.u64[c.offs + o_ip] ^ U64(0x5A5A5A5A5A5A5A5A))
+                    h = _mix(rec.u64[c.offs + o_ip] ^ U64(0x5A5A5A5A5A5A5A5A)
+                             ^ (rec.u32[c.offs + 4] & np.uint32(7)).astype(U64) * U64(0xA24BAED4963EE407))
                 else:
                     raise PerfDataUnsupported("samples without call chain or instruction pointer")
                 cols["event"].append(np.full(n, idx, np.int64))
-                cols["pid"].append(c.pid)
-                cols["tid"].append(c.tid)
+                # pid and tid are printed signed (-1: unknown)
+                cols["pid"].append(np.where(c.pid >= 1 << 31, c.pid - (1 << 32), c.pid))
+                cols["tid"].append(np.where(c.tid >= 1 << 31, c.tid - (1 << 32), c.tid))
                 cols["time"].append(c.time)
                 cols["cpu"].append(c.cpu)
                 cols["period"].append(rec.u64[c.offs + lay.period].astype(np.int64) if lay.period >= 0
                                       else np.zeros(n, np.int64))
                 cols["pos"].append(c.offs + rec.base)
-                cols["misc"].append((rec.u32[c.offs] >> np.uint32(16)).astype(np.int64) & 0xFFFF)
+                misc = (rec.u32[c.offs + 4] & np.uint32(0xFFFF)).astype(np.int64)
+                cols["misc"].append(misc)
                 cols["hash"].append(h)
                 if tracepoint is not None:
                     for k, v in tracepoint(rec, c.offs, c.raw).items():
@@ -389,7 +394,10 @@ def chains(path: str, st: Stacks, reps: np.ndarray) -> tuple[np.ndarray, np.ndar
                     a = off + lay.callchain + 8
                     parts[r] = np.frombuffer(rec.buf, "<u8", nr, a).astype(np.uint64)
                 else:
-                    parts[r] = np.asarray([rec.u64[off + ips[ev]]], np.uint64)
+                    # no call chain: the sample's ip, behind a marker for the sample's own cpumode
+                    mode = int(st.misc[reps[r]]) & MISC_CPUMODE
+                    marker = CONTEXT_KERNEL if mode == MISC_KERNEL else CONTEXT_USER
+                    parts[r] = np.asarray([marker, rec.u64[off + ips[ev]]], np.uint64)
                 lens[r] = len(parts[r])
     starts = np.zeros(len(reps) + 1, np.int64)
     np.cumsum(lens, out=starts[1:])

@@ -36,7 +36,7 @@ import numpy as np
 
 from profiler.bundle.perfdata import RECORD_FORK, RECORD_KSYMBOL, RECORD_MMAP, RECORD_MMAP2
 from profiler.collectors.elf import Elf, ElfError
-from profiler.formats import elfsyms, kallsyms, perfdemangle, symfiles
+from profiler.formats import elfsyms, kallsyms, symfiles
 from profiler.formats.elfsyms import SymTable
 from profiler.formats.perfstacks import MISC_FORK_EXEC, Mmap, Stacks
 
@@ -246,6 +246,8 @@ class Symbolizer:
         for d in np.unique(dso[keep & (dso >= 0)]).tolist():
             sel = keep & (dso == d)
             t, why = self._table(d)
+            if why is None and t is not None and t.failed:
+                why = f"perf's loading of {self.dsos[d].name} stops part way (its names then depend on its own tree)"
             if why is not None:
                 for b in np.unique(body_of[sel]).tolist():
                     unsupported.setdefault(b, why)
@@ -253,6 +255,11 @@ class Symbolizer:
             if t is None:
                 continue
             a = mapip[sel]
+            amb = t.ambiguous(a)
+            if amb.any():
+                for b in np.unique(body_of[sel][amb]).tolist():
+                    unsupported.setdefault(b, f"an address in {self.dsos[d].name} inside two symbols at once "
+                                              "(perf's answer depends on its symbol tree)")
             s = t.lookup(a)
             hit = s >= 0
             ss = np.maximum(s, 0)
@@ -319,9 +326,6 @@ class Symbolizer:
                     dd.table = symfiles.table(found)
                 except (ElfError, OSError):
                     dd.table = None
-                except perfdemangle.JavaName as exc:
-                    dd.loaded = False
-                    return None, f"a Java-style symbol in {dd.name} ({exc})"
             if self.go_tables is not None:
                 dd.go = self.go_tables(dd.path)
         return dd.table, None
