@@ -54,9 +54,12 @@ class Result:
     written: int = 0  # samples printed (merged: one per distinct stack)
     by_perf: int = 0  # samples perf script printed (fallback)
     reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples
+    first_event: str | None = None  # the event of the first sample perf script would print
 
 
-Fallback = Callable[[np.ndarray, np.ndarray, np.ndarray], Iterator[bytes]]  # (pid, tid, time) -> perf's text
+# (pid, tid, time) of the samples perf script must print -> its text for them (the caller writes the
+# smaller perf.data it reads, and merges it like ours when ``merge`` is given)
+Fallback = Callable[[np.ndarray, np.ndarray, np.ndarray], Iterator[bytes]]
 
 
 def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
@@ -84,7 +87,7 @@ def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
 
 def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     """The payload columns perf script's ``trace`` field prints for sched_switch."""
-    from profiler.bundle.perfdata import tp_column
+    from profiler.bundle.perfdata import tp_column, tp_strings
 
     try:
         fl = f.tp_fields("sched_switch")
@@ -94,24 +97,21 @@ def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     if not all(k in fl for k in need):
         return None
     comms: dict[bytes, int] = {}
-    names: list[bytes] = []
+    names: list[str] = []
+
+    def intern(b: bytes) -> int:
+        i = comms.get(b)
+        if i is None:
+            i = comms[b] = len(names)
+            names.append(b.decode("utf-8", "surrogateescape"))
+        return i
 
     def decode(rec: object, offs: np.ndarray, raw: np.ndarray) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for k in ("prev_pid", "prev_prio", "prev_state", "next_pid", "next_prio"):
             out[k] = tp_column(rec, raw, fl[k]).astype(np.int64)  # type: ignore[arg-type]
         for k in ("prev_comm", "next_comm"):
-            fld = fl[k]
-            ids = np.empty(len(raw), np.int64)
-            buf = rec.buf  # type: ignore[attr-defined]
-            for i, r in enumerate(raw.tolist()):
-                b = bytes(buf[r + fld.offset : r + fld.offset + fld.size]).split(b"\0")[0]
-                j = comms.get(b)
-                if j is None:
-                    j = comms[b] = len(names)
-                    names.append(b)
-                ids[i] = j
-            out[k] = ids
+            out[k] = tp_strings(rec, raw, fl[k], intern)  # type: ignore[arg-type]
         return out
 
     decode.names = names  # type: ignore[attr-defined]
@@ -165,8 +165,6 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
 
     st = perfstacks.read(path, keep=keep_all, tracepoint=trace)
     res.samples = len(st)
-    if merge is not None:
-        st = _merged(st, merge)
     reps, body_idx = _bodies(st)
     starts, flat = perfstacks.chains(path, st, reps)
     sym = Symbolizer(st, bids, root_of, go_tables, kernel_bid)
@@ -178,19 +176,30 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
         frames.addr = np.where(per, ips, frames.addr)
     bodies = _body_texts(frames, want)
-    perf_blocks: Iterator[bytes] | None = None
     by_perf = np.zeros(len(st), bool)
     if frames.unsupported:
         bad = np.asarray(sorted(frames.unsupported), np.int64)
         by_perf = np.isin(body_idx, bad)
+        counts = np.bincount(body_idx[by_perf], minlength=len(reps))
         for b, why in frames.unsupported.items():
-            res.reasons[why] = res.reasons.get(why, 0) + int((body_idx == b).sum())
+            res.reasons[why] = res.reasons.get(why, 0) + int(counts[b])
         res.by_perf = int(by_perf.sum())
         if fallback is None:
             raise PerfDataUnsupported("; ".join(sorted(res.reasons)))
-        perf_blocks = _blocks(fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]))
+    res.first_event = names[int(st.event[0])] if len(st) else None
+    perf_text = fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]) if by_perf.any() and fallback else None
+    if merge is not None:
+        # one sample per distinct printed stack; perf's own text (merged by the caller) after ours
+        mine = _merged(st.select(~by_perf), body_idx[~by_perf], merge)
+        res.written = len(mine[0])
+        yield from _samples(mine[0], mine[1], bodies, np.zeros(len(mine[0]), bool), None, want, names, width,
+                            callchain, evtypes, trace, states)
+        if perf_text is not None:
+            yield from perf_text
+        return
     res.written = len(st)
-    yield from _samples(st, body_idx, bodies, by_perf, perf_blocks, want, names, width, callchain, evtypes, trace, states)
+    yield from _samples(st, body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None, want,
+                        names, width, callchain, evtypes, trace, states)
 
 
 def _is_dummy(ev: object) -> bool:
@@ -201,9 +210,9 @@ def _output_type(typ: int) -> str:
     return str(typ) if typ < 6 else "other"  # PERF_TYPE_MAX: dynamic PMUs share one output type
 
 
-def _merged(st: Stacks, m: Merge) -> Stacks:
+def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndarray]:
     """One sample per (event, process, thread name, [thread], body), the first in order, its
-    period the total (or the count)."""
+    period the total (or the count); and its body index."""
     from profiler.bundle.perfdata import U64
     from profiler.bundle.perfdata_reduce import _mix
 
@@ -212,17 +221,13 @@ def _merged(st: Stacks, m: Merge) -> Stacks:
         if m.by_tid:
             who = who ^ _mix(st.tid.astype(U64) + U64(0x51))
         k = _mix(st.body ^ _mix(st.event.astype(U64) * U64(0xD6E8FEB86659FD93) + who))
-    uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
+    _uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
     w = np.ones(len(st), np.int64) if m.count_samples else st.period
     sums = np.bincount(inv.ravel(), weights=w.astype(np.float64)).astype(np.int64)
-    order = np.sort(first)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    out = st.select(order)
-    tot = np.empty(len(first), np.int64)
-    tot[rank] = sums
-    out.period = tot
-    return out
+    order = np.argsort(first, kind="stable")
+    out = st.select(first[order])
+    out.period = sums[order]
+    return out, body_idx[first[order]]
 
 
 def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
@@ -232,38 +237,40 @@ def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _body_texts(fr: Frames, want: list[str]) -> list[str]:
-    """Each body's frame lines as perf prints them (ip, sym, symoff, dso as asked)."""
+    """Each body's frame lines as perf prints them (ip, sym, symoff, dso as asked): each distinct
+    (address, dso, symbol) line is formatted once."""
     ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
-    n = len(fr.addr)
-    key_cache: dict[tuple[int, int, int], str] = {}
-    lines: list[str] = []
+    n_bodies = len(fr.starts) - 1
+    if not len(fr.addr):
+        return [""] * n_bodies
+    key = np.empty(len(fr.addr), dtype=[("a", "<u8"), ("d", "<i8"), ("s", "<i8")])
+    key["a"], key["d"], key["s"] = fr.addr, fr.dso, fr.sym
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     dsos = fr.dsos
-    for a, d, s, o in zip(fr.addr.tolist(), fr.dso.tolist(), fr.sym.tolist(), fr.off.tolist(), strict=True):
-        k = (a, d, s)
-        text = key_cache.get(k)
-        if text is None:
-            parts = ["\t"]
-            if ip:
-                parts.append(f"{a:16x}")
-            if sym:
-                if s >= 0:
-                    t = dsos[d].table
-                    assert t is not None
-                    name = t.name(s)
-                    if name.find("\t") >= 0:
-                        name = name[: name.find("\t")]
-                elif s <= -2:
-                    name = fr.names[-2 - s]
-                else:
-                    name = "[unknown]"
-                parts.append(" " + name + (f"+{o:#x}" if symoff and s != -1 else ""))
-            if dso:
-                parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
-            parts.append("\n")
-            text = key_cache[k] = "".join(parts)
-        lines.append(text)
+    lines: list[str] = []
+    for (a, d, s), o in zip(uniq.tolist(), fr.off[first].tolist(), strict=True):
+        parts = ["\t"]
+        if ip:
+            parts.append(f"{a:16x}")
+        if sym:
+            if s >= 0:
+                t = dsos[d].table
+                assert t is not None
+                name = t.name(s)
+                if "\t" in name:  # a kernel module's symbol: perf cuts the module off
+                    name = name[: name.find("\t")]
+            elif s <= -2:
+                name = fr.names[-2 - s]
+            else:
+                name = "[unknown]"
+            parts.append(" " + name + (f"+{o:#x}" if symoff and s != -1 else ""))
+        if dso:
+            parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
+        parts.append("\n")
+        lines.append("".join(parts))
+    arr = np.asarray(lines, dtype=object)[inv.ravel()]
     starts = fr.starts.tolist()
-    return ["".join(lines[starts[i] : starts[i + 1]]) for i in range(len(starts) - 1)] if n or starts else []
+    return ["".join(arr[starts[i] : starts[i + 1]]) for i in range(n_bodies)]
 
 
 def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -302,65 +309,95 @@ def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
     del lines[:i]
 
 
+def _time_text(t: np.ndarray) -> list[str]:
+    """perf's ``%12s: `` of ``secs.usecs`` (microseconds truncated)."""
+    secs = (t // 1_000_000_000).tolist()
+    usecs = ((t % 1_000_000_000) // 1000).tolist()
+    return [f"{f'{s_}.{u:06d}':>12}: " for s_, u in zip(secs, usecs, strict=True)]
+
+
 def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray, perf_blocks: Iterator[bytes] | None,
              want: list[str], names: list[str], width: int, callchain: dict[int, bool], evtypes: dict[int, int],
              trace: Callable[..., dict[str, np.ndarray]] | None, states: Callable[[int], str] | None) -> Iterator[bytes]:
-    comm_f, pid_f, tid_f, cpu_f, time_f = ("comm" in want, "pid" in want, "tid" in want, "cpu" in want, "time" in want)
-    period_f, event_f, ip_f = "period" in want, "event" in want, "ip" in want
-    trace_f = "trace" in want and trace is not None
-    tnames: list[bytes] = getattr(trace, "names", [])
-    comms = st.comms
-    ev_text = {i: f"{n:>{width}}: " for i, n in enumerate(names)}
+    """Each sample's text, in order; perf's blocks where ``by_perf``."""
+    n = len(st)
+    if not n:
+        return
+    ip_f = "ip" in want
+    cc = np.asarray([callchain[e] and ip_f for e in range(len(names))], bool)[st.event]
+    # the header up to the time: "comm pid/tid [cpu] " -- one string per distinct (comm, pid, tid, cpu, chain?)
+    key = np.empty(n, dtype=[("c", "<i8"), ("p", "<i8"), ("t", "<i8"), ("u", "<i8"), ("k", "?")])
+    key["c"], key["p"], key["t"], key["u"], key["k"] = st.comm, st.pid, st.tid, st.cpu, cc
+    uniq, inv = np.unique(key, return_inverse=True)
+    heads = []
+    for comm, pid, tid, cpu, chain in uniq.tolist():
+        h = []
+        if "comm" in want:
+            h.append(f"{st.comms[comm]} " if chain else f"{st.comms[comm]:>16} ")
+        if "pid" in want and "tid" in want:
+            h.append(f"{pid:5d}/{tid:<5d} ")
+        elif "pid" in want:
+            h.append(f"{pid:5d} ")
+        elif "tid" in want:
+            h.append(f"{tid:5d} ")
+        if "cpu" in want:
+            h.append(f"[{cpu:03d}] ")
+        heads.append("".join(h))
+    head = np.asarray(heads, dtype=object)[inv.ravel()].tolist()
+    times = _time_text(st.time) if "time" in want else [""] * n
+    periods = [f"{p:10d} " for p in st.period.tolist()] if "period" in want else [""] * n
+    ev_text = [f"{nm:>{width}}: " if "event" in want else "" for nm in names]
+    evs = [ev_text[e] for e in st.event.tolist()]
+    traces = _trace_texts(st, trace, states, evtypes) if "trace" in want and trace is not None else [""] * n
+    tails = []
+    for b, c in zip(body_idx.tolist(), cc.tolist(), strict=True):
+        if not ip_f:
+            tails.append("\n")
+        elif c:
+            tails.append("\n" + bodies[b] + "\n")
+        else:
+            tails.append(" " + bodies[b].lstrip("\t"))
+    perf_rows = by_perf.tolist()
     out: list[str] = []
     size = 0
-    cols = (st.event.tolist(), st.pid.tolist(), st.tid.tolist(), st.cpu.tolist(), st.time.tolist(), st.period.tolist(),
-            st.comm.tolist(), body_idx.tolist(), by_perf.tolist())
-    ex = {k: v.tolist() for k, v in st.extra.items()} if trace_f else {}
-    for i, (ev, pid, tid, cpu, t, period, comm, b, perf) in enumerate(zip(*cols, strict=True)):
-        if perf:
-            assert perf_blocks is not None
+    for i, text in enumerate(map("".join, zip(head, times, periods, evs, traces, tails, strict=True))):
+        if perf_rows[i]:
             if out:
                 yield "".join(out).encode("utf-8", "surrogateescape")
                 out, size = [], 0
+            assert perf_blocks is not None
             yield next(perf_blocks, b"")
             continue
-        cc = callchain[ev] and ip_f
-        h: list[str] = []
-        if comm_f:
-            h.append(f"{comms[comm]} " if cc else f"{comms[comm]:>16} ")
-        if pid_f and tid_f:
-            h.append(f"{pid:5d}/{tid:<5d} ")
-        elif pid_f:
-            h.append(f"{pid:5d} ")
-        elif tid_f:
-            h.append(f"{tid:5d} ")
-        if cpu_f:
-            h.append(f"[{cpu:03d}] ")
-        if time_f:
-            h.append(f"{t // 1_000_000_000:>{5}}.{(t % 1_000_000_000) // 1000:06d}: ".rjust(14))
-        if period_f:
-            h.append(f"{period:10d} ")
-        if event_f:
-            h.append(ev_text[ev])
-        if trace_f and evtypes[ev] == 2:
-            assert states is not None
-            h.append(f"prev_comm={tnames[ex['prev_comm'][i]].decode('utf-8', 'surrogateescape')} "
-                     f"prev_pid={ex['prev_pid'][i]} prev_prio={ex['prev_prio'][i]} "
-                     f"prev_state={states(ex['prev_state'][i])} ==> "
-                     f"next_comm={tnames[ex['next_comm'][i]].decode('utf-8', 'surrogateescape')} "
-                     f"next_pid={ex['next_pid'][i]} next_prio={ex['next_prio'][i]}")
-        if ip_f:
-            if cc:
-                h.append("\n")
-                h.append(bodies[b])
-            else:
-                h.append(" " + bodies[b].lstrip("\t").rstrip("\n"))
-        h.append("\n")
-        s = "".join(h)
-        out.append(s)
-        size += len(s)
+        out.append(text)
+        size += len(text)
         if size > FLUSH:
             yield "".join(out).encode("utf-8", "surrogateescape")
             out, size = [], 0
     if out:
         yield "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _trace_texts(st: Stacks, trace: Callable[..., dict[str, np.ndarray]], states: Callable[[int], str] | None,
+                 evtypes: dict[int, int]) -> list[str]:
+    """sched_switch's payload as its print format prints it (perf's ``trace`` field)."""
+    names: list[str] = getattr(trace, "names", [])
+    ex = st.extra
+    if not ex:
+        return [""] * len(st)
+    letters: dict[int, str] = {}
+    assert states is not None
+    out = []
+    tp = np.asarray([evtypes[int(e)] == 2 for e in range(max(evtypes) + 1)], bool)[st.event].tolist()
+    for is_tp, pc, pp, pr, ps, nc, np_, nr in zip(tp, ex["prev_comm"].tolist(), ex["prev_pid"].tolist(),
+                                                  ex["prev_prio"].tolist(), ex["prev_state"].tolist(),
+                                                  ex["next_comm"].tolist(), ex["next_pid"].tolist(),
+                                                  ex["next_prio"].tolist(), strict=True):
+        if not is_tp:
+            out.append("")
+            continue
+        s_ = letters.get(ps)
+        if s_ is None:
+            s_ = letters[ps] = states(ps)
+        out.append(f"prev_comm={names[pc]} prev_pid={pp} prev_prio={pr} prev_state={s_} ==> "
+                   f"next_comm={names[nc]} next_pid={np_} next_prio={nr}")
+    return out
