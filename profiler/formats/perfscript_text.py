@@ -192,6 +192,9 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         # one sample per distinct printed stack; perf's own text (merged by the caller) after ours
         mine = _merged(st.select(~by_perf), body_idx[~by_perf], merge)
         res.written = len(mine[0])
+        if perf_text is not None and by_perf[0]:  # the first sample is perf's: its event is the one folded
+            yield from perf_text
+            perf_text = None
         yield from _samples(mine[0], mine[1], bodies, np.zeros(len(mine[0]), bool), None, want, names, width,
                             callchain, evtypes, trace, states)
         if perf_text is not None:
