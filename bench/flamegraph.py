@@ -175,8 +175,8 @@ def record(perf_data: Path, seconds: int) -> None:
 
 
 def merged_stacks(data: Path) -> str:
-    from profiler.bundle import perfdata as pd
-    from profiler.bundle import perfdata_reduce as pr
+    from profiler.formats import perfdata as pd
+    from profiler.formats import perfdata_reduce as pr
 
     with tempfile.TemporaryDirectory() as tmp:
         try:

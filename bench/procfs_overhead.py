@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from profiler.collectors.procfs import Sampler
+from profiler.collectors.procfs.sampler import Sampler
 
 WORKER = """
 import threading, time, sys

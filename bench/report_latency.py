@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler.bundle import perfdata as pd  # noqa: E402
+from profiler.formats import perfdata as pd  # noqa: E402
 from tests.scenarios.catalog import BY_NAME  # noqa: E402
 from tests.scenarios.model import Ctx, Started  # noqa: E402
 from tests.scenarios.procs import Procs  # noqa: E402

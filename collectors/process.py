@@ -124,7 +124,7 @@ def kill_all_children() -> list[int]:
 
 
 class BytesSink(Protocol):
-    """Where a helper's output goes: a file, or a filter in front of one (collectors/gosym.py)."""
+    """Where a helper's output goes: a file, or a filter in front of one (collectors/runtime/gosym.py)."""
 
     def write(self, data: bytes, /) -> int: ...
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from profiler.collectors.base import CaptureOptions, Collector
 from profiler.collectors.bcc.backend import choose, with_backend
-from profiler.collectors.blockio import BlockIO
-from profiler.collectors.cpu_stacks import CpuStacks
-from profiler.collectors.offcpu import OffCpu
-from profiler.collectors.perf_stat import PerfStat
-from profiler.collectors.procfs import ProcfsCollector
-from profiler.collectors.server_status import ServerStatus
-from profiler.collectors.syscalls import Syscalls
+from profiler.collectors.perf.cpu_stacks import CpuStacks
+from profiler.collectors.perf.offcpu import OffCpu
+from profiler.collectors.perf.perf_stat import PerfStat
+from profiler.collectors.perf.syscalls import Syscalls
+from profiler.collectors.procfs.sampler import ProcfsCollector
+from profiler.collectors.server.status import ServerStatus
+from profiler.collectors.tracefs.blockio import BlockIO
 
 
 def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) -> list[Collector]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 from profiler.collectors.base import CaptureContext, CaptureOptions
 from profiler.collectors.host import host_info, target_info
-from profiler.collectors.procfs import ProcfsCollector
+from profiler.collectors.procfs.sampler import ProcfsCollector
 
 from profiler.bundle import OK, BundleWriter, ClockInfo, Manifest
 from profiler.capture.targets import Target, target_from_pid

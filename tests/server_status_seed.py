@@ -3,7 +3,7 @@
 Built offline from a perf sample bundle: the index (server-status.jsonl: the endpoint, metrics
 and profile requests, a failed one), three /metrics scrapes (server-metrics.jsonl.gz), a Go
 goroutine text dump, goroutine, mutex (start and end) and CPU pprof profiles as a Go server
-serves them. The same shapes the collector writes (collectors/server_status.py).
+serves them. The same shapes the collector writes (collectors/server/status.py).
 """
 
 from __future__ import annotations

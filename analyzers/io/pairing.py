@@ -17,7 +17,8 @@ from typing import IO
 
 import numpy as np
 
-from profiler.bundle import blockevents
+from profiler.bundle import members
+from profiler.formats import blockevents
 from profiler.inputs import blocktrace, perfdata_blocks
 from profiler.inputs.blocktrace import (
     COMPLETE,
@@ -391,7 +392,7 @@ def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = 
             on_chunk(p)
     bio = p.finish()
     if state.damage:
-        bio.warnings.append(f"{blockevents.MEMBER}: {state.damage}")
+        bio.warnings.append(f"{members.BLOCK_EVENTS}: {state.damage}")
     return bio
 
 
@@ -435,7 +436,7 @@ class PairingTap:
 def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
     """Pair a bundle's block events member, whichever format it has: ``block.events.bin``
     (binary, bundles since v4) or ``block.trace.gz`` (ftrace text, before)."""
-    if member == blockevents.MEMBER:
+    if member == members.BLOCK_EVENTS:
         return pair_member(fh, on_chunk)
     return pair_stream(fh, on_chunk, only_block_lines=True)
 

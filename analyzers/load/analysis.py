@@ -227,14 +227,14 @@ def per_transaction(la: LoadAnalysis, targets: list[Any], io_by_pid: dict[int, i
     out = []
     for tm in targets:
         pt = PerTransaction(target=tm.label, pid=tm.pid)
-        if tm.cpu_cores is not None:
-            pt.cpu_ms = tm.cpu_cores * 1000.0 / tps
+        if tm.process.cpu_cores is not None:
+            pt.cpu_ms = tm.process.cpu_cores * 1000.0 / tps
         if io_by_pid is not None and window_seconds > 0:
             pt.ios = io_by_pid.get(tm.pid, 0) / window_seconds / tps
-        if tm.read_bps is not None and tm.write_bps is not None:
-            pt.io_bytes = (tm.read_bps + tm.write_bps) / tps
-        if tm.vcsw_rate is not None and tm.ivcsw_rate is not None:
-            pt.ctx_switches = (tm.vcsw_rate + tm.ivcsw_rate) / tps
+        if tm.process.read_bps is not None and tm.process.write_bps is not None:
+            pt.io_bytes = (tm.process.read_bps + tm.process.write_bps) / tps
+        if tm.process.vcsw_rate is not None and tm.process.ivcsw_rate is not None:
+            pt.ctx_switches = (tm.process.vcsw_rate + tm.process.ivcsw_rate) / tps
         out.append(pt)
     return out
 

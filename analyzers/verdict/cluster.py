@@ -170,9 +170,9 @@ def node_metrics(a: Analysis | None) -> dict[str, float | None]:
     if a is None:
         return out
     for key in PEER_METRICS:
-        vals = [getattr(t, key) for t in a.metrics.targets if getattr(t, key, None) is not None]
+        vals = [getattr(t.process, key) for t in a.metrics.targets if getattr(t.process, key, None) is not None]
         out[key] = float(sum(vals)) if vals else None
-    utils = [t.cpu_util for t in a.metrics.targets if t.cpu_util is not None]
+    utils = [t.process.cpu_util for t in a.metrics.targets if t.process.cpu_util is not None]
     out["cpu_util"] = max(utils) if utils else None
     return out
 

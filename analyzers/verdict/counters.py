@@ -4,22 +4,22 @@ and faults per second from stat.csv, and which counters the host could not count
 from __future__ import annotations
 
 from profiler.analyzers.series import perfstat
-from profiler.analyzers.verdict.model import TargetMetrics
 
 
-def perf_metrics(stat: perfstat.PerfStat | None, tm: TargetMetrics, single_target: bool) -> list[str]:
-    """perf stat figures (stat.csv is for all targets together: attributed only when there is one);
-    returns the unsupported counters."""
+def perf_metrics(stat: perfstat.PerfStat | None, single_target: bool) -> tuple[dict[str, float], list[str]]:
+    """perf stat figures (stat.csv is for all targets together: attributed only when there is one)
+    and the counters the host could not count."""
+    perf: dict[str, float] = {}
     if stat is None:
-        return []
+        return perf, []
     if single_target:
         span = stat.span()
         tc = stat.total("task-clock")
         if tc is not None and span > 0:
-            tm.perf["task_clock_cpus"] = tc / 1000.0 / span
+            perf["task_clock_cpus"] = tc / 1000.0 / span
         for ev, key in (("context-switches", "cs_rate"), ("cpu-migrations", "migrations_rate"),
                         ("page-faults", "faults_rate"), ("major-faults", "majflt_rate")):
             r = stat.rate(ev)
             if r is not None:
-                tm.perf[key] = r
-    return stat.unsupported
+                perf[key] = r
+    return perf, stat.unsupported

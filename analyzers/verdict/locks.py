@@ -7,9 +7,10 @@ per thread and per stack, off-CPU time per state).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from profiler.analyzers.verdict.model import TargetMetrics
+from profiler.analyzers.verdict.model import StackEvidence
 from profiler.analyzers.views import WaitTotals
 from profiler.analyzers.views.stacks import FutexStacks
 
@@ -50,14 +51,27 @@ def _stack_key(frames: list[str]) -> str:
     return " <- ".join(user[:3]) or "(no user stack)"
 
 
-def bcc_lock_metrics(waits: WaitTotals, tm: TargetMetrics, pid: int, tids: set[int], comms: set[str] | None,
-                     limit: int = 5) -> None:
-    """Futex waits and off-CPU state totals of one target from the bcc backend's summaries.
+def stack_evidence(figures: StackEvidence, futex_by_tid: FutexStacks, tids: set[int], waits: WaitTotals | None,
+                   pid: int, comms: set[str] | None) -> StackEvidence:
+    """The target's stack evidence: the thread pass's ``figures`` (target.stack_figures), the top
+    futex wait stacks of its threads, and the bcc backend's wait totals when captured."""
+    out = replace(figures, offcpu_futex_stacks=top_futex_stacks(futex_by_tid, tids))
+    if waits is not None:
+        out = replace(out, **bcc_lock_metrics(waits, pid, tids, comms))
+    return out
+
+
+def bcc_lock_metrics(waits: WaitTotals, pid: int, tids: set[int], comms: set[str] | None,
+                     limit: int = 5) -> dict[str, Any]:
+    """Futex waits and off-CPU state totals of one target from the bcc backend's summaries, as
+    StackEvidence fields (those it has).
 
     The summaries list threads by tid (per-target totals are exact); the folded stacks carry
     only the thread's comm, so with several targets a stack counts for the target whose
     threads have that comm (``comms``; None: the only target, every stack is its own).
     """
+    out: dict[str, Any] = {}
+
     def mine(th: dict[str, Any]) -> bool:
         return int(th.get("pid", -1)) == pid or int(th.get("tid", -1)) in tids
 
@@ -65,11 +79,11 @@ def bcc_lock_metrics(waits: WaitTotals, tm: TargetMetrics, pid: int, tids: set[i
         fs = waits.get(members.FUTEX_SUMMARY)
         ths = [th for th in fs.get("threads") or [] if mine(th)]
         if ths:
-            tm.futex_wait_s = sum(float(th.get("wait_ns", 0)) for th in ths) / 1e9
-            tm.futex_waits = sum(int(th.get("waits", 0)) for th in ths)
+            out["futex_wait_s"] = sum(float(th.get("wait_ns", 0)) for th in ths) / 1e9
+            out["futex_waits"] = sum(int(th.get("waits", 0)) for th in ths)
         elif comms is None:
-            tm.futex_wait_s = float(fs.get("wait_ns", 0)) / 1e9
-            tm.futex_waits = int(fs.get("waits", 0))
+            out["futex_wait_s"] = float(fs.get("wait_ns", 0)) / 1e9
+            out["futex_waits"] = int(fs.get("waits", 0))
     if waits.has(members.FUTEX_FOLDED):
         by_key: dict[str, float] = {}
         for stack, ns in waits.get(members.FUTEX_FOLDED).items():
@@ -78,13 +92,14 @@ def bcc_lock_metrics(waits: WaitTotals, tm: TargetMetrics, pid: int, tids: set[i
                 continue
             key = _stack_key(frames[1:])
             by_key[key] = by_key.get(key, 0.0) + ns / 1e9
-        tm.futex_wait_stacks = sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        out["futex_wait_stacks"] = sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     if waits.has(members.OFFCPU_SUMMARY):
         os_ = waits.get(members.OFFCPU_SUMMARY)
         scale = 1e9 if os_.get("unit", "ns") == "ns" else 1.0
         states = ("runnable", "sleep", "disk", "other")
         ths = [th for th in os_.get("threads") or [] if mine(th)]
         if ths:
-            tm.offcpu_states = {k: sum(float(th.get(k, 0)) for th in ths) / scale for k in states}
+            out["offcpu_states"] = {k: sum(float(th.get(k, 0)) for th in ths) / scale for k in states}
         elif comms is None and isinstance(os_.get("by_state"), dict):
-            tm.offcpu_states = {k: float(os_["by_state"].get(k, 0)) / scale for k in states}
+            out["offcpu_states"] = {k: float(os_["by_state"].get(k, 0)) / scale for k in states}
+    return out

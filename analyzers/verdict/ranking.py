@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from profiler.analyzers.verdict import registry
 from profiler.analyzers.verdict.findings import (
     CONTRIBUTING,
     PRIMARY,
@@ -21,7 +22,7 @@ from profiler.analyzers.verdict.findings import (
     Verdict,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
-from profiler.analyzers.verdict.rules import RULES, rule_not_saturated, server_findings
+from profiler.analyzers.verdict.rules import rule_not_saturated
 
 
 def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding,
@@ -32,12 +33,12 @@ def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding,
         c *= 0.4
         why.append(f"procfs sampler {m.sources.get('procfs')}: thread states unknown")
     if tm is not None:
-        if tm.samples < 20:
+        if tm.time.samples < 20:
             c *= 0.6
-            why.append(f"only {tm.samples} samples per thread")
-        elif tm.samples < 50:
+            why.append(f"only {tm.time.samples} samples per thread")
+        elif tm.time.samples < 50:
             c *= 0.85
-            why.append(f"{tm.samples} samples per thread (short capture)")
+            why.append(f"{tm.time.samples} samples per thread (short capture)")
         if tm.exited:
             c *= 0.85
             why.append("the target exited during the capture")
@@ -73,8 +74,7 @@ def _label(c: float) -> str:
 
 
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
-    found = [f for f in (r(tm, m) for r in RULES) if f is not None]
-    found.extend(server_findings(tm))
+    found = registry.findings(tm, m)
     found.append(rule_not_saturated(tm, m, found))
     found.sort(key=lambda f: (-round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]
@@ -144,7 +144,7 @@ def _headline(tm: TargetMetrics, f: Finding) -> str:
     who = tm.label
     if f.category == "not_saturated":
         return f"{who} is not the bottleneck: {f.sub_cause}"
-    lead = {"cpu": "is CPU-bound", "io_wait": "is not CPU-bound: IO wait dominates" if (tm.cpu_util or 0) < 0.8 else "waits on IO",
+    lead = {"cpu": "is CPU-bound", "io_wait": "is not CPU-bound: IO wait dominates" if (tm.process.cpu_util or 0) < 0.8 else "waits on IO",
             "memory": "is short of memory", "lock_contention": "is slowed by lock contention"}[f.category]
     return f"{who} {lead}: {f.sub_cause}"
 
@@ -169,7 +169,8 @@ def compare_targets(m: Metrics) -> list[Imbalance]:
         if len(ts) < 2:
             continue
         for metric, floor in (("cpu_cores", 0.05), ("write_bps", float(1 << 20)), ("read_bps", float(1 << 20))):
-            vals: dict[str, float] = {t.label: float(getattr(t, metric)) for t in ts if getattr(t, metric) is not None}
+            vals: dict[str, float] = {t.label: float(getattr(t.process, metric)) for t in ts
+                                      if getattr(t.process, metric) is not None}
             if len(vals) < 2:
                 continue
             xs = sorted(vals.values())

@@ -1,9 +1,10 @@
 """The verdict's rules over what servers and the Go runtime say about themselves (analyzers layer).
 
 Small named rules over one target's :class:`~profiler.analyzers.verdict.server.ServerEvidence`
-(goroutine snapshots, mutex/block profiles, Go runtime metrics): each returns a
-:class:`Finding` with its evidence, or None. analyzers.verdict.rules turns them into
-findings next to its own (the OS-level rules), so the best explanation wins on score:
+(goroutine snapshots, mutex/block profiles, Go runtime metrics; ``TargetMetrics.server``): each
+takes what every rule takes, the target and the capture, and returns a :class:`Finding` with its
+evidence, or None. They are listed in the one registry (registry.py) beside the OS-level rules,
+so the best explanation wins on score:
 
 - ``go_lock_contention``: goroutines pile up on a Go lock (``sync.Mutex``/``RWMutex``). The OS
   cannot see it: the Go scheduler parks the threads of waiting goroutines in futex, where they
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.verdict.findings import THRESHOLDS, Evidence, Finding, evidence, ramp
-from profiler.analyzers.verdict.model import TargetMetrics
+from profiler.analyzers.verdict.model import Metrics, TargetMetrics
 from profiler.analyzers.verdict.server import ServerEvidence
 
 # The not-saturated rule's bounds: a target that wants half of its cores or more may be held back;
@@ -46,15 +47,17 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:.0f}%"
 
 
-def _idle_threads(tm: TargetMetrics) -> str:
-    if not tm.active_states and not tm.states:
+def _idle_threads(t: TargetMetrics) -> str:
+    st = t.time
+    if not st.active_states and not st.states:
         return ""
-    parked = (tm.states or {}).get("futex", 0.0) + (tm.states or {}).get("idle", 0.0) + (tm.states or {}).get("sleep", 0.0)
-    return f"; the OS sees {tm.threads} threads {_pct(parked)} of the time asleep (the Go scheduler parks them)"
+    parked = (st.states or {}).get("futex", 0.0) + (st.states or {}).get("idle", 0.0) + (st.states or {}).get("sleep", 0.0)
+    return f"; the OS sees {st.threads} threads {_pct(parked)} of the time asleep (the Go scheduler parks them)"
 
 
-def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
-    if ev.lock_wait is None and not ev.snapshots:
+def rule_go_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
+    ev: ServerEvidence | None = t.server
+    if ev is None or (ev.lock_wait is None and not ev.snapshots):
         return None
     share = ev.lock_share
     wait = ev.lock_wait
@@ -70,17 +73,20 @@ def rule_go_locks(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
            f"the largest wait: {ev.lock_site_goroutines:.0f} goroutines in {site}")
     if ev.lock_holder:
         sub += f"; the lock is held by {ev.lock_holder}"
-    sub += _idle_threads(tm)
+    sub += _idle_threads(t)
     rec = (f"shorten the critical section behind {site.split(': ', 1)[-1]} (no IO or slow calls while holding the "
            "lock), shard the lock, or use a sync.RWMutex/atomic where reads dominate; the mutex profile in the "
            "bundle (server-PID-mutex-end.pb.gz; `profiler flamegraph` draws it) shows where the lock is held")
     if ev.server == "tidb":
         rec += "; in TiDB, report the stacks with the TiDB version: internal lock contention is a TiDB issue"
     return Finding("lock_contention", "go_lock_contention", score, "lock contention between goroutines", sub,
-                         out, rec)
+                   out, rec, t.label)
 
 
-def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
+def rule_go_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
+    ev: ServerEvidence | None = t.server
+    if ev is None:
+        return None
     gc = ev.gc_cpu_share
     lim = ev.heap_limit_share
     if gc is None and lim is None:
@@ -97,7 +103,7 @@ def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
     # runtime's /cpu/classes figures overestimate GC time, worst when little else runs). The GC
     # holds the work back only when the process wants a real part of its CPU: the share counts
     # as much as the target wants its cores, none where the not-saturated rule calls it calm.
-    busy = tm.demand_util if tm.demand_util is not None else tm.cpu_util
+    busy = t.time.demand_util if t.time.demand_util is not None else t.process.cpu_util
     weight = calm_weight(busy)
     if gc is not None and weight < 1.0:
         out.append(evidence("go_gc_weight", weight, None,
@@ -121,10 +127,10 @@ def rule_go_memory(tm: TargetMetrics, ev: ServerEvidence) -> Finding | None:
     if ev.server == "tidb":
         rec += ("; in TiDB: tidb_server_memory_limit / tidb_memory_usage_alarm_ratio, and the memory quota of "
                 "large queries (tidb_mem_quota_query)")
-    return Finding("memory", "go_memory_pressure", score, "Go memory pressure", sub, out, rec)
+    return Finding("memory", "go_memory_pressure", score, "Go memory pressure", sub, out, rec, t.label)
 
 
-def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[Evidence], str] | None:
+def idle_goroutines(t: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[Evidence], str] | None:
     """Evidence that a Go server waits for work: most goroutines in network, channel or select waits."""
     if ev is None or not ev.snapshots or not ev.goroutines:
         return None
@@ -136,12 +142,3 @@ def idle_goroutines(tm: TargetMetrics, ev: ServerEvidence | None) -> tuple[list[
     text = (f"{_pct(share)} of its {ev.goroutines:.0f} goroutines wait for the network, channels or timers"
             + (f" ({'; '.join(top)})" if top else "") + ", not for locks or the CPU")
     return [evidence("goroutines_waiting_for_work", share, None, text, unit="of goroutines")], text
-
-
-RULES = (rule_go_locks, rule_go_memory)
-
-
-def findings(tm: TargetMetrics, ev: ServerEvidence | None) -> list[Finding]:
-    if ev is None:
-        return []
-    return [f for f in (r(tm, ev) for r in RULES) if f is not None]

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.server.view import ServerStatusView, TargetStatus
-from profiler.analyzers.verdict.model import TargetMetrics
 from profiler.analyzers.views.stacks import CpuStacks
 
 from profiler.knowledge import pool_of
@@ -142,12 +141,12 @@ def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
         ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"
 
 
-def _memory(ev: ServerEvidence, ts: TargetStatus | None, tm: TargetMetrics, cpu: CpuStacks | None,
+def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None, cpu: CpuStacks | None,
             pools: set[str]) -> None:
     if ts is not None:
         gc = ts.key("go.gc_cpu")
         proc = ts.key("process.cpu")
-        used = (proc.total if proc is not None else None) or tm.cpu_cores
+        used = (proc.total if proc is not None else None) or cpu_cores
         if gc is not None and gc.total is not None and used:
             ev.gc_cpu_share = min(1.0, gc.total / used)
             ev.gc_cpu_source = "runtime metrics (GC CPU / process CPU)"
@@ -164,14 +163,15 @@ def _memory(ev: ServerEvidence, ts: TargetStatus | None, tm: TargetMetrics, cpu:
             ev.gc_cpu_share, ev.gc_cpu_source = share, "on-CPU stacks in the Go garbage collector"
 
 
-def server_evidence(view: ServerStatusView | None, cpu: CpuStacks | None, tm: TargetMetrics,
-                    pools: set[str]) -> ServerEvidence | None:
-    """The evidence for one target, or None when there is none (no status port and not Go)."""
-    ts = view.targets.get(tm.pid) if view is not None else None
-    is_go = tm.runtime == "go" or (ts is not None and ts.go)
+def server_evidence(view: ServerStatusView | None, cpu: CpuStacks | None, pid: int, runtime: str | None,
+                    cpu_cores: float | None, pools: set[str]) -> ServerEvidence | None:
+    """The evidence for one target (``cpu_cores``: the process's CPU by /proc, when its own metrics
+    do not say), or None when there is none (no status port and not Go)."""
+    ts = view.targets.get(pid) if view is not None else None
+    is_go = runtime == "go" or (ts is not None and ts.go)
     if ts is None and not is_go:
         return None
-    ev = ServerEvidence(pid=tm.pid, go=is_go)
+    ev = ServerEvidence(pid=pid, go=is_go)
     if ts is not None:
         ev.server = ts.server
         ev.endpoint = ts.metrics_url or ts.pprof_url
@@ -183,5 +183,5 @@ def server_evidence(view: ServerStatusView | None, cpu: CpuStacks | None, tm: Ta
             top = max(kv.window.items(), key=lambda x: x[1]) if kv.window else None
             where = f" ({top[0]})" if top is not None and top[0] != "all" and len(kv.window) > 1 else ""
             ev.notes[kv.info.key] = f"{kv.info.title}: {_fmt(kv.total, kv.info.unit)}{where}"
-    _memory(ev, ts, tm, cpu, pools)
+    _memory(ev, ts, cpu_cores, cpu, pools)
     return ev

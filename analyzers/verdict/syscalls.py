@@ -4,18 +4,21 @@ raw_syscalls:sys_enter rate of an older bundle's syscalls-rate.csv)."""
 
 from __future__ import annotations
 
-from profiler.analyzers.verdict.model import TargetMetrics
+from profiler.analyzers.verdict.model import CounterEvidence
 from profiler.analyzers.views import Syscalls
 
 from profiler.bundle import CollectorRecord
 
 
-def syscall_metrics(view: Syscalls | None, rec: CollectorRecord | None, tm: TargetMetrics, tids: set[int],
-                    window: float, single_target: bool) -> None:
-    """``tm.syscall_top`` and ``tm.syscall_rate``. ``rec``: the syscalls collector's record (a
-    duty-cycled trace covers only its windows: rates are per traced second)."""
+def syscall_metrics(view: Syscalls | None, rec: CollectorRecord | None, tids: set[int],
+                    window: float, single_target: bool) -> CounterEvidence:
+    """The syscalls the target's threads spent most time in, and its calls a second (``syscall_top``,
+    ``syscall_rate``). ``rec``: the syscalls collector's record (a duty-cycled trace covers only
+    its windows: rates are per traced second)."""
+    syscall_top: list[tuple[str, float, float]] = []
+    rate: float | None = None
     if view is None:
-        return
+        return CounterEvidence()
     if view.rows is not None:
         counts: dict[str, float] = {}
         times: dict[str, float] = {}
@@ -32,11 +35,12 @@ def syscall_metrics(view: Syscalls | None, rec: CollectorRecord | None, tm: Targ
         if rec is not None and rec.stats.get("sampled") and rec.stats.get("sampled_seconds"):
             span = float(rec.stats["sampled_seconds"]) or span
         top = sorted(counts, key=lambda k: (-(times.get(k, 0.0)), -counts[k], k))[:8]
-        tm.syscall_top = [(k, counts[k] / span, (times.get(k, 0.0) / tot_t) if tot_t else 0.0) for k in top]
+        syscall_top = [(k, counts[k] / span, (times.get(k, 0.0) / tot_t) if tot_t else 0.0) for k in top]
         if counts:
-            tm.syscall_rate = sum(counts.values()) / span
+            rate = sum(counts.values()) / span
     # syscalls-rate.csv counts all targets together: attributed only when there is one
     if view.rate is not None and single_target:
         for ev in view.rate.events:
             if "sys_enter" in ev:
-                tm.syscall_rate = view.rate.rate(ev)
+                rate = view.rate.rate(ev)
+    return CounterEvidence(syscall_top=syscall_top, syscall_rate=rate)

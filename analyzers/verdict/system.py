@@ -13,43 +13,46 @@ def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics
         return None
     s = pd.system
     span = float(s.t[-1] - s.t[0])
-    ncpu = int(s.last("ncpu") or host_cpus or 0)
-    sm = SystemMetrics(ncpu=ncpu)
     deltas = {k: s.delta(f"cpu.{k}") or 0.0 for k in
               ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")}
     tot = sum(deltas.values())
+    cpu: dict[str, float | None] = {"cpu_util": None, "iowait": None, "steal": None}
     if tot > 0:
         busy = tot - deltas["idle"] - deltas["iowait"]
-        sm.cpu_util, sm.iowait, sm.steal = busy / tot, deltas["iowait"] / tot, deltas["steal"] / tot
-    sm.procs_blocked, sm.procs_running = s.mean("procs_blocked"), s.mean("procs_running")
+        cpu = {"cpu_util": busy / tot, "iowait": deltas["iowait"] / tot, "steal": deltas["steal"] / tot}
+    psi: dict[str, float] = {}
     for res in ("cpu", "io", "memory"):
         for kind_ in ("some", "full"):
             d = s.delta(f"psi.{res}.{kind_}_total")
             if d is not None and span > 0:
-                sm.psi[f"{res}_{kind_}"] = 100.0 * d / 1e6 / span
-    sm.mem_total = s.last("mem.total")
+                psi[f"{res}_{kind_}"] = 100.0 * d / 1e6 / span
+    mem_total = s.last("mem.total")
     av = s.mean("mem.available")
-    if av is not None and sm.mem_total:
-        sm.mem_available_share = av / sm.mem_total
-    sm.swap_used = s.last("mem.swap_used")
     si, so = s.rate("vm.pswpin"), s.rate("vm.pswpout")
-    if si is not None or so is not None:
-        sm.swap_io_rate = (si or 0.0) + (so or 0.0)
-    sm.majflt_rate = s.rate("vm.pgmajfault")
-    sm.direct_reclaim_rate = s.rate("vm.pgscan_direct")
-    disks = sorted({k.split(".")[1] for k in s.values if k.startswith("disks.")})
-    for disk in disks:
+    return SystemMetrics(
+        ncpu=int(s.last("ncpu") or host_cpus or 0), **cpu,
+        procs_blocked=s.mean("procs_blocked"), procs_running=s.mean("procs_running"), psi=psi,
+        mem_total=mem_total, mem_available_share=av / mem_total if av is not None and mem_total else None,
+        swap_used=s.last("mem.swap_used"),
+        swap_io_rate=(si or 0.0) + (so or 0.0) if si is not None or so is not None else None,
+        majflt_rate=s.rate("vm.pgmajfault"), direct_reclaim_rate=s.rate("vm.pgscan_direct"),
+        disks=disk_metrics(s), neighbours=neighbours(pd))
+
+
+def disk_metrics(s: procmod.Series) -> list[DiskMetrics]:
+    """Each block device's utilisation, IOPS, bytes/s, await and queue (/proc/diskstats), busiest first."""
+    out = []
+    for disk in sorted({k.split(".")[1] for k in s.values if k.startswith("disks.")}):
         def r(f: str, disk: str = disk) -> float:
             return s.rate(f"disks.{disk}.{f}") or 0.0
         ios = r("reads") + r("writes")
         waited = r("read_ms") + r("write_ms")
-        sm.disks.append(DiskMetrics(
+        out.append(DiskMetrics(
             name=disk, util=min(1.0, r("io_ticks_ms") / 1000.0), iops=ios, read_iops=r("reads"), write_iops=r("writes"),
             read_bps=r("read_sectors") * 512, write_bps=r("write_sectors") * 512,
             await_ms=(waited / ios) if ios > 0 else None, queue_depth=r("time_in_queue_ms") / 1000.0))
-    sm.disks.sort(key=lambda x: (-x.iops, x.name))
-    sm.neighbours = neighbours(pd)
-    return sm
+    out.sort(key=lambda x: (-x.iops, x.name))
+    return out
 
 
 def neighbours(pd: procmod.ProcData, limit: int = 5) -> list[tuple[str, int, float]]:

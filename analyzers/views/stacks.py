@@ -30,7 +30,7 @@ from profiler.knowledge import pool_of
 
 # The off-CPU flame graph in the report is built from at most this many switches of the member.
 # The collector already symbolizes at most 20,000 switch-outs (a uniform sample over the capture,
-# collectors/offcpu.py), so this bounds older bundles and hand-made ones: folding costs ~10-30 us
+# collectors/perf/offcpu.py), so this bounds older bundles and hand-made ones: folding costs ~10-30 us
 # a switch here, so the report still comes back in seconds.
 OFFCPU_MAX_SWITCHES = 100_000
 # bcc stacks blocked for less than this in all are left out of the off-CPU flame graph (ns)

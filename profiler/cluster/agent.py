@@ -20,7 +20,6 @@ shipped code removed, and the agent exits: no perf process or tracefs instance o
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -154,7 +153,7 @@ class Agent:
             self.emit(event="done", status="failed", stage="collectors", reason=str(exc))
             return
         used, why = registry.backend_choice(options)
-        session = Session(targets, out, options, chosen, progress=io.StringIO(),
+        session = Session(targets, out, options, chosen,
                           extra_options={"keep_perf_data": keep, "backend_used": used, "backend_reason": why,
                                          "cluster": {"node": req.get("node"), "role": req.get("role")}})
         session.prepare()
@@ -175,7 +174,7 @@ class Agent:
             m.reason = "; ".join(filter(None, [m.reason, self.stop_reason]))
             m.status = "partial" if m.status == "ok" else m.status
             with contextlib.suppress(OSError, OutputError):
-                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, special=False)
+                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, root=out)
         first = min((c.started for c in m.collectors if c.started), default=None)
         self.emit(event="done", status=m.status, reason=m.reason, stop_reason=result.stop_reason,
                   bytes=_tree_size(out), first_collector_mono=first, clock_offset=m.clock.offset,

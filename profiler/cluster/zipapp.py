@@ -1,7 +1,7 @@
 """The code shipped to a node without profiler (cluster layer): a self-contained zipapp of the capture path.
 
 It holds only what ``agent.py`` runs: ``profiler/__init__``, ``errors``, ``knowledge``, the
-bundle (module or package, as this installation has them), ``profiler.capture``, ``profiler.collectors`` (with the bcc programs) and the agent,
+bundle (module or package, as this installation has them), the codecs (``profiler.formats``), ``profiler.capture``, ``profiler.collectors`` (with the bcc programs) and the agent,
 taken from this installation, so the node runs exactly the collectors this controller has.
 No analyzer, renderer, CLI or third-party package goes in: the node needs python3 and perf.
 Built in memory, deterministic (sorted names, fixed timestamps).
@@ -18,12 +18,13 @@ from pathlib import Path
 PACKAGES = (
     ("profiler", False),
     ("profiler.knowledge", True),
+    ("profiler.formats", True),
     ("profiler.bundle", True),
     ("profiler.capture", True),
     ("profiler.collectors", True),
 )
 TOP_MODULES = ("__init__.py", "errors.py", "knowledge.py", "bundle.py", "files.py", "tolerant.py",
-               "untrusted.py")  # whichever are modules, not packages
+               "untrusted.py", "progress.py")  # whichever are modules, not packages
 CLUSTER_MODULES = ("__init__.py", "agent.py")
 DATA_SUFFIXES = (".py", ".c", ".h")
 _MAIN = (

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.collectors.elf import PT_LOAD, SHT_DYNSYM, SHT_SYMTAB, Elf, ElfError
+from profiler.formats.elf import PT_LOAD, SHT_DYNSYM, SHT_SYMTAB, Elf, ElfError
 from profiler.formats import perfdemangle
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 0, 1, 2, 10

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.bundle.perfdata import FEAT_TRACING_DATA, PerfDataUnsupported, PerfFile, state_letters
+from profiler.formats.perfdata import FEAT_TRACING_DATA, PerfDataUnsupported, PerfFile, state_letters
 from profiler.formats import perfstacks
 from profiler.formats.perfstacks import Keep, Stacks
 from profiler.formats.perfsymbolize import Frames, Symbolizer
@@ -87,7 +87,7 @@ def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
 
 def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     """The payload columns perf script's ``trace`` field prints for sched_switch."""
-    from profiler.bundle.perfdata import tp_column, tp_strings
+    from profiler.formats.perfdata import tp_column, tp_strings
 
     try:
         fl = f.tp_fields("sched_switch")
@@ -216,8 +216,8 @@ def _output_type(typ: int) -> str:
 def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndarray]:
     """One sample per (event, process, thread name, [thread], body), the first in order, its
     period the total (or the count); and its body index."""
-    from profiler.bundle.perfdata import U64
-    from profiler.bundle.perfdata_reduce import _mix
+    from profiler.formats.perfdata import U64
+    from profiler.formats.perfdata_reduce import _mix
 
     with np.errstate(over="ignore"):
         who = st.comm.astype(U64) * U64(0x9E3779B97F4A7C15)

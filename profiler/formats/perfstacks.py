@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.bundle.perfdata import (
+from profiler.formats.perfdata import (
     RECORD_COMM,
     RECORD_EXIT,
     RECORD_FORK,
@@ -50,7 +50,7 @@ from profiler.bundle.perfdata import (
     sample_layout,
     samples,
 )
-from profiler.bundle.perfdata_reduce import _chain_hash, _mix
+from profiler.formats.perfdata_reduce import _chain_hash, _mix
 
 MISC_CPUMODE = 7
 MISC_KERNEL, MISC_USER = 1, 2
@@ -142,7 +142,7 @@ def _trailer(f: PerfFile) -> tuple[int, int]:
 
 
 def _tail(st: int) -> tuple[int, int]:
-    from profiler.bundle.perfdata import _id_trailer
+    from profiler.formats.perfdata import _id_trailer
 
     return _id_trailer(st)
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.bundle.perfdata import RECORD_FORK, RECORD_KSYMBOL, RECORD_MMAP, RECORD_MMAP2
-from profiler.collectors.elf import Elf, ElfError
+from profiler.formats.perfdata import RECORD_FORK, RECORD_KSYMBOL, RECORD_MMAP, RECORD_MMAP2
+from profiler.formats.elf import Elf, ElfError
 from profiler.formats import elfsyms, kallsyms, symfiles
 from profiler.formats.elfsyms import SymTable
 from profiler.formats.perfstacks import MISC_FORK_EXEC, Mmap, Stacks

@@ -21,7 +21,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from profiler.collectors.elf import Elf, ElfError
+from profiler.formats.elf import Elf, ElfError
 from profiler.formats import elfsyms
 from profiler.formats.elfsyms import SymTable
 

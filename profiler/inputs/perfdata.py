@@ -13,7 +13,7 @@ stdout to a consumer while perf is still printing (two processes, two cores):
   last stderr line. stderr goes to a temporary file, so a chatty perf never blocks on it.
 
 Identical stacks can be merged first (``merge``): perf script then symbolizes each distinct
-stack once, with the merged samples' total as its period (profiler.bundle.perfdata).
+stack once, with the merged samples' total as its period (profiler.formats.perfdata).
 
 Block events are read from perf.data directly, without perf script: see ``perfdata_blocks.py``.
 """
@@ -32,9 +32,9 @@ from typing import IO, TypeVar
 
 import numpy as np
 
-from profiler.bundle import perfdata as pdata
-from profiler.bundle import perfdata_reduce as pr
 from profiler.errors import CapabilityError, InputError
+from profiler.formats import perfdata as pdata
+from profiler.formats import perfdata_reduce as pr
 from profiler.inputs.source import Format
 
 __all__ = ["FORMAT", "MAGIC", "Direct", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
@@ -70,7 +70,7 @@ def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[s
 @dataclass(frozen=True)
 class Merge:
     """Merge the samples of identical stacks before perf script symbolizes them
-    (profiler.bundle.perfdata_reduce.merge_samples): their period becomes the total (``count_samples``:
+    (profiler.formats.perfdata_reduce.merge_samples): their period becomes the total (``count_samples``:
     their number), so a consumer that weighs samples by period folds the same stacks."""
 
     by_tid: bool = False
@@ -176,8 +176,8 @@ class _Chunks(io.RawIOBase):
 
 def _keep_these(tid: np.ndarray, t: np.ndarray) -> pr.Keep:
     """A Keep taking exactly the samples of these (thread, time) pairs."""
-    from profiler.bundle.perfdata import U64
-    from profiler.bundle.perfdata_reduce import _mix
+    from profiler.formats.perfdata import U64
+    from profiler.formats.perfdata_reduce import _mix
 
     def h(tid_: np.ndarray, t_: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):

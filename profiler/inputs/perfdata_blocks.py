@@ -1,9 +1,9 @@
 """Block tracepoint events in binary form, read without `perf script` (inputs layer).
 
 Two sources, one decoding: a perf.data of block_rq_* tracepoints (``perf record -e
-block:...``, read by :mod:`profiler.bundle.perfdata`, the one perf.data record reader) and a
+block:...``, read by :mod:`profiler.formats.perfdata`, the one perf.data record reader) and a
 bundle's ``block.events.bin`` (the block-io collector's columnar member,
-:mod:`profiler.bundle.blockevents`, written from such a perf.data). Both give the tracepoints'
+:mod:`profiler.formats.blockevents`, written from such a perf.data). Both give the tracepoints'
 own fields (time, device, sector, sectors, bytes, rwbs, issuing thread and comm); here they
 become the same :data:`EVENT_DTYPE` records the text reader (``blocktrace.py``) makes, so the
 pairing cannot tell them apart. `perf script` spends ~3 us of CPU per event formatting text
@@ -19,10 +19,10 @@ from typing import IO
 
 import numpy as np
 
-from profiler.bundle import blockevents as be
-from profiler.bundle import perfdata as pd
-from profiler.bundle.perfdata import PerfDataUnsupported
 from profiler.errors import InputError
+from profiler.formats import blockevents as be
+from profiler.formats import perfdata as pd
+from profiler.formats.perfdata import PerfDataUnsupported
 from profiler.inputs.blocktrace import (
     _KEEP_LOW,
     _OPCHARS,

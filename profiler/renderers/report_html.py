@@ -87,12 +87,12 @@ def context(a: Analysis) -> dict[str, Any]:
                                                      marks=marks))})
     targets = []
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
-        shares = {k: tm.states.get(k, 0.0) for k in ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")}
+        shares = {k: tm.time.states.get(k, 0.0) for k in ("cpu", "runnable", "io", "futex", "idle", "sleep", "other")}
         colour_map = {"cpu": "#3a9a5b", "runnable": "#9fd4a8", "io": "#d9822b", "futex": "#b8434e", "idle": "#c9d3df",
                       "sleep": "#e3e7ec", "other": "#9aa5b1"}
-        active = {k: tm.active_states.get(k, 0.0) for k in shares} if tm.active_states else {}
+        active = {k: tm.time.active_states.get(k, 0.0) for k in shares} if tm.time.active_states else {}
         pools = []
-        for pool in tm.pools[:20]:
+        for pool in tm.time.pools[:20]:
             pools.append({"p": pool, "bar": Markup(charts.share_bar({k: pool.states.get(k, 0.0) for k in shares}, colour_map, 160))})
         targets.append({
             "tm": tm, "v": tv, "colour": CATEGORY_COLOURS[tv.category], "title": fmt.CATEGORY_TITLES[tv.category],
@@ -100,13 +100,13 @@ def context(a: Analysis) -> dict[str, Any]:
             "bar_active": Markup(charts.share_bar(active, colour_map, 260)) if active else None,
             "pools": pools,
             "pool_chart": Markup(charts.bars([(p.pool, p.util, "#b8434e" if p.util >= 0.8 else "#2f6fb0")
-                                              for p in tm.pools[:12] if p.cpu_cores >= 0.01], "of size",
-                                             max_value=1.0, marker=0.8)) if len([p for p in tm.pools if p.cpu_cores >= 0.01]) >= 2 else None,
+                                              for p in tm.time.pools[:12] if p.cpu_cores >= 0.01], "of size",
+                                             max_value=1.0, marker=0.8)) if len([p for p in tm.time.pools if p.cpu_cores >= 0.01]) >= 2 else None,
         })
     comparison = None
     if len(m.targets) > 1:
         outliers = {i.outlier for i in a.verdict.imbalances}
-        comparison = Markup(charts.bars([(t.label, t.cpu_cores or 0.0, "#b8434e" if t.label in outliers else "#2f6fb0")
+        comparison = Markup(charts.bars([(t.label, t.process.cpu_cores or 0.0, "#b8434e" if t.label in outliers else "#2f6fb0")
                                          for t in m.targets], "cores"))
     pictures = []
     for name, title in (("io_heatmap", "IO latency heatmap"),):

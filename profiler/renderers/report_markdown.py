@@ -50,17 +50,17 @@ def _render(a: Analysis) -> str:
     out += ["### Targets", "", "| target | verdict | score | CPU | busy threads | run queue | IO wait | futex | RSS |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
-        st = tm.active_states or {}
-        out.append(f"| {_cell(tm.label)} | {_cell(tv.category)} | {tv.score:.2f} | {fmt.cores(tm.cpu_cores, tm.cpu_available)} | "
-                   f"{tm.active_threads}/{tm.threads} | {fmt.pct(tm.runq_share)} | {fmt.pct(st.get('io'))} | "
-                   f"{fmt.pct(st.get('futex'))} | {fmt.mib(tm.rss)} |")
+        st = tm.time.active_states or {}
+        out.append(f"| {_cell(tm.label)} | {_cell(tv.category)} | {tv.score:.2f} | {fmt.cores(tm.process.cpu_cores, tm.limits.cpu_available)} | "
+                   f"{tm.time.active_threads}/{tm.time.threads} | {fmt.pct(tm.time.runq_share)} | {fmt.pct(st.get('io'))} | "
+                   f"{fmt.pct(st.get('futex'))} | {fmt.mib(tm.process.rss)} |")
     out.append("")
     for i in a.verdict.imbalances:
         out.append(f"- **Imbalance:** {_cell(i.note)}")
     if a.verdict.imbalances:
         out.append("")
     for tm in m.targets:
-        pools = [p for p in tm.pools if p.cpu_cores >= 0.01 or p.threads > 1][:12]
+        pools = [p for p in tm.time.pools if p.cpu_cores >= 0.01 or p.threads > 1][:12]
         if len(pools) < 2:
             continue
         out += [f"### Thread pools of {_cell(tm.label)}", "",

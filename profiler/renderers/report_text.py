@@ -34,7 +34,7 @@ def _render(a: Analysis, report_path: str | None = None) -> str:
     if len(a.verdict.per_target) > 1:
         lines.append("  targets:")
         for tv, tm in zip(a.verdict.per_target, m.targets, strict=True):
-            lines.append(f"    {tm.label:<34} {tv.category:<16} {tv.score:.2f}  CPU {fmt.cores(tm.cpu_cores, tm.cpu_available)}")
+            lines.append(f"    {tm.label:<34} {tv.category:<16} {tv.score:.2f}  CPU {fmt.cores(tm.process.cpu_cores, tm.limits.cpu_available)}")
     for i in a.verdict.imbalances:
         lines.append(f"  imbalance: {i.note}")
     if a.load is not None:

@@ -29,10 +29,11 @@ def _summary(m: ClusterManifest) -> dict[str, object]:
             "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None)}
 
 
-def write_safely(path: Path, text: str) -> None:
-    """A report inside the bundle: through profiler.files (a fresh temporary file and a rename; a
-    planted link, device or pipe is replaced, never followed or written into)."""
-    write_output(path, text, force=True, special=False)
+def write_safely(path: Path, text: str, root: Path) -> None:
+    """A report inside the cluster bundle ``root``: through profiler.files (a fresh temporary file
+    and a rename; a planted link, device or pipe is replaced, never followed or written into, and
+    no link at any level between ``root`` and the file is followed)."""
+    write_output(path, text, force=True, root=root)
 
 
 def cluster_analysis(root: str | Path, *, node_reports: bool = True) -> ClusterAnalysis:
@@ -47,12 +48,12 @@ def cluster_analysis(root: str | Path, *, node_reports: bool = True) -> ClusterA
         path = node_path(base, rec)
         if path is not None and path.is_dir():
             try:
-                analysis = analysis_of(path)
+                analysis = analysis_of(path, within=base)
             except ProfilerError as exc:
                 warnings.append(f"{rec.name}: its bundle cannot be analyzed: {exc}")
             if analysis is not None and node_reports:
                 try:
-                    write_safely(path / REPORT_NAME, render_node(analysis, "html"))
+                    write_safely(path / REPORT_NAME, render_node(analysis, "html"), base)
                     report = f"{rec.dir}/{REPORT_NAME}"
                 except OutputError as exc:
                     warnings.append(f"{rec.name}: its report could not be written: {exc}")
@@ -83,6 +84,6 @@ def default_report(root: str | Path, html_path: str | Path | None = None, *, wri
             write_output(html_path, render(ca, "html"), force=force)
             shown = str(html_path)
         else:
-            write_safely(Path(root) / REPORT_NAME, render(ca, "html"))
+            write_safely(Path(root) / REPORT_NAME, render(ca, "html"), Path(root))
             shown = str(Path(root) / REPORT_NAME)
     return render(ca, "text", shown)

@@ -1,0 +1,1 @@
+"""perf record and perf stat collectors (collectors layer): the perf-backed base, where events live, duty cycles."""

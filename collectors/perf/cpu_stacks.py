@@ -1,0 +1,233 @@
+"""cpu-clock stack samples on the targets (collectors layer) -> cpu.perf.txt.gz.
+
+``perf record -a -e cpu-clock:I -F 99 --call-graph fp -k CLOCK_MONOTONIC`` during the capture,
+then ``perf script --pid PIDS`` (no inline resolution: fast) at the end, so the bundle holds
+symbolized text of the targets' samples that post-mortem on another host can read. perf.data
+itself stays out of the bundle unless ``keep_perf_data``.
+
+The sampler runs on the CPUs, not on the targets' threads (collectors/perf/scope.py): a per-thread
+``cpu-clock`` event re-arms a timer at every context switch of the target, which cost a
+switch-heavy MariaDB ~11% of its throughput here; per CPU it costs the target nothing beyond
+the samples. ``:I`` leaves idle CPUs alone. Without the right to open system-wide events
+(not root and perf_event_paranoid > 0) it samples the targets' threads (``-p``) instead.
+
+Containers: perf records each target's mount namespace and reads its binaries through it
+(``/proc/PID/root``) while the target is alive, so symbolizing happens before the targets
+are let go; frames of a target that exited before then may come out ``[unknown]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+from profiler.collectors.base import CaptureContext, Probe
+from profiler.collectors.files import file_size
+from profiler.collectors.perf.base import PerfCollector, pid_list
+from profiler.collectors.process import run_to_file, tail
+from profiler.collectors.runtime import gosym
+
+from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
+from profiler.formats.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
+
+OUTPUT = members.CPU_STACKS
+CALL_GRAPHS = ("fp", "dwarf", "lbr")
+SCRIPT_FIELDS = "comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso"
+_BPF_RECORD_FAILED = re.compile(r"failed to process type: (17|18)\b")
+
+
+def call_graph_arg(mode: str) -> str:
+    if mode not in CALL_GRAPHS:
+        raise ValueError(f"call graph {mode!r}: use one of {', '.join(CALL_GRAPHS)}")
+    return mode
+
+
+def script_argv(perf: str, data: Path, fields: str, inline: bool, extra: list[str] | None = None) -> list[str]:
+    """perf script with fast options: explicit fields, no inline resolution unless asked."""
+    argv = [perf, "script", "-i", str(data), "-F", fields, "--inline" if inline else "--no-inline"]
+    return argv + (extra or [])
+
+
+class SampleCounter:
+    """Counts samples in perf script text as it streams by: one blank line ends each sample."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self._last = b""
+
+    def __call__(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.samples += chunk.count(b"\n\n") + (1 if self._last == b"\n" and chunk[:1] == b"\n" else 0)
+        self._last = chunk[-1:]
+
+
+class RecordCollector(PerfCollector):
+    """perf record on the targets, then perf script into a gzip member at stop."""
+
+    output = ""
+    fields = SCRIPT_FIELDS
+    script_timeout = 600.0
+    # samples symbolized at most, and call-chain frames: past either, a uniform sample of the
+    # targets' samples is symbolized (stats.symbolized says what was kept). perf script costs
+    # ~1 us a frame and the text ~80 bytes a frame, so these bound the work after any capture.
+    max_symbolized = 50_000
+    max_frames = 1_000_000
+
+    def __init__(self, keep_perf_data: bool = False) -> None:
+        super().__init__()
+        self.keep_perf_data = keep_perf_data
+        self._data: Path | None = None  # perf.data, known once perf is about to start
+        self._pids: list[int] | None = None
+
+    def data_path(self, ctx: CaptureContext) -> Path:
+        return ctx.writer.path(f".{self.name}.perf.data")
+
+    def script_extra(self, ctx: CaptureContext) -> list[str]:
+        return []
+
+    def counter(self, ctx: CaptureContext) -> SampleCounter:
+        return SampleCounter()
+
+    def size(self) -> int:
+        return file_size(self._data) if self._data is not None else 0
+
+    def prepare(self, ctx: CaptureContext) -> None:
+        self._data = self.data_path(ctx)
+        # stripped Go executables: read their function tables while the targets are alive
+        self._gosyms = gosym.symbolizers(ctx.pids)
+
+    def script_pids(self, ctx: CaptureContext) -> list[int]:
+        """The processes whose samples are symbolized (perf script --pid)."""
+        if self._pids is None:
+            from profiler.collectors.perf.scope import with_descendants
+
+            self._pids = with_descendants(ctx.pids)
+        return self._pids
+
+    def targets_in_data(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int, int] | None:
+        """(samples, call-chain frames) of the targets in perf.data, when already known."""
+        return None
+
+    def script_input(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, drop: tuple[int, ...] = ()) -> Path:
+        """The perf.data perf script reads: a copy holding the targets' samples only, and a
+        uniform sample of them past ``max_symbolized`` samples or ``max_frames`` frames (what
+        perf script costs grows with the frames it resolves and the binaries they ran in;
+        stats.symbolized says what was kept). The original when the copy cannot be made."""
+        out = ctx.writer.root / f".{self.name}.targets.perf.data"
+        try:
+            import numpy as np
+
+            from profiler.formats import perfdata_reduce as pr
+        except ImportError:  # the cluster agent's bare python3
+            rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
+            return data
+        pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
+        mine: pr.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
+        try:
+            total, frames = self.targets_in_data(ctx, rec) or pr.count_samples(data, mine)
+            keep = mine
+            fraction = min(1.0, self.max_symbolized / max(total, 1), self.max_frames / max(frames, 1))
+            if fraction < 1.0:
+                thin = pr.thinning(fraction)
+                keep = lambda pid, tid, t: mine(pid, tid, t) & thin(pid, tid, t)  # noqa: E731
+            kept, others = pr.filter_samples(data, out, keep, drop_types=drop)
+        except (PerfDataUnsupported, OSError) as exc:
+            rec.stats["symbolized"] = f"every sample (perf.data not filtered: {exc})"
+            return data
+        rec.stats["symbolized"] = {"target_samples": total, "target_frames": frames, "kept": kept,
+                                   "fraction": round(kept / total, 4) if total else 1.0,
+                                   "other_samples_dropped": others - (total - kept)}
+        return out
+
+    def finish(self, ctx: CaptureContext, rec: CollectorRecord, stderr: str) -> None:
+        data = self.data_path(ctx)
+        if not data.exists() or data.stat().st_size == 0:
+            rec.status, rec.reason = FAILED, "perf record wrote no data" + (f": {self.died}" if self.died else "")
+            return
+        src = self.script_input(ctx, rec, data)
+        errpath = ctx.writer.root / f".{self.name}.script.stderr"
+        for attempt in (1, 2):
+            counter = self.counter(ctx)
+            argv = script_argv(ctx.perf, src, self.fields, ctx.options.inline, self.script_extra(ctx))
+            rec.stats["script_argv"] = argv
+            rc = None
+            try:
+                with ctx.writer.open_member(self.output) as out:
+                    if self.output not in rec.files:
+                        rec.files.insert(0, self.output)
+                    syms = getattr(self, "_gosyms", None)
+                    sink = gosym.Rewriter(out, syms, "symoff" in self.fields) if syms else out
+                    try:
+                        rc = run_to_file(argv, sink, timeout=self.script_timeout, stderr_path=errpath,
+                                         on_chunk=counter, on_cpu=self.add_child_cpu)
+                    finally:
+                        if isinstance(sink, gosym.Rewriter):
+                            sink.flush()
+                            rec.stats.update(sink.stats())
+                if rc != 0:
+                    rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
+            except TimeoutError as exc:
+                rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
+            finally:
+                err = errpath.read_text(errors="replace") if errpath.exists() else ""
+                with contextlib.suppress(OSError):
+                    errpath.unlink()
+            if attempt == 1 and rc not in (0, None) and src != data and _BPF_RECORD_FAILED.search(err):
+                # perf 6.1 stops at a BPF program's symbol record it cannot process (a bcc tool
+                # loaded or unloaded one during the capture), losing every later sample: again
+                # without those records (frames inside BPF programs then show as [unknown])
+                rec.status, rec.reason = OK, None
+                rec.stats["bpf_symbols"] = "dropped: perf script could not process them"
+                src = self.script_input(ctx, rec, data, drop=(RECORD_KSYMBOL, RECORD_BPF_EVENT))
+                continue
+            break
+        if src != data:
+            with contextlib.suppress(OSError):
+                src.unlink()
+        self.after_script(ctx, rec, counter)
+        if self.keep_perf_data:
+            kept = members.perf_data(self.name)
+            data.replace(ctx.writer.path(kept))
+            rec.files.append(kept)
+
+    def after_script(self, ctx: CaptureContext, rec: CollectorRecord, counter: SampleCounter) -> None:
+        # No samples is evidence too (an idle target), not a failure of the collector.
+        rec.stats["samples"] = counter.samples
+
+    def cleanup(self, ctx: CaptureContext) -> None:
+        for p in (self.data_path(ctx), ctx.writer.root / f".{self.name}.targets.perf.data"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+class CpuStacks(RecordCollector):
+    name = "cpu-stacks"
+    events = ["cpu-clock"]
+    output = OUTPUT
+
+    def probe(self, ctx: CaptureContext) -> Probe:
+        p = super().probe(ctx)
+        if p.ok and ctx.options.call_graph == "lbr":
+            from profiler.collectors import host
+
+            if not host.hw_counters_supported(ctx.perf):
+                return Probe(False, "--call-graph lbr needs hardware LBR, which this host (a VM?) does not expose",
+                             "use --call-graph dwarf")
+        return p
+
+    def system_wide(self) -> bool:
+        from profiler.collectors.perf.scope import system_wide_allowed
+
+        return system_wide_allowed()
+
+    def argv(self, ctx: CaptureContext) -> list[str]:
+        scope = ["-a", "-e", "cpu-clock:I"] if self.system_wide() else ["-p", pid_list(ctx.pids), "-e", "cpu-clock"]
+        self.rec.stats["scope"] = "system-wide, samples of the targets kept" if scope[0] == "-a" else "targets' threads"
+        return [ctx.perf, "record", *scope, "-F", str(ctx.options.frequency),
+                "--call-graph", call_graph_arg(ctx.options.call_graph), "-k", "CLOCK_MONOTONIC",
+                "--sample-cpu", "-N", "-B", "-o", str(self.data_path(ctx))]
+
+    def script_extra(self, ctx: CaptureContext) -> list[str]:
+        return ["--pid", pid_list(self.script_pids(ctx))]

@@ -1,0 +1,1 @@
+"""Collectors that read tracefs directly (collectors layer): block IO from a private tracefs instance."""
