@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.formats.elf import PT_LOAD, SHT_DYNSYM, SHT_SYMTAB, Elf, ElfError
 from profiler.formats import perfdemangle
+from profiler.formats.elf import PT_LOAD, SHT_DYNSYM, SHT_SYMTAB, Elf, ElfError
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 0, 1, 2, 10
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2

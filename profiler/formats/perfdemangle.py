@@ -25,6 +25,7 @@ import glob
 import re
 import threading
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["backend", "demangle", "exact"]
 
@@ -47,7 +48,7 @@ def _libiberty() -> Callable[[bytes], bytes | None] | None:
             free = ctypes.CDLL(None).free
             free.argtypes = [ctypes.c_void_p]
 
-            def call(name: bytes, fn: ctypes._CFuncPtr = fn, free: ctypes._CFuncPtr = free) -> bytes | None:
+            def call(name: bytes, fn: Any = fn, free: Any = free) -> bytes | None:
                 p = fn(name, 0)
                 if not p:
                     return None

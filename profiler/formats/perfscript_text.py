@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.formats.perfdata import FEAT_TRACING_DATA, PerfDataUnsupported, PerfFile, state_letters
 from profiler.formats import perfstacks
+from profiler.formats.perfdata import (
+    FEAT_TRACING_DATA,
+    PerfDataUnsupported,
+    PerfFile,
+    sample_layout,
+    state_letters,
+)
 from profiler.formats.perfstacks import Keep, Stacks
 from profiler.formats.perfsymbolize import Frames, Symbolizer
 
@@ -143,8 +149,7 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
             if _is_dummy(ev) or _output_type(ev.type) in checked:
                 continue
             checked.add(_output_type(ev.type))
-            st = ev.sample_type
-            lay = perfstacks.sample_layout(st)
+            lay = sample_layout(ev.sample_type)
             for fld, ok in (("period", lay.period >= 0), ("cpu", lay.cpu >= 0), ("tid", lay.tid >= 0),
                             ("pid", lay.tid >= 0), ("time", lay.time >= 0)):
                 if fld in want and not ok:

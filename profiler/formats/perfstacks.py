@@ -82,14 +82,34 @@ class Mmap:
     ino: tuple[int, int, int, int] | None = None  # maj, min, ino, generation
 
 
-@dataclass
-class Side:
-    """The side-band records in perf's processing order: (kind, payload) with kind a record type."""
+@dataclass(frozen=True)
+class Comm:
+    pid: int
+    tid: int
+    name: str
+    exec: bool
 
-    order: np.ndarray  # int64 position of each record in the merged time order (set by Stacks)
-    time: np.ndarray
-    pos: np.ndarray
-    items: list[tuple[int, object]]
+
+@dataclass(frozen=True)
+class Fork:
+    """A FORK (or, ``exit``, an EXIT) record: the new task and the one it came from."""
+
+    pid: int
+    ppid: int
+    tid: int
+    ptid: int
+    misc: int
+    exit: bool = False
+
+
+@dataclass(frozen=True)
+class Ksymbol:
+    addr: int
+    length: int
+    name: str
+
+
+Side = Mmap | Comm | Fork | Ksymbol
 
 
 @dataclass
@@ -110,7 +130,7 @@ class Stacks:
     gen: np.ndarray  # the process's map generation at the sample
     kgen: np.ndarray  # the kernel's
     comms: list[str]
-    side: list[tuple[int, object]]  # side-band records in processing order: (type, Mmap | (pid, tid, ...))
+    side: list[Side]  # side-band records in processing order
     side_at: np.ndarray  # for each side-band record: how many samples come before it
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # tracepoint columns (see ``fields``)
     lost: int = 0
@@ -152,24 +172,24 @@ def _cstr(buf: bytes, start: int, end: int) -> str:
     return buf[start : z if z >= 0 else end].decode("utf-8", "surrogateescape")
 
 
-def _side_record(rec: Records, off: int, typ: int, o_tid: int, o_time: int) -> tuple[int, object]:
+def _side_record(rec: Records, off: int, typ: int, o_tid: int, o_time: int) -> tuple[int, Side]:
     buf = rec.buf
     misc, size = struct.unpack_from("<HH", buf, off + 4)
     end = off + size
     if typ in (RECORD_FORK, RECORD_EXIT):
         pid, ppid, tid, ptid, t = struct.unpack_from("<iiiiQ", buf, off + 8)
-        return t, (typ, (pid, ppid, tid, ptid, misc))
+        return t, Fork(pid, ppid, tid, ptid, misc, typ == RECORD_EXIT)
     t = struct.unpack_from("<Q", buf, end + o_time)[0] if o_time < 0 else 0
     tail = (-o_time if o_time < 0 else 0)
     tail = max(tail, -o_tid if o_tid < 0 else 0)
     # the sample_id trailer follows the payload: the name ends before it (NUL-padded anyway)
     if typ == RECORD_COMM:
         pid, tid = struct.unpack_from("<ii", buf, off + 8)
-        return t, (typ, (pid, tid, _cstr(buf, off + 16, end), bool(misc & MISC_COMM_EXEC)))
+        return t, Comm(pid, tid, _cstr(buf, off + 16, end), bool(misc & MISC_COMM_EXEC))
     if typ == RECORD_MMAP:
         pid, tid, start, length, pgoff = struct.unpack_from("<iiQQQ", buf, off + 8)
         name = _cstr(buf, off + 40, end)
-        return t, (typ, Mmap(pid, tid, start, length, pgoff, name, (misc & MISC_CPUMODE) == MISC_KERNEL))
+        return t, Mmap(pid, tid, start, length, pgoff, name, (misc & MISC_CPUMODE) == MISC_KERNEL)
     if typ == RECORD_MMAP2:
         pid, tid, start, length, pgoff = struct.unpack_from("<iiQQQ", buf, off + 8)
         if misc & MISC_MMAP_BUILD_ID:
@@ -181,11 +201,11 @@ def _side_record(rec: Records, off: int, typ: int, o_tid: int, o_time: int) -> t
             ino = struct.unpack_from("<IIQQ", buf, off + 40)
         prot, flags = struct.unpack_from("<II", buf, off + 64)
         name = _cstr(buf, off + 72, end)
-        return t, (typ, Mmap(pid, tid, start, length, pgoff, name, (misc & MISC_CPUMODE) == MISC_KERNEL, prot, flags,
-                             bid, ino))
+        return t, Mmap(pid, tid, start, length, pgoff, name, (misc & MISC_CPUMODE) == MISC_KERNEL, prot, flags,
+                       bid, ino)
     if typ == RECORD_KSYMBOL:
         addr, length, ktype, kflags = struct.unpack_from("<QIHH", buf, off + 8)
-        return t, (typ, (addr, length, ktype, kflags, _cstr(buf, off + 24, end)))
+        return t, Ksymbol(addr, length, _cstr(buf, off + 24, end))
     raise AssertionError(typ)
 
 
@@ -208,7 +228,7 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
         extra: dict[str, list[np.ndarray]] = {}
         side_t: list[int] = []
         side_p: list[int] = []
-        side: list[tuple[int, object]] = []
+        side: list[Side] = []
         lost = 0
         plan: list[tuple[int, int, np.ndarray]] = []
         side_types = np.asarray(_SIDE, np.uint32)
@@ -284,7 +304,7 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
                   body, comm_of_sample, gen, kgen, comm_ids, side_sorted, side_at, ex, lost, plan)
 
 
-def _state(side: list[tuple[int, object]], side_at: np.ndarray, pid: np.ndarray,
+def _state(side: list[Side], side_at: np.ndarray, pid: np.ndarray,
            tid: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Each sample's thread name, process map generation and kernel generation, from the
     side-band records in processing order (``side_at[i]``: samples before record i)."""
@@ -298,37 +318,36 @@ def _state(side: list[tuple[int, object]], side_at: np.ndarray, pid: np.ndarray,
     g_at: list[int] = []
     g_pid: list[int] = []
     k_at: list[int] = []
-    for (typ, item), at in zip(side, side_at.tolist(), strict=True):
-        if typ == RECORD_COMM:
-            p, t, name, _exec = item  # type: ignore[misc]
-            i = name_id.get(name)
+    for item, at in zip(side, side_at.tolist(), strict=True):
+        if isinstance(item, Comm):
+            i = name_id.get(item.name)
             if i is None:
-                i = name_id[name] = len(names)
-                names.append(name)
-            comm_of[t] = i
+                i = name_id[item.name] = len(names)
+                names.append(item.name)
+            comm_of[item.tid] = i
             a_at.append(at)
-            a_tid.append(t)
+            a_tid.append(item.tid)
             a_name.append(i)
-        elif typ == RECORD_FORK:
-            p, pp, t, pt, misc = item  # type: ignore[misc]
-            parent = comm_of.get(pt)
-            comm_of.pop(t, None)
+        elif isinstance(item, Fork):
+            if item.exit:
+                continue
+            parent = comm_of.get(item.ptid)
+            comm_of.pop(item.tid, None)
             a_at.append(at)
-            a_tid.append(t)
+            a_tid.append(item.tid)
             a_name.append(-1 if parent is None else parent)
             if parent is not None:
-                comm_of[t] = parent
-            if p != pp or p == t:  # a new process (or a reused leader id): new maps
+                comm_of[item.tid] = parent
+            if item.pid == item.tid:  # a new process (or a reused leader id): new maps
                 g_at.append(at)
-                g_pid.append(p)
-        elif typ in (RECORD_MMAP, RECORD_MMAP2):
-            m: Mmap = item  # type: ignore[assignment]
-            if m.kernel:
+                g_pid.append(item.pid)
+        elif isinstance(item, Mmap):
+            if item.kernel:
                 k_at.append(at)
             else:
                 g_at.append(at)
-                g_pid.append(m.pid)
-        elif typ == RECORD_KSYMBOL:
+                g_pid.append(item.pid)
+        else:
             k_at.append(at)
     n = len(pid)
     pos = np.arange(n, dtype=np.int64)

@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.formats.perfdata import RECORD_FORK, RECORD_KSYMBOL, RECORD_MMAP, RECORD_MMAP2
-from profiler.formats.elf import Elf, ElfError
 from profiler.formats import elfsyms, kallsyms, symfiles
+from profiler.formats.elf import Elf, ElfError
 from profiler.formats.elfsyms import SymTable
-from profiler.formats.perfstacks import MISC_FORK_EXEC, Mmap, Stacks
+from profiler.formats.perfstacks import MISC_FORK_EXEC, Fork, Ksymbol, Mmap, Stacks
 
 CONTEXT_HV = (1 << 64) - 32
 CONTEXT_KERNEL = (1 << 64) - 128
@@ -154,26 +153,23 @@ class Symbolizer:
         for pid, g in need:
             if g == 0:
                 snap(pid)
-        for typ, item in self.st.side:
-            if typ in (RECORD_MMAP, RECORD_MMAP2):
-                m: Mmap = item  # type: ignore[assignment]
-                if m.kernel:
-                    self._kernel_mmap(m)
+        for item in self.st.side:
+            if isinstance(item, Mmap):
+                if item.kernel:
+                    self._kernel_mmap(item)
                     continue
-                new = self._map_of(m, m.pid)
-                cur = maps.setdefault(m.pid, [])
-                maps[m.pid] = _insert(cur, new)
-                gen[m.pid] = gen.get(m.pid, 0) + 1
-                snap(m.pid)
-            elif typ == RECORD_FORK:
-                p, pp, t, _pt, misc = item  # type: ignore[misc]
-                if p != pp or p == t:
-                    maps[p] = [] if misc & MISC_FORK_EXEC or p == pp else [_copy(x) for x in maps.get(pp, [])]
+                new = self._map_of(item, item.pid)
+                maps[item.pid] = _insert(maps.setdefault(item.pid, []), new)
+                gen[item.pid] = gen.get(item.pid, 0) + 1
+                snap(item.pid)
+            elif isinstance(item, Fork):
+                if not item.exit and item.pid == item.tid:
+                    p, pp = item.pid, item.ppid
+                    maps[p] = [] if item.misc & MISC_FORK_EXEC or p == pp else [_copy(x) for x in maps.get(pp, [])]
                     gen[p] = gen.get(p, 0) + 1
                     snap(p)
-            elif typ == RECORD_KSYMBOL:
-                addr, length, _kt, _kf, name = item  # type: ignore[misc]
-                self.kernel_ranges.append((addr, addr + length, f"kernel symbol {name}"))
+            elif isinstance(item, Ksymbol):
+                self.kernel_ranges.append((item.addr, item.addr + item.length, f"kernel symbol {item.name}"))
         return out
 
     def _kernel_mmap(self, m: Mmap) -> None:

@@ -21,8 +21,8 @@ import os
 import threading
 from dataclasses import dataclass
 
-from profiler.formats.elf import Elf, ElfError
 from profiler.formats import elfsyms
+from profiler.formats.elf import Elf, ElfError
 from profiler.formats.elfsyms import SymTable
 
 DEBUG_DIR = "/usr/lib/debug"

@@ -211,7 +211,7 @@ def _read_direct(perf_data: str | Path, consume: Callable[[IO[bytes]], T], field
         chunks = pt.render(str(perf_data), fields, merge=how, fallback=fallback, result=res)
         first = next(chunks, b"")  # everything is read and named before the first chunk
         direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
-        out = consume(io.BufferedReader(_Chunks(first, chunks), PIPE_SIZE))  # type: ignore[arg-type]
+        out = consume(io.BufferedReader(_Chunks(first, chunks), PIPE_SIZE))  # type: ignore[type-var]
     if merge is not None and merged is not None:
         merged.append(Merged(res.samples, res.written))
     return out
