@@ -248,6 +248,7 @@ class BccCollector(CollectorBase):
         self.ended = False  # the helper sent its last message
         self.misses: int | None = None
         self.messages = 0
+        self.last_data_ns = 0
         self.counters: dict[str, int] = {}
         self.helper_cpu: float | None = None
         self._reader: threading.Thread | None = None
@@ -406,6 +407,7 @@ class BccCollector(CollectorBase):
                 self.attached.set()
             elif kind == "data":
                 self.messages += 1
+                self.last_data_ns = time.monotonic_ns()
                 self.counters = dict(msg.get("counters") or self.counters)
                 try:
                     with self.lock:
@@ -461,6 +463,8 @@ class BccCollector(CollectorBase):
         if not self.ended:
             # the helper died (or was killed) before its last message: what it sent is kept
             rec.stats["died"] = True
+            if self.t0_ns and self.last_data_ns:  # what the slots it sent cover (the timeline's gaps)
+                rec.stats["windows"] = [[round(self.t0_ns / 1e9, 6), round(self.last_data_ns / 1e9, 6)]]
             secs = (self.end_ns - self.t0_ns) / 1e9 if self.t0_ns else 0.0
             rec.status = PARTIAL if self.messages else FAILED
             rec.reason = (f"{self._failure()} during the capture" + (f" (attached {secs:.1f}s before the stop)"

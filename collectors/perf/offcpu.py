@@ -44,7 +44,7 @@ from profiler.collectors.base import CaptureContext
 from profiler.collectors.files import read_file, write_file
 from profiler.collectors.perf.base import no_side_band, pid_list
 from profiler.collectors.perf.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
-from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.duty import DutyCycle, note_lost
 from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
@@ -345,7 +345,7 @@ def _own_ids(own: dict[int, int], tid: int, prev: int, nxt: int) -> tuple[int, i
 
 
 def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None], *,
-                  to_own_ids: bool = False) -> int:
+                  to_own_ids: bool = False, lost_at: list[tuple[int, int]] | None = None) -> int:
     """Every sched_switch of an offcpu-stacks perf.data, straight from the file, in time-ordered
     batches: ``consume(batch, states, comms)``. Returns perf's lost-event count;
     PerfDataUnsupported when the file cannot be read so (the caller runs perf script).
@@ -354,7 +354,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
     are the host's ids but perf's sample ids are this namespace's. The task leaving is the one
     the sample was taken in, so ``prev`` becomes the sample's thread id (0 for a task outside
     the namespace), which also maps the host's id to it; ``next`` is mapped through what was
-    learned so far (a thread comes back after it left), 0 when unknown."""
+    learned so far (a thread comes back after it left), 0 when unknown. ``lost_at`` gets (ns,
+    events) of each of perf's LOST records."""
     lost = [0]
     own: dict[int, int] = {}  # host id -> this namespace's (to_own_ids)
     states: list[str] = []
@@ -384,6 +385,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
 
         def side(rec: pd.Records) -> None:
             lost[0] += rec.lost()
+            if lost_at is not None:
+                lost_at.extend(rec.lost_at(ev.sample_type))
 
         def decode(rec: pd.Records) -> np.ndarray:
             c = pd.samples(rec, f, [ev]).get(ev.index)
@@ -554,7 +557,9 @@ class OffCpu(RecordCollector):
                     pairs = Intervals(buf, self._windows, set(self.pids), states, comms)
                 pairs.feed(batch)
 
-            lost = read_switches(data, consume, to_own_ids=self.nested)
+            lost_at: list[tuple[int, int]] = []
+            lost = read_switches(data, consume, to_own_ids=self.nested, lost_at=lost_at)
+            note_lost(rec, lost_at, self.duty)
             if pairs is None:
                 pairs = Intervals(buf, self._windows, set(self.pids), [], [])
             still = pairs.close()

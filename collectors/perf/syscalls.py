@@ -49,7 +49,7 @@ from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.files import file_size, read_file
 from profiler.collectors.perf.base import PerfCollector, no_side_band, pid_list
-from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.duty import DutyCycle, note_lost
 from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
@@ -457,10 +457,12 @@ def pairing(out: IO[str], t0: float, interval: float, names: dict[int, str],
             else PyPairing(out, t0, interval, names, windows))
 
 
-def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], str]], Pairs]) -> tuple[Pairs, int]:
+def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], str]], Pairs],
+                lost_at: list[tuple[int, int]] | None = None) -> tuple[Pairs, int]:
     """Pair the enter/exit trace straight from perf.data (no perf script): the samples of the
     processes ``pids`` (their threads' names from the file's COMM records). Returns the
-    pairing and perf's lost-event count; PerfDataUnsupported when the file cannot be read so."""
+    pairing and perf's lost-event count (``lost_at`` gets each LOST record's (ns, events));
+    PerfDataUnsupported when the file cannot be read so."""
     from profiler.formats import perfdata as pd
 
     comms: dict[int, str] = {}
@@ -475,6 +477,8 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
 
         def side(rec: pd.Records) -> None:
             lost[0] += rec.lost()
+            if lost_at is not None:
+                lost_at.extend(rec.lost_at(enter_ev.sample_type))
             for _pid, tid, comm in rec.comms():
                 comms[tid] = comm.decode("utf-8", "replace")
 
@@ -615,8 +619,11 @@ class Syscalls(PerfCollector):
         rows = io.StringIO()  # a few rows per thread and syscall a second: small
         direct: Pairs | None = None
         try:
+            lost_at: list[tuple[int, int]] = []
             direct, lost = read_direct(data, set(pids),
-                                       lambda comm: Pairs(rows, t0, ctx.options.interval, names, windows, comm))
+                                       lambda comm: Pairs(rows, t0, ctx.options.interval, names, windows, comm),
+                                       lost_at)
+            note_lost(rec, lost_at, self.duty)
             still = direct.close()
             rec.stats["decoded"] = "perf.data read directly"
             if lost and "lost" not in rec.stats:
