@@ -27,7 +27,7 @@ class Target:
     comm: str
     exe: str | None = None
     cmdline: tuple[str, ...] = field(default_factory=tuple)
-    matched_by: str = "pid"  # pid | comm | exe | name-substring | cmdline
+    matched_by: str = "pid"  # pid | comm | exe | name-substring | container | cmdline
     query: str = ""
 
     @property

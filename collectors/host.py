@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from profiler.bundle import HostInfo, TargetInfo, ThreadInfo
+from profiler.bundle import ContainerInfo, HostInfo, TargetInfo, ThreadInfo
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 MOUNT_TRACEFS = "mount -t tracefs nodev /sys/kernel/tracing"
@@ -321,7 +321,13 @@ def read_kv_ints(path: str | Path) -> dict[str, int]:
 
 
 def target_cgroup(pid: int) -> dict[str, Any]:
-    """The target's resource limits: CPU quota, memory limit, blkio throttles, cpuset."""
+    """The target's resource limits: CPU quota, memory limit, blkio throttles, cpuset.
+
+    The same keys for cgroup v1 and v2: ``cpu_quota_us``/``cpu_period_us`` (-1: no quota),
+    ``memory_limit_bytes`` (None: none), ``blkio_throttle`` (read_bps, write_bps, read_iops,
+    write_iops -> {"MAJ:MIN": limit}; v2's io.max says the same), ``cpuset`` (the cgroup's
+    cpuset as written, "0-1") and ``cpuset_cpus`` (the CPUs it leaves the target, effective).
+    """
     paths = cgroup_paths(pid)
     info: dict[str, Any] = {"version": cgroup_version(), "path": paths}
     if info["version"] == 2:
@@ -332,6 +338,8 @@ def target_cgroup(pid: int) -> dict[str, Any]:
         mem = read_text(d / "memory.max")
         info["memory_limit_bytes"] = None if mem is None or mem == "max" else int(mem)
         info["io_max"] = read_text(d / "io.max") or ""
+        info["blkio_throttle"] = io_max_throttle(info["io_max"])
+        _cpuset(info, read_text(d / "cpuset.cpus"), read_text(d / "cpuset.cpus.effective"))
         return info
     cpu = _v1_dir("cpu", paths.get("cpu", paths.get("cpu,cpuacct", "/")))
     if cpu is not None:
@@ -351,8 +359,46 @@ def target_cgroup(pid: int) -> dict[str, Any]:
         info["blkio_throttle"] = throttle
     cs = _v1_dir("cpuset", paths.get("cpuset", "/"))
     if cs is not None:
-        info["cpuset"] = read_text(cs / "cpuset.cpus")
+        _cpuset(info, read_text(cs / "cpuset.cpus"), read_text(cs / "cpuset.effective_cpus"))
     return info
+
+
+def _cpuset(info: dict[str, Any], cpus: str | None, effective: str | None) -> None:
+    if cpus is not None:
+        info["cpuset"] = cpus
+    eff = parse_cpu_list(effective if effective else cpus)
+    if eff:
+        info["cpuset_cpus"] = eff
+
+
+def parse_cpu_list(text: str | None, limit: int = 1 << 16) -> list[int]:
+    """A kernel CPU list (``0-3,6``) -> [0, 1, 2, 3, 6]; empty when it is empty or malformed."""
+    out: list[int] = []
+    for part in (text or "").strip().split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return []
+        a, b = int(lo), int(hi or lo)
+        if b < a or b >= limit:
+            return []
+        out.extend(range(a, b + 1))
+    return sorted(set(out))
+
+
+_IO_MAX_KEYS = {"rbps": "read_bps", "wbps": "write_bps", "riops": "read_iops", "wiops": "write_iops"}
+
+
+def io_max_throttle(text: str) -> dict[str, dict[str, int]]:
+    """cgroup v2 ``io.max`` (``254:0 rbps=1048576 wbps=max riops=max wiops=200``) as v1's
+    blkio throttles: {"read_bps": {"254:0": 1048576}, "write_iops": {"254:0": 200}}."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        dev, *pairs = line.split()
+        for pair in pairs:
+            key, _, val = pair.partition("=")
+            if key in _IO_MAX_KEYS and val.isdigit():
+                out.setdefault(_IO_MAX_KEYS[key], {})[dev] = int(val)
+    return out
 
 
 def cpu_quota_cores(cg: dict[str, Any]) -> float | None:
@@ -431,7 +477,19 @@ def target_info(pid: int, comm: str, exe: str | None, cmdline: list[str], kind: 
         cpus_allowed=cpus_allowed(pid),
         root=f"/proc/{pid}/root" if container else None,
         container=container,
+        container_info=container_info(pid),
     )
+
+
+def container_info(pid: int) -> ContainerInfo | None:
+    """The container the target runs in (docker, podman, containerd, a Kubernetes pod), if any."""
+    from profiler.collectors import containers
+
+    c = containers.container_of(pid)
+    if c is None:
+        return None
+    d = c.to_dict()
+    return ContainerInfo(**d)
 
 
 # --------------------------------------------------------------------------- host

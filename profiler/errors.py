@@ -67,7 +67,13 @@ class OutputError(ProfilerError):
 
 
 class Interrupted(ProfilerError):
-    """Ctrl-C; whatever was captured is kept and marked partial."""
+    """Ctrl-C, SIGTERM or SIGHUP; whatever was captured is kept and marked partial. The exit code
+    is the shell's for that signal: 128 + its number (130, 143, 129)."""
 
     exit_code = 130
+
+    def __init__(self, message: str = "interrupted", signum: int = 2) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
 

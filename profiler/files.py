@@ -18,6 +18,13 @@ The rules (docs/cli.md#outputs):
   existing file; with ``force`` the link itself is replaced by the new file (whatever it pointed
   to is left untouched). So a bundle holding ``report.html -> /etc/passwd`` gets a new
   report.html, and /etc/passwd stays as it was.
+- A file inside an output directory (a bundle's member, manifest or report, a cluster bundle's
+  node report: ``root=`` that directory) is reached from ``root`` one directory at a time, each
+  opened with ``O_NOFOLLOW``: a symbolic link at any level between the root and the file (a
+  bundle whose ``nodes`` links to someone else's captures) is refused with one OutputError
+  line, never written through; only a regular file is ever written there.
+  :func:`contained` says the same for reading: the real location of every level must stay
+  inside the root.
 - A file that grows while it is read (a load's log followed live) is :func:`create_growing`: inside
   an output directory this run made, whatever is at its name is removed (never followed) and the
   file is created exclusively.
@@ -41,13 +48,62 @@ from typing import IO, Any, cast
 
 from profiler.errors import OutputError, OutputExists
 
-__all__ = ["STDOUT", "create_growing", "is_stdout", "open_output", "write_output", "output_kind"]
+__all__ = ["STDOUT", "contained", "create_growing", "is_stdout", "open_output", "write_output", "output_kind"]
 
 STDOUT = "-"
 # names that mean an already open descriptor, not a file to create
 _FD_NAME = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d+)$")
 _STD_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2, "/dev/stdin": 0}
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC  # O_PATH: no read permission needed
+
+
+def _relative_parts(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> list[str] | None:
+    """``path``'s components below ``root`` (lexically, both made absolute), or None when it is not below it."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if rel == ".":
+        return []
+    parts = rel.split(os.sep)
+    return None if parts[0] == ".." else parts
+
+
+def contained(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` and every level above it up to ``root`` really lie inside ``root``: each
+    symbolic link on the way resolved, the result compared with the root's own real location (not
+    with a level's, which a link would have moved too)."""
+    if _relative_parts(root, path) is None:
+        return False
+    try:
+        real_root = os.path.realpath(root, strict=True)
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def open_dir_within(root: str | os.PathLike[str], directory: str | os.PathLike[str], what: str) -> int:
+    """A descriptor of ``directory``, reached from ``root`` one level at a time without following a
+    symbolic link at any level (``root`` itself is taken as given: the user named it). ``what``
+    names the file being written, for the one-line OutputError."""
+    parts = _relative_parts(root, directory)
+    if parts is None:
+        raise OutputError(f"cannot write {what}: it is not inside {os.fspath(root)}")
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        raise _error(what, exc) from None
+    for part in parts:
+        try:
+            nfd = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OutputError(f"cannot write {what}: {part} in {os.fspath(root)} is a symbolic link or no "
+                                  "directory (never written through)") from None
+            raise _error(what, exc) from None
+        os.close(fd)
+        fd = nfd
+    return fd
 
 
 def is_stdout(path: str | os.PathLike[str] | None) -> bool:
@@ -176,10 +232,12 @@ class _Sink(io.RawIOBase):
 class _Target:
     """One output being written: where the bytes go, and how to make them final."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, force: bool, fsync: bool, special: bool) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, force: bool, fsync: bool, special: bool,
+                 root: str | os.PathLike[str] | None = None) -> None:
         self.where = STDOUT if path is None else os.fspath(path)
         self.force = force
-        self.special = special
+        self.root = root
+        self.special = special and root is None
         self.fsync = fsync
         self.dir_fd: int | None = None
         self.tmp: str | None = None
@@ -187,6 +245,8 @@ class _Target:
 
     def open(self) -> _Sink:
         p = self.where
+        if self.root is not None:
+            return self._open_within(self.root)
         if p == STDOUT:
             return _Sink("standard output", stream=sys.stdout)
         fd = _fd_of(p)
@@ -216,13 +276,42 @@ class _Target:
         if not self.name:
             raise OutputError(f"cannot write {p}: it names a directory")
         try:
-            self.dir_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.dir_fd = os.open(parent or ".", _DIR_FLAGS)
         except FileNotFoundError:
             raise OutputError(f"cannot write {p}: no such directory {parent or '.'}") from None
         except NotADirectoryError:
             raise OutputError(f"cannot write {p}: {parent} is not a directory") from None
         except OSError as exc:
             raise _error(p, exc) from None
+        return self._create_temporary(parent)
+
+    def _open_within(self, root: str | os.PathLike[str]) -> _Sink:
+        """A file inside an output directory: its directory reached from ``root`` without a link
+        at any level; a link, device or pipe at its name is replaced (with ``force``), never opened."""
+        p = self.where
+        parent, self.name = os.path.split(p)
+        if not self.name:
+            raise OutputError(f"cannot write {p}: it names a directory")
+        self.dir_fd = open_dir_within(root, parent or ".", p)
+        try:
+            st = os.lstat(self.name, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            self._close_dir()
+            raise _error(p, exc) from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            self._close_dir()
+            raise OutputError(f"cannot write {p}: it is a directory")
+        if st is not None and not self.force:
+            self._close_dir()
+            what = "exists" if stat.S_ISREG(st.st_mode) else "is a symbolic link (never written through)"
+            raise OutputExists(f"{p} {what}: pass --force to replace it")
+        return self._create_temporary(parent)
+
+    def _create_temporary(self, parent: str) -> _Sink:
+        p = self.where
+        assert self.dir_fd is not None
         for _ in range(100):
             tmp = f".{self.name[:200]}.{secrets.token_hex(6)}.tmp"
             try:
@@ -324,18 +413,21 @@ class _Target:
 
 @contextlib.contextmanager
 def open_output(path: str | os.PathLike[str] | None, *, force: bool = False, fsync: bool = False,
-                keep_partial: bool = False, special: bool = True) -> Iterator[IO[bytes]]:
+                keep_partial: bool = False, special: bool = True,
+                root: str | os.PathLike[str] | None = None) -> Iterator[IO[bytes]]:
     """A binary stream to write an output into, made final when the block ends.
 
     On an exception the temporary file is removed and the old file (if any) stays, unless
     ``keep_partial`` (a capture's members: what was written is kept). Write errors are one
     OutputError line (a broken pipe stays a BrokenPipeError: the CLI ends quietly on it).
     ``special=False`` (files inside a bundle): a device, pipe or socket at ``path`` is never
-    written into; with ``force`` it is replaced like a symbolic link.
+    written into; with ``force`` it is replaced like a symbolic link. ``root`` (the output
+    directory ``path`` lies in): the same, and no symbolic link at any level between ``root``
+    and ``path`` is followed (:func:`open_dir_within`).
     """
-    if is_stdout(path):
+    if is_stdout(path) and root is None:
         sys.stdout.flush()
-    target = _Target(path, force, fsync, special)
+    target = _Target(path, force, fsync, special, root)
     sink = target.open()
     fh = io.BufferedWriter(cast(Any, sink), 1 << 20)
     try:
@@ -350,9 +442,9 @@ def open_output(path: str | os.PathLike[str] | None, *, force: bool = False, fsy
 
 
 def write_output(path: str | os.PathLike[str] | None, data: str | bytes | Iterable[str], *, force: bool = False,
-                 fsync: bool = False, special: bool = True) -> None:
+                 fsync: bool = False, special: bool = True, root: str | os.PathLike[str] | None = None) -> None:
     """Write text (a string, or an iterable of string chunks) or bytes to ``path`` by the rules above."""
-    with open_output(path, force=force, fsync=fsync, special=special) as fh:
+    with open_output(path, force=force, fsync=fsync, special=special, root=root) as fh:
         if isinstance(data, bytes):
             fh.write(data)
         elif isinstance(data, str):
@@ -362,22 +454,28 @@ def write_output(path: str | os.PathLike[str] | None, data: str | bytes | Iterab
                 fh.write(chunk.encode("utf-8", "surrogateescape"))
 
 
-def create_growing(path: str | os.PathLike[str]) -> IO[bytes]:
+def create_growing(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> IO[bytes]:
     """A file written as it grows (a load's log another thread or a child writes into), inside an
-    output directory this run made: a link or file already at the name is removed, never followed,
-    and the file is created exclusively; errors are one OutputError line."""
+    output directory this run made (``root``, default the file's own directory): a link or file
+    already at the name is removed, never followed, and the file is created exclusively, its
+    directory reached from ``root`` without a link; errors are one OutputError line."""
     p = os.fspath(path)
+    parent, name = os.path.split(p)
+    dfd = open_dir_within(root if root is not None else (parent or "."), parent or ".", p)
     try:
-        if stat.S_ISDIR(os.lstat(p).st_mode):
-            raise OutputError(f"cannot write {p}: it is a directory")
-        os.unlink(p)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise _error(p, exc) from None
-    try:
-        fd = os.open(p, _OPEN_FLAGS, 0o644)
-    except OSError as exc:
-        raise _error(p, exc) from None
+        try:
+            if stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
+                raise OutputError(f"cannot write {p}: it is a directory")
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _error(p, exc) from None
+        try:
+            fd = os.open(name, _OPEN_FLAGS, 0o644, dir_fd=dfd)
+        except OSError as exc:
+            raise _error(p, exc) from None
+    finally:
+        os.close(dfd)
     return os.fdopen(fd, "wb")
 

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"  # its data/, golden/, workloads/ and helpers, whichever tier a test is in
 SAMPLES = ROOT / "samples"
 
 

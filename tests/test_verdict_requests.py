@@ -117,13 +117,13 @@ def test_frame_patterns_hold_across_import_path_changes() -> None:
 # ----------------------------------------------------------------------------- container limits
 
 
-def test_a_cpuset_that_pins_a_cpu_bound_process_is_its_sub_cause() -> None:
+def test_an_affinity_pin_of_a_cpu_bound_process_is_its_sub_cause() -> None:
     # two stress-ng workers pinned with taskset -c 0 on the shared 2-CPU host (samples/README.md)
     a = analyze(Bundle.open(SAMPLES / "cpuset-pinned-stress-ng"))
     for t, v in zip(a.metrics.targets, a.verdict.per_target, strict=True):
-        assert (t.limits.cpuset_cpus, t.limits.host_cpus) == (1, 2)
+        assert (t.limits.cpuset_cpus, t.limits.host_cpus, t.limits.pinned_by) == (1, 2, "affinity")
         assert v.category == "cpu"
-        assert v.primary.sub_cause.startswith("its cpuset or CPU affinity allows 1 of the host's 2 CPUs")
+        assert v.primary.sub_cause.startswith("pinned to CPU 0 by affinity: wants 1.00 core of the 1 it may use")
 
 
 # ----------------------------------------------------------------------------- the docs render the tables

@@ -71,12 +71,7 @@ def _totals(profile: Profile) -> dict[tuple[str, ...], tuple[float, float]]:
     di = _index(profile, "delay", len(profile.sample_types) - 1)
     scale = 1e-9 if profile.sample_types and profile.sample_types[di].unit == "nanoseconds" else 1.0
     out: dict[tuple[str, ...], tuple[float, float]] = {}
-    frames = profile.frames
-    for locs, values in profile.samples:
-        stack: list[str] = []
-        for loc in reversed(locs):
-            stack.extend(frames.get(loc, ("[unknown]",)))
-        key = tuple(stack) or ("[unknown]",)
+    for key, values in profile.all_values():
         c = values[ci] if ci < len(values) else 0
         d = values[di] * scale if di < len(values) else 0.0
         old = out.get(key, (0.0, 0.0))

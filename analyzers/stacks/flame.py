@@ -28,7 +28,7 @@ class Node:
     """One frame in the merged tree. `total` includes the children; `delta` is only set in a
     differential graph (after - normalised before)."""
 
-    __slots__ = ("name", "total", "self_", "children", "delta", "offset")
+    __slots__ = ("name", "total", "self_", "children", "delta", "offset", "pruned")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -39,6 +39,7 @@ class Node:
         # count before this frame among its siblings (alphabetical), set when narrower siblings
         # were pruned away at build time; -1: derive it from the siblings present
         self.offset = -1
+        self.pruned = 0.0  # the root of a tree that held too many frames: the share a frame needed
 
     def child(self, name: str) -> Node:
         c = self.children.get(name)
@@ -78,52 +79,104 @@ class FlameGraph:
         return self.root.total
 
 
+MAX_NODES = 100_000  # frames one tree holds: beyond it, the narrowest are left out (``Node.pruned`` says how far)
+
+
+class _TooMany(Exception):
+    pass
+
+
 def build_tree(
     counts: dict[str, int] | Iterable[tuple[str, int]],
     root_name: str = "all",
     min_fraction: float = 0.0,
+    max_nodes: int = MAX_NODES,
 ) -> Node:
     """Merge folded stacks into one tree.
 
     With `min_fraction` > 0 only frames holding at least that share of the total are built
     (their parents' totals still count everything): what a renderer that prunes narrow frames
-    needs, at a cost that follows the visible frames rather than the unique stacks.
+    needs, at a cost that follows the visible frames rather than the unique stacks. At most
+    ``max_nodes`` frames are built whatever the input: past them the share a frame needs is
+    raised fourfold until the tree fits, and the root's ``pruned`` holds the share used (a few
+    KB of profile naming thousands of deep stacks would otherwise be millions of frames).
     """
     # Millions of small nodes: the cyclic GC would rescan them again and again while they are
     # created (they hold no cycles), so it stays off during the build.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        if min_fraction > 0:
-            items = list(counts.items() if isinstance(counts, dict) else counts)
-            # the separator trick needs "\x00" and "\x01" free, and costs depth x length per
-            # stack: a stack of thousands of frames (a damaged or recursive one) is built
-            # frame by frame, then pruned the same way
-            if not any("\x00" in k or "\x01" in k or len(k) > DEEP_STACK for k, _ in items):
-                return _build_pruned(items, root_name, min_fraction)
-            root = _build(items, root_name)
-            _prune(root, min_fraction * root.total)
+        items = list(counts.items() if isinstance(counts, dict) else counts)
+        frac = min_fraction
+        while True:
+            try:
+                root = _build_any(items, root_name, frac, max_nodes)
+            except _TooMany:
+                frac = max(frac * 4, 1e-6)
+                continue
+            if frac > min_fraction:
+                root.pruned = frac
             return root
-        return _build(counts, root_name)
     finally:
         if was_enabled:
             gc.enable()
 
 
-DEEP_STACK = 16 << 10  # characters: longer stacks leave the pruned build (quadratic in their depth)
+def _build_any(items: list[tuple[str, int]], root_name: str, frac: float, max_nodes: int) -> Node:
+    if frac <= 0:
+        return _build(items, root_name, max_nodes)
+    # the separator trick needs "\x00" and "\x01" free, and costs depth x length per stack
+    if not any("\x00" in k or "\x01" in k or len(k) > DEEP_STACK for k, _ in items):
+        return _build_pruned(items, root_name, frac, max_nodes)
+    return _build_pruned_ids(items, root_name, frac, max_nodes)
 
 
-def _prune(root: Node, min_count: float) -> None:
-    """Drop the frames holding less than ``min_count`` (what _build_pruned never builds)."""
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        for name in [n for n, c in node.children.items() if c.total < min_count]:
-            del node.children[name]
-        todo.extend(node.children.values())
+DEEP_STACK = 16 << 10  # characters: longer stacks take _build_pruned_ids (slicing is quadratic in their depth)
 
 
-def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, min_fraction: float) -> Node:
+def _build_pruned_ids(items: list[tuple[str, int]], root_name: str, min_fraction: float, max_nodes: int) -> Node:
+    """_build_pruned for deep stacks (or names holding its separators): each stack a tuple of
+    frame ranks (names in sorted order, so tuples sort as the frame lists do), a frame's run
+    found by bisecting on the frame at its depth. Only the frames drawn become nodes: a few KB
+    of profile naming thousands of deep stacks must not become millions of nodes."""
+    from bisect import bisect_left
+    from itertools import accumulate
+
+    names = sorted({f for st, n in items if n > 0 for f in st.split(";")})
+    rank = {f: i for i, f in enumerate(names)}
+    pairs = sorted((tuple(rank[f] for f in st.split(";")), n) for st, n in items if n > 0)
+    keys = [k for k, _ in pairs]
+    prefix = [0, *accumulate(n for _, n in pairs)]
+    root = Node(root_name)
+    root.total = prefix[-1]
+    min_count = min_fraction * root.total
+    work = [(root, 0, len(keys), 0)]  # keys[lo:hi] pass through node, their next frame at depth
+    nodes = 0
+    while work:
+        node, lo, hi, depth = work.pop()
+        i = lo
+        while i < hi and len(keys[i]) <= depth:  # stacks that end at this node sort first
+            i += 1
+        node.self_ = prefix[i] - prefix[lo]
+        first = i
+        while i < hi:
+            fid = keys[i][depth]
+            j = bisect_left(keys, fid + 1, i + 1, hi, key=lambda k, d=depth: k[d])  # type: ignore[misc]
+            total = prefix[j] - prefix[i]
+            if total >= min_count:
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _TooMany
+                c = node.children[names[fid]] = Node(names[fid])
+                c.total = total
+                c.offset = prefix[i] - prefix[first]
+                work.append((c, i, j, depth + 1))
+            i = j
+    return root
+
+
+def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, min_fraction: float,
+                  max_nodes: int) -> Node:
     # With "\x00" as the separator (it sorts before any character of a name) the sorted stack
     # strings are in the order of their frame lists, stacks through one frame are contiguous,
     # and every stack of such a run shares the same prefix, so a frame is a slice at a known
@@ -144,6 +197,7 @@ def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name:
     # (node, lo, hi, start): keys[lo:hi] all pass through node; their frames below it begin at
     # offset `start` (the shared prefix, separator included)
     work = [(root, 0, len(keys), 0)]
+    nodes = 0
     while work:
         node, lo, hi, start = work.pop()
         i = lo
@@ -160,6 +214,9 @@ def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name:
             j = bisect_left(keys, k[:end_of_frame] + "\x01", i + 1, hi)
             total = prefix[j] - prefix[i]
             if total >= min_count:
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _TooMany
                 c = node.children[frame] = Node(frame)
                 c.total = total
                 c.offset = prefix[i] - prefix[first]
@@ -168,11 +225,12 @@ def _build_pruned(counts: dict[str, int] | Iterable[tuple[str, int]], root_name:
     return root
 
 
-def _build(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str) -> Node:
+def _build(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str, max_nodes: int) -> Node:
     root = Node(root_name)
     items = counts.items() if isinstance(counts, dict) else counts
     prev: list[str] = []
     path: list[Node] = [root]
+    nodes = 0
     for stack, n in sorted(items):
         if n <= 0:
             continue
@@ -187,6 +245,9 @@ def _build(counts: dict[str, int] | Iterable[tuple[str, int]], root_name: str) -
         for fr in frames[k:]:
             c = node.children.get(fr)
             if c is None:
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _TooMany
                 c = node.children[fr] = Node(fr)
             path.append(c)
             node = c

@@ -58,6 +58,8 @@ class NodeInput:
     clock_uncertainty: float | None = None
     start_skew: float | None = None
     analysis: Analysis | None = None
+    knobs: list[dict[str, Any]] = field(default_factory=list)  # its topology's knobs beside the pools they size
+    server: list[dict[str, Any]] = field(default_factory=list)  # its servers' key metrics over the window
 
 
 @dataclass
@@ -74,6 +76,8 @@ class NodeResult:
     clock_offset: float | None
     clock_uncertainty: float | None
     start_skew: float | None
+    knobs: list[dict[str, Any]] = field(default_factory=list)
+    server: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,7 +85,7 @@ class NodeResult:
             "targets": self.targets, "verdict": self.verdict.to_dict() if self.verdict else None,
             "metrics": {k: _round(v) for k, v in sorted(self.metrics.items())}, "report": self.report,
             "clock": {"offset": _round(self.clock_offset, 6), "uncertainty": _round(self.clock_uncertainty, 6)},
-            "start_skew": _round(self.start_skew, 6),
+            "start_skew": _round(self.start_skew, 6), "knobs": self.knobs, "server": self.server,
         }
 
 
@@ -266,7 +270,8 @@ def compare(nodes: list[NodeInput], *, bundle: str = "", capture: dict[str, Any]
         results.append(NodeResult(
             name=n.name, host=n.host, role=n.role, status=n.status, reason=n.reason, targets=targets,
             verdict=node_verdict(n), metrics=node_metrics(a), report=n.report,
-            clock_offset=n.clock_offset, clock_uncertainty=n.clock_uncertainty, start_skew=n.start_skew))
+            clock_offset=n.clock_offset, clock_uncertainty=n.clock_uncertainty, start_skew=n.start_skew,
+            knobs=n.knobs, server=n.server))
     roles: list[RoleResult] = []
     imbalances: list[PeerImbalance] = []
     flames: dict[str, flamemod.FlameGraph] = {}

@@ -191,6 +191,9 @@ class LimitsEvidence:
     cpuset_cpus: int | None = None  # CPUs the cpuset/affinity allows, when fewer than the host's
     quota_cores: float | None = None  # the cgroup CPU quota in cores (quota / period), when set
     container: bool = False  # in another mount namespace than the profiler (manifest)
+    pinned_to: tuple[int, ...] = ()  # those CPUs, when fewer than the host's
+    pinned_by: str | None = None  # "cpuset" (its cgroup's) or "affinity" (taskset, sched_setaffinity)
+    container_name: str | None = None  # "tikv1 (docker)": the manifest's container_info, when it runs in one
     mem_limit: float | None = None
     mem_usage_share: float | None = None  # cgroup usage / limit
     mem_failcnt_rate: float | None = None
@@ -227,7 +230,8 @@ class CounterEvidence:
 
 
 # Fields of LimitsEvidence the JSON report does not show (yet): the single limits behind cpu_available.
-_UNSHOWN = frozenset({"host_cpus", "cpuset_cpus", "quota_cores", "container"})
+_UNSHOWN = frozenset({"host_cpus", "cpuset_cpus", "quota_cores", "container", "pinned_to", "pinned_by",
+                      "container_name"})
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ Two steps, each small:
    finding's score being the strongest;
 2. the sub-cause rules (:data:`SUB_CAUSES`), tried in order, most specific first: the first
    that applies names what keeps more CPU from the target, with its advice: the cgroup quota,
-   a cpuset that pins it to fewer CPUs than the host has (a container), a named pool at its size,
-   neighbours on the host, the host's CPUs saturated by the capture's targets together, all of its
-   cores busy, one hot thread. The container limits come from ``LimitsEvidence`` (``cpuset_cpus``,
-   ``quota_cores``, ``container``).
+   a pin or quota below what it wants (a container's limits: ``LimitsEvidence``), a named pool at
+   its size, neighbours on the host, the host's CPUs saturated by the capture's targets together,
+   all of its cores busy, one hot thread.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from profiler.analyzers.verdict.findings import (
     ramp,
 )
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
+from profiler.analyzers.verdict.target import cpu_list
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_POOLS
 
@@ -224,29 +224,43 @@ def quota(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
         return None
     lim = t.limits
     sub = f"cgroup CPU quota: throttled in {_pct(lim.cpu_throttled_share)} of periods ({lim.cpu_available_why})"
+    if lim.container_name:
+        sub += f" ({lim.container_name})"
     if t.time.demand_cores is not None and t.process.cpu_cores is not None:
         sub += f"; wants {t.time.demand_cores:.2f} cores, gets {t.process.cpu_cores:.2f}"
     rec = "raise the cgroup CPU quota (cpu.cfs_quota_us / the container's CPU limit)"
     return sub, rec, min(1.0, max(s.score, s.throttle + 0.01))
 
 
-def cpuset(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
-    """A cpuset (a container's CPU pin, or the process's affinity) allows fewer CPUs than the host
-    has, and it uses or wants all of them: the pin is the limit, not the host."""
-    lim = t.limits
-    if lim.cpuset_cpus is None or not lim.host_cpus or max(s.util, s.demand) < PRIMARY:
+def container_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
+    """A pin (its cgroup's cpuset, or its affinity) or a CPU quota below what the target wants:
+    that limit binds whatever else the host runs (seed 001: TiKV containers pinned one CPU each
+    by --cpuset-cpus; docs/verdict.md#container-limits)."""
+    lim, tt = t.limits, t.time
+    if s.score < PRIMARY or tt.demand_cores is None:
         return None
-    if lim.quota_cores is not None and lim.quota_cores < lim.cpuset_cpus:
-        return None  # the quota is the tighter limit (the quota rule names it when it throttles)
-    where = "its container's cpuset" if lim.container else "its cpuset or CPU affinity"
-    sub = (f"{where} allows {lim.cpuset_cpus} of the host's {lim.host_cpus} CPUs, and it uses "
-           f"{t.process.cpu_cores or 0:.2f} and wants {t.time.demand_cores or 0:.2f} of them")
+    caps: list[tuple[float, str]] = []
+    if lim.pinned_to:
+        caps.append((float(len(lim.pinned_to)), f"pinned to {cpu_list(lim.pinned_to)} by {lim.pinned_by}"))
+    if lim.quota_cores is not None:
+        caps.append((lim.quota_cores, f"held to {lim.quota_cores:.2f} cores by its cgroup CPU quota"))
+    if not caps:
+        return None
+    cap, what = min(caps)
+    if tt.demand_cores < 0.9 * cap:
+        return None  # it does not want all it may use: the limit is not what holds it
+    where = f" ({lim.container_name})" if lim.container_name else ""
+    got = t.process.cpu_cores or 0.0
+    sub = (f"{what}{where}: wants {tt.demand_cores:.2f} core{'s' if tt.demand_cores >= 1.5 else ''} "
+           f"of the {cap:g} it may use, gets {got:.2f}")
     others, names = others_on_host(m)
-    if _starved(t) and others is not None and others >= 0.3:
-        sub += f"; {_pct(t.time.runq_share)} of what it asks for is run-queue delay: other processes take the CPU"
-        sub += f" ({names})" if names else ""
-    rec = ("raise the container's CPU set (cpuset.cpus / the pod's CPU request and limit under the static CPU "
-           "manager) or the process's affinity (taskset), or reduce the work per request")
+    if _starved(t) and others is not None and others >= 0.3 and got < 0.8 * cap:
+        sub += f"; other processes on the host take CPU time too ({names or 'the host is busy'})"
+    if lim.pinned_to and cap == len(lim.pinned_to):
+        rec = (f"it may run on {cpu_list(lim.pinned_to)} only: give it more CPUs (--cpuset-cpus, the pod's CPU "
+               "limit with the static CPU manager) or fewer busy threads (TiKV sizes its pools from the host's cores)")
+    else:
+        rec = "raise its CPU quota (--cpus, the pod's resources.limits.cpu, cpu.cfs_quota_us / cpu.max)"
     return sub, rec, s.score
 
 
@@ -324,7 +338,7 @@ def not_the_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
 
 
 # Most specific first: the first that applies names the sub-cause.
-SUB_CAUSES: tuple[SubCause, ...] = (quota, cpuset, pool_at_size, starvation, host_saturated, all_cores,
+SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, host_saturated, all_cores,
                                     one_thread, not_the_limit)
 
 

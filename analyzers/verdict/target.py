@@ -32,13 +32,38 @@ from profiler.bundle import TargetInfo
 from profiler.knowledge import pool_info, runtime_from_threads, target_kind
 
 
+def cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
+    """``CPU 0``, ``CPUs 0-3``, ``CPUs 0,2``: as the kernel writes CPU lists."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"CPU{'s' if len(set(cpus)) > 1 else ''} {text}"
+
+
+def _pinned(target: TargetInfo, host_cpus: int) -> tuple[tuple[int, ...], str | None]:
+    """The CPUs the target may run on when fewer than the host's, and what pins it there: its
+    cgroup's cpuset (docker/podman --cpuset-cpus, a Kubernetes static CPU policy), or its own
+    affinity (taskset) inside a wider cpuset."""
+    allowed = tuple(sorted(set(target.cpus_allowed or [])))
+    if not allowed or len(allowed) >= (host_cpus or 1 << 30):
+        return (), None
+    cs = (target.cgroup or {}).get("cpuset_cpus")
+    if isinstance(cs, list) and all(isinstance(c, int) for c in cs) and set(allowed) >= set(cs):
+        return allowed, "cpuset"
+    return allowed, "affinity"
+
+
 def _available_cpu(target: TargetInfo, host_cpus: int) -> tuple[float | None, str]:
     cands: list[tuple[float, str]] = []
     if host_cpus:
         cands.append((float(host_cpus), f"{host_cpus} CPUs on the host"))
-    allowed = target.cpus_allowed or []
-    if allowed and len(allowed) < (host_cpus or 1 << 30):
-        cands.append((float(len(allowed)), f"cpuset/affinity allows {len(allowed)} CPUs"))
+    pinned, by = _pinned(target, host_cpus)
+    if pinned:
+        cands.append((float(len(pinned)), f"pinned to {cpu_list(pinned)} by {by}"))
     q = _quota(target)
     if q is not None:
         cands.append((q, f"cgroup CPU quota {q:.2f} cores"))
@@ -160,9 +185,13 @@ def _manifest_limits(target: TargetInfo, host_cpus: int) -> dict[str, Any]:
     """The limits the manifest names: cores it may use and why, each CPU limit, blkio throttles."""
     available, why = _available_cpu(target, host_cpus)
     allowed = len(target.cpus_allowed or [])
+    pinned, by = _pinned(target, host_cpus)
+    ci = target.container_info
     return {"cpu_available": available, "cpu_available_why": why, "host_cpus": host_cpus,
             "cpuset_cpus": allowed if allowed and allowed < (host_cpus or 1 << 30) else None,
             "quota_cores": _quota(target), "container": target.container,
+            "pinned_to": pinned, "pinned_by": by,
+            "container_name": f"{ci.runtime} container {ci.name or ci.id[:12]}" if ci is not None else None,
             "blkio_limits": dict((target.cgroup or {}).get("blkio_throttle") or {})}
 
 

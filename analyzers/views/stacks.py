@@ -11,8 +11,9 @@ Off-CPU, one view for both backends:
   switches into blocked time and counts, for every switch, its stack per thread (with its
   prev_state: analyzers.stacks.waits classifies them) and apart the stacks that pass through
   futex code; offcpu.csv.gz (every switch) gives each switch-out its exact switch-in.
-- bcc: offcpu.folded.gz (blocked nanoseconds summed in the kernel per stack) folded the same
-  way (its per-thread totals, offcpu.summary.json, are in views.locks).
+- bcc: offcpu.slots.jsonl.gz (blocked nanoseconds summed in the kernel per time slot, thread,
+  state and stack: views.slots), else (older bundles) offcpu.folded.gz, folded the same way (its
+  per-thread totals, offcpu.summary.json, are in views.locks).
 """
 
 from __future__ import annotations
@@ -92,12 +93,13 @@ class OffCpu:
     sampled: tuple[int, int] | None = None  # perf: (switch-outs symbolized, the targets' switch-outs) when the collector sampled
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
     stacks: WaitStacks = field(default_factory=dict)  # perf: every switch-out's stack per thread
-    timed: list[tuple[float, float, str]] = field(default_factory=list)  # perf: (from, to, stack) of each folded interval
+    # (from, to, stack) of each folded interval (perf), or (slot start, slot end, stack, us) per slot (bcc)
+    timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = field(default_factory=list)
     error: Exception | None = None  # the folded stacks could not be read
 
     @property
     def bcc(self) -> bool:
-        return self.source == members.OFFCPU_FOLDED
+        return self.source in (members.OFFCPU_FOLDED, members.OFFCPU_SLOTS)
 
 
 def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
@@ -111,7 +113,7 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
                                                bundle.log(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
-    timed: list[tuple[float, float, str]] = []
+    timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = []
     folder = offcpu.SwitchFolder(by_reason=True, pools=True, intervals=intervals, futex=True,
                                  limit=OFFCPU_MAX_SWITCHES, on_interval=lambda lo, hi, key: timed.append((lo, hi, key)),
                                  log=bundle.log(members.OFFCPU_STACKS))
@@ -158,6 +160,10 @@ def read_offcpu(bundle: Bundle) -> OffCpu | None:
     """The off-CPU stacks of whichever backend wrote them (perf first), or None."""
     if bundle.has(members.OFFCPU_STACKS):
         return _read_perf_offcpu(bundle)
+    if bundle.has(members.OFFCPU_SLOTS):  # bcc, per time slot (the whole-capture folded file is its sum)
+        from profiler.analyzers.views.slots import read_offcpu_slots
+
+        return read_offcpu_slots(bundle)
     if bundle.has(members.OFFCPU_FOLDED):
         return _read_bcc_offcpu(bundle)
     return None

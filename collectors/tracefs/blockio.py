@@ -60,7 +60,9 @@ COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before sto
 TOTAL_BUFFER_MB = 64  # ring buffer budget over all CPUs; the reader drains it continuously
 INSTANCE_PREFIX = "profiler-"
 _SEQ = itertools.count(1)
-_STALE = re.compile(r"^profiler-(\d+)-(\d+)(?:-ns(\d+))?$")
+# profiler-<pid>-s<its start time, clock ticks since boot>-<n>[-ns<pid namespace>]: whose it is, even
+# after the pid was reused (names without the start time come from older versions)
+_STALE = re.compile(r"^profiler-(\d+)-(?:s(\d+)-)?(\d+)(?:-ns(\d+))?$")
 # "  kworker/u8:2-1234    [001] d..1.  123.456789: block_rq_issue: ..." -> the issuing tid
 # (the irq-flags column is optional; no lazy scan to the end of every line: issue lines only cost)
 _ISSUER = re.compile(rb"-(\d+) +\[\d+\] +(?:[^ \n]+ +)?\d+\.\d+: block_rq_issue:")
@@ -119,16 +121,47 @@ def balance(trace: dict[str, int], counted: dict[str, int] | None, ring_lost: in
     return stats, "; ".join(reasons) or None
 
 
+def start_ticks(pid: int | str) -> int | None:
+    """When the process started (field 22 of /proc/PID/stat, clock ticks since boot), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def instance_name(seq: int) -> str:
+    """This process's next instance name: its pid and start time, so that another profiler can
+    tell it from one a killed profiler left (whose pid may have been reused meanwhile)."""
+    ns = _pidns_tag()
+    return f"{INSTANCE_PREFIX}{os.getpid()}-s{start_ticks('self') or 0}-{seq}" + (f"-ns{ns}" if ns else "")
+
+
 def stale_instances(root: str) -> list[str]:
-    """Instances a killed profiler left behind (its pid no longer exists)."""
+    """Instances a killed profiler left behind: its process is gone (no such pid, or that pid is
+    another process now, started at another time). Every other instance is someone's running capture."""
     out = []
     with contextlib.suppress(OSError):
         for name in os.listdir(os.path.join(root, "instances")):
             m = _STALE.match(name)
             # tracefs is one per kernel: only our own PID namespace's instances can be judged by pid
-            if m and m.group(3) == _pidns_tag() and not os.path.exists(f"/proc/{m.group(1)}"):
+            if not m or m.group(4) != _pidns_tag():
+                continue
+            started = start_ticks(m.group(1))
+            if started is None or (m.group(2) is not None and started != int(m.group(2))):
                 out.append(os.path.join(root, "instances", name))
     return out
+
+
+def remove_stale_instances(root: str | None) -> list[str]:
+    """Remove what :func:`stale_instances` finds (root only); the names removed."""
+    gone = []
+    for path in stale_instances(root) if root else []:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+            gone.append(os.path.basename(path))
+    return gone
 
 
 def _pidns_tag() -> str | None:
@@ -422,13 +455,10 @@ class BlockIO(CollectorBase):
 
         root = host.tracefs_path()
         assert root is not None
-        for path in stale_instances(root):
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+        remove_stale_instances(root)
         self._pids = set(ctx.pids)
         self._learn_threads()
-        ns = _pidns_tag()
-        inst = TracefsInstance(root, f"{INSTANCE_PREFIX}{os.getpid()}-{next(_SEQ)}" + (f"-ns{ns}" if ns else ""))
+        inst = TracefsInstance(root, instance_name(next(_SEQ)))
         self.instance = inst
         kb = self.buffer_kb or buffer_kb_per_cpu(os.cpu_count() or 1)
         self.rec.stats.update({"instance": inst.path, "buffer_kb_per_cpu": kb})

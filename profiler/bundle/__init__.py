@@ -22,6 +22,7 @@ from profiler.bundle.manifest import (
     VERSION,
     ClockInfo,
     CollectorRecord,
+    ContainerInfo,
     HostInfo,
     LoadInfo,
     Manifest,
@@ -37,6 +38,6 @@ from profiler.bundle.writer import BundleWriter, atomic_write_bytes
 
 __all__ = [
     "FAILED", "MANIFEST", "OK", "PARTIAL", "PENDING", "RUNNING", "SCHEMA", "SKIPPED", "STATUSES", "VERSION",
-    "Bundle", "BundleWriter", "ClockInfo", "EarlyReads", "CollectorRecord", "HostInfo", "LoadInfo", "Manifest", "RuntimeInfo", "TargetInfo",
+    "Bundle", "BundleWriter", "ClockInfo", "EarlyReads", "CollectorRecord", "ContainerInfo", "HostInfo", "LoadInfo", "Manifest", "RuntimeInfo", "TargetInfo",
     "ThreadInfo", "atomic_write_bytes", "check_member_name", "looks_like_bundle", "members", "parse_manifest",
 ]

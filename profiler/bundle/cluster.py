@@ -25,7 +25,7 @@ from typing import Any
 from profiler import __version__
 from profiler.bundle.manifest import build_checked, load_checked_json
 from profiler.errors import BundleError
-from profiler.files import write_output
+from profiler.files import contained, write_output
 
 SCHEMA = "profiler.cluster"
 VERSION = 1
@@ -171,7 +171,12 @@ def parse_cluster_manifest(text: str, where: str = CLUSTER_MANIFEST) -> ClusterM
 
 
 def is_cluster_bundle(path: str | os.PathLike[str]) -> bool:
-    return (Path(path) / CLUSTER_MANIFEST).is_file()
+    """Whether DIR/cluster.json is there (a directory that cannot be looked into is no cluster
+    bundle here: opening it as a bundle says why it cannot be read)."""
+    try:
+        return (Path(path) / CLUSTER_MANIFEST).is_file()
+    except OSError:
+        return False
 
 
 def load_cluster(path: str | os.PathLike[str]) -> ClusterManifest:
@@ -184,17 +189,20 @@ def load_cluster(path: str | os.PathLike[str]) -> ClusterManifest:
 
 
 def node_path(root: str | os.PathLike[str], node: NodeRecord) -> Path | None:
-    """The node's bundle directory, refusing one that leaves DIR/nodes (by name or by link)."""
+    """The node's bundle directory, refusing one that leaves DIR/nodes by name or by link at any
+    level (``nodes`` itself a link to someone else's captures included): the real location is
+    compared with the cluster bundle's own, never with a level a link has moved too."""
     if node.dir is None:
         return None
     check_node_dir(node.dir)
     base = Path(root)
     p = base / node.dir
-    if p.is_symlink() or (p.exists() and not p.resolve().is_relative_to((base / NODES_DIR).resolve())):
+    if (base / NODES_DIR).is_symlink() or p.is_symlink() or (
+            os.path.lexists(p) and not contained(base / NODES_DIR, p)):
         raise BundleError(f"node directory {node.dir!r} points outside the cluster bundle")
     return p
 
 
 def write_cluster_manifest(root: str | os.PathLike[str], manifest: ClusterManifest) -> None:
     """Rewrite DIR/cluster.json atomically (through a temporary name and a rename)."""
-    write_output(Path(root) / CLUSTER_MANIFEST, manifest.to_json().encode(), force=True, fsync=True, special=False)
+    write_output(Path(root) / CLUSTER_MANIFEST, manifest.to_json().encode(), force=True, fsync=True, root=root)

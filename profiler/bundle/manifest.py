@@ -71,6 +71,24 @@ class RuntimeInfo:
 
 
 @dataclass
+class ContainerInfo:
+    """The container a target runs in (collectors/containers.py): its cgroup path names it, its
+    runtime's state on disk names the rest. Optional fields: a runtime's files may be unreadable."""
+
+    runtime: str  # docker | podman | containerd | cri-o | kubernetes
+    id: str  # 64 hex digits
+    name: str | None = None
+    image: str | None = None
+    cgroup: str = ""  # the cgroup path the id was read from
+    pod: str | None = None  # Kubernetes: pod name, namespace, UID, the container's name in the pod, QoS class
+    namespace: str | None = None
+    pod_uid: str | None = None
+    container: str | None = None
+    qos: str | None = None
+    state: str | None = None  # the runtime's file the name came from
+
+
+@dataclass
 class TargetInfo:
     """A process the capture attached to, as it was when the capture started."""
 
@@ -86,6 +104,7 @@ class TargetInfo:
     cpus_allowed: list[int] = field(default_factory=list)
     root: str | None = None  # the target's filesystem root (for symbols), e.g. /proc/PID/root
     container: bool = False  # in another mount namespace than the profiler
+    container_info: ContainerInfo | None = None  # the container it runs in (docker, podman, a pod...)
     exited: float | None = None  # monotonic time the target was seen gone, if it exited
 
 

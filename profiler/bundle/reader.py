@@ -11,7 +11,6 @@ be, and what was tolerated is written down in the member's :class:`~profiler.tol
 from __future__ import annotations
 
 import codecs
-import contextlib
 import io
 import os
 import stat
@@ -29,33 +28,43 @@ from profiler.bundle.manifest import (
 )
 from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
+from profiler.files import contained
 from profiler.tolerant import ReadLog, open_tolerant, squeeze_blank_lines
 
 
 class Bundle:
     """A capture bundle opened for reading (post-mortem or right after a capture)."""
 
-    def __init__(self, root: Path, manifest: Manifest) -> None:
+    def __init__(self, root: Path, manifest: Manifest, within: Path | None = None) -> None:
         self.root = root
+        self.within = within if within is not None else root  # what the bundle itself may not leave (a cluster's, for a node)
         self.manifest = manifest
         self.warnings: list[str] = []  # problems met beyond reading (a member that could not be parsed)
         self.reads: dict[str, ReadLog] = {}  # member -> what reading it tolerated (the last read)
         self.early: EarlyReads | None = None  # members read while the capture finished (attach, run)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Bundle:
+    def open(cls, path: str | os.PathLike[str], within: str | os.PathLike[str] | None = None) -> Bundle:
+        """Open a bundle directory. ``within``: a directory the bundle and every member must stay
+        inside, by name and by link at every level (a cluster bundle, for one of its nodes)."""
         root = Path(path)
-        if not root.exists():
-            raise BundleError(f"no capture bundle at {root}")
-        if not root.is_dir():
-            raise BundleError(f"{root} is a file, not a capture bundle directory")
+        outer = Path(within) if within is not None else root
+        if within is not None and not contained(outer, root):
+            raise BundleError(f"{root} points outside {outer}")
+        try:
+            if not root.exists():
+                raise BundleError(f"no capture bundle at {root}")
+            if not root.is_dir():
+                raise BundleError(f"{root} is a file, not a capture bundle directory")
+        except OSError as exc:  # a parent without x permission, a name too long
+            raise BundleError(f"cannot read {root}: {exc.strerror or exc}") from None
         mpath = root / MANIFEST
         try:
             if not mpath.is_file():
                 if not any(root.iterdir()):
                     raise BundleError(f"{root} is empty: not a capture bundle")
                 raise BundleError(f"{root} is not a capture bundle (no {MANIFEST})")
-            if mpath.is_symlink() and not mpath.resolve().is_relative_to(root.resolve()):
+            if not contained(root, mpath):
                 raise BundleError(f"{mpath} points outside the bundle")
             with open(mpath, "rb") as fh:
                 data = fh.read(MAX_MANIFEST_BYTES + 1)
@@ -67,19 +76,44 @@ class Bundle:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BundleError(f"{mpath} is not UTF-8 text (byte {exc.start})") from None
-        return cls(root, parse_manifest(text, str(mpath)))
+        bundle = cls(root, parse_manifest(text, str(mpath)), outer)
+        bundle.check_readable()
+        return bundle
+
+    def member_names(self) -> list[str]:
+        """Every member the manifest names: the collectors' files, the load's log and times."""
+        m = self.manifest
+        names = [f for rec in m.collectors for f in rec.files]
+        if m.load is not None:
+            names += [n for n in (m.load.log, m.load.times) if n]
+        return list(dict.fromkeys(names))
+
+    def check_readable(self) -> None:
+        """A member the manifest names that is there but cannot be opened (no permission, an I/O
+        error) makes the bundle unreadable: one BundleError line (exit 4), not an analysis built on
+        what is left. A missing member, or a directory or device by its name, is damage the
+        analysis reports instead."""
+        for name in self.member_names():
+            try:
+                p = self.path(name)
+                if not stat.S_ISREG(os.stat(p).st_mode):
+                    continue
+                os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            except (FileNotFoundError, NotADirectoryError, BundleError):
+                continue  # missing, or leaving the bundle: the member's reader says so, the rest is read
+            except OSError as exc:
+                raise BundleError(f"cannot read {name} in {self.root}: {exc.strerror or exc}") from None
 
     @property
     def partial(self) -> bool:
         return self.manifest.status != OK
 
     def path(self, name: str) -> Path:
-        """The path of a member file, refusing names (or symlinks) that leave the bundle."""
+        """The path of a member file, refusing names (or symlinks, at any level) that leave the bundle."""
         check_member_name(name)
         p = self.root / name
-        with contextlib.suppress(OSError):
-            if p.exists() and not p.resolve().is_relative_to(self.root.resolve()):
-                raise BundleError(f"bundle member {name!r} points outside the bundle")
+        if os.path.lexists(p) and not contained(self.root, p):
+            raise BundleError(f"bundle member {name!r} points outside the bundle")
         return p
 
     def has(self, name: str) -> bool:

@@ -32,10 +32,11 @@ RESERVE = ".space-reserve"  # hidden, never a member; removed by finish()
 RESERVE_BYTES = 64 * 1024  # a manifest is 4-15 KB; its rewrite needs the old and the new side by side
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, root: Path | None = None) -> None:
     """Write ``data`` to ``path`` through a fresh temporary name and a rename (profiler.files:
-    created exclusively, never through a symbolic link; only a regular file is ever written)."""
-    write_output(path, data, force=True, fsync=True, special=False)
+    created exclusively, never through a symbolic link at any level below ``root``, the output
+    directory (default: the file's own); only a regular file is ever written)."""
+    write_output(path, data, force=True, fsync=True, special=False, root=root if root is not None else path.parent)
 
 
 class BundleWriter:
@@ -62,7 +63,7 @@ class BundleWriter:
             raise OutputError(f"cannot create {self.root}: {exc.strerror or exc}") from None
         if not manifest.created:
             manifest.created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(manifest.clock.wall_start or time.time()))
-        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())  # cannot even start: raise
+        atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode(), self.root)  # cannot even start: raise
         self._hold_reserve()
 
     def path(self, name: str) -> Path:
@@ -76,7 +77,7 @@ class BundleWriter:
         place, sets :attr:`unsaved` and returns False; :meth:`finish` writes the last one."""
         with self._lock:
             try:
-                atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode())
+                atomic_write_bytes(self.root / MANIFEST, self.manifest.to_json().encode(), self.root)
             except OutputError as exc:
                 self.unsaved = str(exc)
                 self.ran_short = self.ran_short or self.unsaved
@@ -136,7 +137,7 @@ class BundleWriter:
         """
         final = self.path(name)
         gz = name.endswith(".gz") if compress is None else compress
-        with open_output(final, force=True, fsync=True, keep_partial=True, special=False) as raw:
+        with open_output(final, force=True, fsync=True, keep_partial=True, root=self.root) as raw:
             fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)) if gz else raw
             try:
                 yield fh

@@ -2,26 +2,25 @@
 
 Resolve what the targets are (threads, cgroup, container), open the bundle, probe every
 collector (the ones this host cannot run are recorded as skipped, with the reason), start
-the rest together, show a progress line, and stop them all when the duration ends, on
-Ctrl-C, when every target has exited, or when the wrapped load command exits. Each
-collector is stopped in its own try/finally; no helper process outlives the session.
-The manifest says ``ok`` only when every collector that ran covered the whole window.
+the rest together, say how far the capture got through a :class:`~profiler.progress.Progress`,
+and stop them all when the duration ends, on Ctrl-C, SIGTERM or SIGHUP (profiler/capture/signals.py:
+a flag the loop reads, never an exception in the middle of the stop path), when every target has
+exited, or when the wrapped load command exits. Each collector is stopped in its own try/finally;
+no helper process outlives the session. The manifest says ``ok`` only when every collector that
+ran covered the whole window; a capture ended by a signal is ``partial`` and names it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 try:
     import psutil
@@ -42,6 +41,7 @@ from profiler.bundle import (
     Manifest,
     members,
 )
+from profiler.capture import signals
 from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, write_times
 from profiler.collectors import host
 from profiler.collectors import process as _proc
@@ -53,11 +53,16 @@ from profiler.collectors.base import (
     disk_reason,
     skipped,
 )
+from profiler.collectors.tracefs import blockio
 from profiler.errors import CapabilityError, Interrupted, OutputError
 from profiler.files import create_growing
+from profiler.progress import Progress
 
 TICK = 0.1  # main loop period (s)
-PROGRESS_EVERY = 0.5  # progress line refresh (s)
+PROGRESS_EVERY = 0.5  # progress refresh (s)
+CAPTURING = "capturing"  # the progress tasks of a capture (seconds of the window, bytes written, collectors stopped)
+WRITING = "writing the bundle"
+STOPPING = "stopping: finishing files"
 START_GRACE = 0.3  # perf fails fast on bad events or pids: look again after this (s)
 
 
@@ -66,6 +71,7 @@ class CaptureResult:
     manifest: Manifest
     output: Path
     interrupted: bool = False
+    signal: int | None = None  # the signal that ended the capture (SIGINT, SIGTERM, SIGHUP), if one did
     stop_reason: str = ""
     load_exit_code: int | None = None
     records: list[CollectorRecord] = field(default_factory=list)
@@ -87,19 +93,6 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
-
-
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "K", "M", "G"):
-        if size < 1024 or unit == "G":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{size:.1f}G"
-
-
-def _fmt_secs(s: float) -> str:
-    return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
 
 
 def build_manifest(targets: list[Target], options: CaptureOptions, perf: str = "perf",
@@ -142,7 +135,8 @@ class Session:
         load: list[str] | None = None,
         load_log: Path | None = None,
         load_start: LoadStart | None = None,
-        progress: TextIO | None = None,
+        progress: Progress | None = None,
+        say: Callable[[str], None] | None = None,
         extra_options: dict[str, Any] | None = None,
         on_stopped: Callable[[CollectorRecord, Manifest], None] | None = None,
         early: EarlyReads | None = None,
@@ -158,31 +152,36 @@ class Session:
         self.load_start = load_start
         self._copier: PipeCopier | None = None
         self._follower: FileFollower | None = None
-        self.progress = progress if progress is not None else sys.stderr
+        self.progress = progress  # how far the capture got (profiler.progress); None: nothing is shown
+        self.say = say  # one line for the user (tracefs mounted, a collector ended early); None: nothing
         self.extra_options = extra_options or {}
         self.early = early  # handed to the collectors (their writers' taps)
         self.on_stopped = on_stopped  # hears each collector's record (and the manifest) once its files are final
-        self._sigint = False
+        self._signal: int | None = None  # a stop signal arrived (profiler/capture/signals.py)
+        self._finishing = False  # the stop path runs: a second signal cannot cut it
         self.stop_request: str | None = None  # set from another thread: end the capture, this is why
         self._manifest: Manifest | None = None
         self.started: list[Collector] = []
         self.records: dict[str, CollectorRecord] = {}
 
     # ------------------------------------------------------------------ signals
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self._sigint = True
+    def _on_signal(self, signum: int) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: the loop ends the capture; the stop path is never cut."""
+        if self._signal is None and not self._finishing:
+            self._signal = signum
 
-    @contextlib.contextmanager
-    def _own_sigint(self) -> Any:
-        """Ctrl-C sets a flag the loop reads; during the stop phase it cannot cut finalization."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        old = signal.signal(signal.SIGINT, self._on_sigint)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, old)
+    def _interrupted(self) -> str:
+        return f"interrupted ({signals.describe(self._signal or 2)})"
+
+    def _note(self, line: str) -> None:
+        if self.say is not None:
+            with contextlib.suppress(Exception):
+                self.say(line)
+
+    def _show(self, task: str, done: float, total: float | None, unit: str) -> None:
+        if self.progress is not None:
+            with contextlib.suppress(Exception):  # a terminal gone (SIGHUP) must not stop the capture
+                self.progress(task, done, total, unit)
 
     # ------------------------------------------------------------------ run
     def prepare(self) -> Manifest:
@@ -191,12 +190,21 @@ class Session:
         if self._manifest is None:
             _path, note = host.ensure_tracefs()  # as root, mount tracefs when it is not mounted (as perf does)
             if note:
-                self.progress.write(f"profiler: {note}\n")
-                self.progress.flush()
+                self._note(note)
+            if host.is_root():  # tracefs instances a killed capture left (their process is gone), never others'
+                gone = blockio.remove_stale_instances(host.tracefs_path())
+                if gone:
+                    self._note(f"removed {len(gone)} tracefs instance(s) a killed capture left: {', '.join(gone)}")
             self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)
         return self._manifest
 
     def run(self) -> CaptureResult:
+        """Capture, then finish the bundle whatever ended the capture. The stop signals are ours
+        from the first line: one arriving before the collectors start leaves them unstarted."""
+        with signals.catch(self._on_signal):
+            return self._run()
+
+    def _run(self) -> CaptureResult:
         manifest = self.prepare()
         manifest.clock = ClockInfo.now()
         try:
@@ -208,51 +216,49 @@ class Session:
         load_proc: subprocess.Popen[bytes] | None = None
         load_info: LoadInfo | None = None
         error: Exception | None = None
-        with self._own_sigint():
+        try:
             try:
-                try:
+                if self._signal is None:
                     self._start_all(ctx)
-                    if self.load_log is not None:
-                        self._follow_load(writer)
-                    if self.load_argv:
-                        load_proc, load_info = self._start_load(writer)
-                    if self.load_argv and load_proc is None:
-                        result.stop_reason = "the load command could not start"
-                    else:
-                        result.stop_reason = self._wait(ctx, manifest, load_proc)
-                except (Interrupted, KeyboardInterrupt):
-                    self._sigint = True
-                    result.stop_reason = "interrupted (Ctrl-C)"
-                except Exception as exc:  # noqa: BLE001 - finish the bundle, then let it propagate
-                    error = exc
-                    result.stop_reason = f"internal error: {type(exc).__name__}: {exc}"
-                if self._sigint:
-                    result.interrupted = True
-                    result.stop_reason = "interrupted (Ctrl-C)"
-                self._clear_progress()
+                if self.load_log is not None and self._signal is None:
+                    self._follow_load(writer)
+                if self.load_argv and self._signal is None:
+                    load_proc, load_info = self._start_load(writer)
+                if self._signal is not None:
+                    result.stop_reason = self._interrupted()
+                elif self.load_argv and load_proc is None:
+                    result.stop_reason = "the load command could not start"
+                else:
+                    result.stop_reason = self._wait(ctx, manifest, load_proc)
+            except (Interrupted, KeyboardInterrupt) as exc:  # a library caller's own handler raised
+                self._signal = self._signal or getattr(exc, "signum", 2)
+                result.stop_reason = self._interrupted()
+            except Exception as exc:  # noqa: BLE001 - finish the bundle, then let it propagate
+                error = exc
+                result.stop_reason = f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            # Finalization must finish whatever signal comes next.
+            self._finishing = True
+            if self._signal is not None:
+                result.interrupted, result.signal = True, self._signal
+                result.stop_reason = self._interrupted()
+            try:
+                self._stop_all(ctx)
+                if load_proc is not None and load_info is not None:
+                    result.load_exit_code = self._stop_load(load_proc, load_info, writer)
+                elif load_info is not None:
+                    result.load_exit_code = load_info.exit_code
+                self._stop_follow(writer)
             finally:
-                # Finalization must finish even if Ctrl-C is pressed again.
-                self._sigint = False
-                try:
-                    if _isatty(self.progress) and self.started:
-                        self._write_status(f"stopping ({result.stop_reason}): symbolizing stacks, finishing files...")
-                    self._stop_all(ctx)
-                    self._clear_progress()
-                    if load_proc is not None and load_info is not None:
-                        result.load_exit_code = self._stop_load(load_proc, load_info, writer)
-                    elif load_info is not None:
-                        result.load_exit_code = load_info.exit_code
-                    self._stop_follow(writer)
-                finally:
-                    killed = _proc.kill_all_children()
-                    if killed:
-                        result.stop_reason += f"; killed leftover helpers {killed}"
-            self._finish(writer, manifest, result)
-            if error is not None:
-                with contextlib.suppress(OSError, OutputError):
-                    writer.finish(FAILED if manifest.status == FAILED else PARTIAL,
-                                  "; ".join(filter(None, [result.stop_reason, manifest.reason])))
-                raise error
+                killed = _proc.kill_all_children()
+                if killed:
+                    result.stop_reason += f"; killed leftover helpers {killed}"
+        self._finish(writer, manifest, result)
+        if error is not None:
+            with contextlib.suppress(OSError, OutputError):
+                writer.finish(FAILED if manifest.status == FAILED else PARTIAL,
+                              "; ".join(filter(None, [result.stop_reason, manifest.reason])))
+            raise error
         result.records = list(manifest.collectors)
         return result
 
@@ -307,7 +313,7 @@ class Session:
         info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic(), source="run",
                         start_from="spawn")
         writer.manifest.load = info
-        logfh = create_growing(writer.path(log_name))  # the copier writes it; closed in _stop_load
+        logfh = create_growing(writer.path(log_name), writer.root)  # the copier writes it; closed in _stop_load
         try:
             proc = _proc.spawn(list(self.load_argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                new_session=False)
@@ -353,7 +359,7 @@ class Session:
             info.started = self.load_start.resolve(m.clock.monotonic_start)
             info.start_from = self.load_start.text
         m.load = info
-        logfh = create_growing(writer.path(members.LOAD_LOG))  # the follower writes it; closed in _stop_follow
+        logfh = create_growing(writer.path(members.LOAD_LOG), writer.root)  # the follower writes it; closed in _stop_follow
         try:
             self._follower = FileFollower(self.load_log, logfh).start()
         except OSError as exc:
@@ -376,12 +382,13 @@ class Session:
         start = time.monotonic()
         duration = self.options.duration
         last_progress = 0.0
+        ended: set[str] = set()
         if not self.started:
             return "no collector could run"
         while True:
             now = time.monotonic()
-            if self._sigint:
-                return "interrupted (Ctrl-C)"
+            if self._signal is not None:
+                return self._interrupted()
             if self.stop_request:
                 return self.stop_request
             elapsed = now - start
@@ -403,38 +410,15 @@ class Session:
             states = {c.name: _poll(c) for c in self.started}
             if all(s is not None for s in states.values()):
                 return "every collector ended"
+            for name, state in states.items():
+                if state is not None and name not in ended:
+                    ended.add(name)
+                    self._note(f"{name} stopped before the end of the capture ({state})")
             if now - last_progress >= PROGRESS_EVERY:
-                self._progress(elapsed, duration, states)
+                self._show(CAPTURING, elapsed, duration, "s")
+                self._show(WRITING, sum(_size(c) for c in self.started), None, "B")
                 last_progress = now
             time.sleep(TICK)
-
-    # ------------------------------------------------------------------ progress
-    def _progress(self, elapsed: float, duration: float | None, states: dict[str, str | None]) -> None:
-        if not _isatty(self.progress):
-            return
-        parts = []
-        written = 0
-        for c in self.started:
-            state = states.get(c.name)
-            size = _size(c)
-            written += size
-            word = "" if state is None else (" ended" if state == "ended" else " DIED")
-            parts.append(f"{c.name}{word}" + (f" {_human_bytes(size)}" if size else ""))
-        rate = f" {_human_bytes(int(written / elapsed))}/s" if elapsed > 0 and written else ""
-        self._write_status(capture_bar(elapsed, duration) + rate + "  " + " | ".join(parts))
-
-    def _write_status(self, line: str) -> None:
-        width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
-        with contextlib.suppress(OSError, ValueError):
-            self.progress.write("\r" + line[:width].ljust(width))
-            self.progress.flush()
-
-    def _clear_progress(self) -> None:
-        if _isatty(self.progress):
-            self._write_status("")
-            with contextlib.suppress(OSError, ValueError):
-                self.progress.write("\r")
-                self.progress.flush()
 
     # ------------------------------------------------------------------ stop
     def _stop_all(self, ctx: CaptureContext) -> None:
@@ -466,8 +450,12 @@ class Session:
                    for i, c in enumerate(self.started)]
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        for n, w in enumerate(workers):
+            while w.is_alive():
+                self._show(STOPPING, n, len(workers), "collectors")
+                w.join(PROGRESS_EVERY)
+        if workers:
+            self._show(STOPPING, len(workers), len(workers), "collectors")
         for i, c in enumerate(self.started):
             rec = recs[i]
             old = self.records.get(c.name)
@@ -484,7 +472,7 @@ class Session:
         status = OK
         if result.interrupted:
             status = PARTIAL
-            reasons.append("interrupted (Ctrl-C)")
+            reasons.append(result.stop_reason.split("; ")[0])
         ran = [r for r in recs if r.status in (OK, PARTIAL)]
         if manifest.load is not None and manifest.load.exit_code == 127 and result.stop_reason.startswith("the load command could"):
             status = FAILED
@@ -562,21 +550,3 @@ def _setup_problem(reason: str) -> bool:
 
 def _is_permission(msg: str) -> bool:
     return "ermission" in msg or "not permitted" in msg or "paranoid" in msg
-
-
-def _isatty(fh: TextIO) -> bool:
-    try:
-        return fh.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def capture_bar(elapsed: float, duration: float | None, width: int = 24) -> str:
-    """'capturing [#########.......] 12s / 30s, 18s left' (no bar when the capture has no end)."""
-    if not duration:
-        return f"capturing {_fmt_secs(elapsed)} (until Ctrl-C or the targets exit)"
-    share = min(1.0, max(0.0, elapsed / duration))
-    filled = int(round(share * width))
-    left = max(0.0, duration - elapsed)
-    return (f"capturing [{'#' * filled}{'.' * (width - filled)}] {_fmt_secs(elapsed)} / {_fmt_secs(duration)}, "
-            f"{_fmt_secs(left)} left")

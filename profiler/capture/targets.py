@@ -5,7 +5,13 @@ Rules, in order, for each ``--pid`` value:
 1. digits: that pid (it must exist and be a process, not a thread of another);
 2. a name: every process whose comm equals it; if none, whose executable's basename equals it;
    if none, whose comm or executable basename contains it (``tikv`` finds ``tikv-server``);
-   if none, whose command line contains it. Several matches mean several targets.
+   if none, the processes of the container it names (as ``--container`` does); if none, whose
+   command line contains it. Several matches mean several targets.
+
+``--container NAME|ID`` (and a ``--pid`` name no process has) takes every process of a running
+container: docker, podman, containerd or a Kubernetes pod's, found through the processes' cgroup
+paths and named by the runtime's state on disk (collectors/containers.py), by its name, a
+Kubernetes ``[NAMESPACE/]POD[/CONTAINER]``, its id or a unique id prefix.
 
 The profiler itself and its ancestors (the shell, sudo) never match: their command lines
 contain the name being searched for. ``Target`` itself lives with the collectors, which
@@ -23,10 +29,11 @@ try:
 except ImportError:  # a remote host of a cluster capture may have only python3: read /proc ourselves
     psutil = None  # type: ignore[assignment]
 
+from profiler.collectors import containers as ctr
 from profiler.collectors.base import Target
 from profiler.errors import TargetError
 
-__all__ = ["Target", "closest", "match_name", "resolve", "target_from_pid"]
+__all__ = ["Target", "closest", "match_name", "resolve", "resolve_container", "target_from_pid"]
 
 
 def _pid_max() -> int:
@@ -184,12 +191,20 @@ def closest(query: str, procs: list[tuple[int, str, str | None, tuple[str, ...]]
     return [f"{nm} (pid {names[nm]})" for nm in best]
 
 
-def resolve(queries: list[str]) -> list[Target]:
-    """Resolve every ``--pid`` value; raises TargetError with a one-line reason."""
-    if not queries:
-        raise TargetError("no target given: pass --pid NAME or --pid PID")
+def resolve(queries: list[str], containers: list[str] | None = None) -> list[Target]:
+    """Resolve every ``--pid`` and ``--container`` value; raises TargetError with a one-line reason."""
+    if not queries and not containers:
+        raise TargetError("no target given: pass --pid NAME, --pid PID or --container NAME")
     targets: dict[int, Target] = {}
     procs: list[tuple[int, str, str | None, tuple[str, ...]]] | None = None
+    running: list[ctr.Container] | None = None
+    for raw in containers or []:
+        q = raw.strip()
+        if not q:
+            raise TargetError("empty --container value")
+        running = running if running is not None else ctr.running()
+        for t in resolve_container(q, running):
+            targets.setdefault(t.pid, t)
     for raw in queries:
         q = raw.strip()
         if not q:
@@ -201,6 +216,13 @@ def resolve(queries: list[str]) -> list[Target]:
         if procs is None:
             procs = _snapshot(_excluded())
         rule, pids = match_name(q, procs)
+        if rule in ("", "cmdline"):
+            # a container's name (docker run --name tikv1) before a word somewhere in a command line
+            running = running if running is not None else ctr.running()
+            if ctr.match(q, running)[1]:
+                for t in resolve_container(q, running):
+                    targets.setdefault(t.pid, t)
+                continue
         if not pids:
             near = closest(q, procs)
             hint = f"; closest: {', '.join(near)}" if near else ""
@@ -214,3 +236,30 @@ def resolve(queries: list[str]) -> list[Target]:
         if not any(t.query == q for t in targets.values()) and not set(pids) & set(targets):
             raise TargetError(f"every process matching {q!r} exited before the capture started")
     return [targets[p] for p in sorted(targets)]
+
+
+def resolve_container(query: str, running: list[ctr.Container]) -> list[Target]:
+    """Every process of the container ``query`` names (collectors/containers.py's rules)."""
+    rule, found = ctr.match(query, running)
+    if not found:
+        names = ", ".join(c.label() for c in running[:6]) + (", ..." if len(running) > 6 else "")
+        hint = f"; running: {names}" if running else \
+            "; no container runs on this host (docker, podman, containerd and Kubernetes containers are found by their cgroups)"
+        raise TargetError(f"no running container matches {query!r}{hint}")
+    if rule == "id" and len(found) > 1:
+        raise TargetError(f"container id prefix {query!r} matches {len(found)} containers "
+                          f"({', '.join(c.label() for c in found[:4])}): give more digits")
+    excluded = _excluded()
+    out = []
+    for c in found:
+        for pid in c.pids:
+            if pid in excluded:
+                continue
+            try:
+                t = target_from_pid(pid, query)
+            except TargetError:
+                continue  # it exited since the scan
+            out.append(Target(t.pid, t.comm, t.exe, t.cmdline, "container", query))
+    if not out:
+        raise TargetError(f"container {found[0].label()} has no process left to capture")
+    return out

@@ -10,6 +10,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import typer
@@ -104,6 +105,9 @@ def _build() -> Any:
                 param.metavar = ""
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
+    from profiler.cli._term import help_metavars
+
+    help_metavars(cmd)
     return cmd
 
 
@@ -119,13 +123,24 @@ def _bare_help(get: Any) -> Any:
     return wrapped
 
 
-def _on_sigint(signum: int, frame: Any) -> None:
-    raise Interrupted("interrupted")
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """Ctrl-C, SIGTERM, SIGHUP outside a capture (a capture takes them itself: profiler/capture/signals.py)."""
+    raise Interrupted("interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}", signum)
+
+
+def _error_line(line: str) -> None:
+    """The one error line; a terminal that is gone (SIGHUP) does not turn it into a traceback."""
+    try:
+        typer.echo(line, err=True)
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure is one line on stderr and a distinct exit code."""
-    signal.signal(signal.SIGINT, _on_sigint)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _on_stop_signal)
     try:
         args = sys.argv[1:] if argv is None else argv
         _command_for(args)(args=args, prog_name="profiler", standalone_mode=True)
@@ -133,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except ProfilerError as exc:
-        typer.echo(f"profiler: error: {sanitize(str(exc), newlines=False)}", err=True)
+        _error_line(f"profiler: error: {sanitize(str(exc), newlines=False)}")
         return exc.exit_code
     except KeyboardInterrupt:
-        typer.echo("profiler: interrupted", err=True)
+        _error_line("profiler: interrupted")
         return 130
     except BrokenPipeError:
         # Output piped into head(1) and the like: not an error worth a message.

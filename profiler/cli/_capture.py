@@ -1,28 +1,53 @@
-"""What attach, run and demo share (CLI layer): capture options from the command line, the
-capture itself through profiler.capture.Session, the collector table printed after it, the
-report written after it, and the exit code of a partial capture."""
+"""What the capturing verbs share (CLI layer): the one definition of every capture option (attach,
+run, sweep, demo, cluster attach|run declare them from here: the same flag, default and help
+text everywhere), the capture itself through profiler.capture.Session, the collector table
+printed after it, the report written after it, and the exit code of a partial capture."""
 
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from profiler.bundle import CollectorRecord, EarlyReads, Manifest
+from profiler.bundle import EarlyReads, Manifest
 from profiler.capture.loadlog import LoadStart
 from profiler.capture.session import CaptureResult, Session
+from profiler.capture.signals import describe
 from profiler.capture.targets import resolve
 from profiler.cli import _term
 from profiler.cli._common import parse_duration
+from profiler.cli._progress import Bars
 from profiler.collectors.base import CaptureOptions
-from profiler.errors import CaptureIncomplete, Interrupted, UsageError
+from profiler.errors import CaptureIncomplete, Interrupted, ProfilerError, UsageError
 
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 BACKENDS = ("perf", "bcc", "auto")
+MAX_FREQUENCY = 10000
+
+# ----------------------------------------------------------------------------- the capture options
+# Declared once; every capturing verb takes them from here (tests/test_cli_conventions.py checks
+# that a flag's help text is the same in every verb).
+_PID_HELP = "Process name or pid; repeat for several. A name may match several processes, or a container's processes."
+PID = typer.Option(..., "--pid", "-p", help=_PID_HELP)
+PID_OR_CONTAINER = typer.Option(None, "--pid", "-p", help=_PID_HELP)  # attach: --pid or --container
+CONTAINER = typer.Option(None, "--container", help="Every process of a running container: docker, podman, containerd or a Kubernetes pod's ([NAMESPACE/]POD[/CONTAINER]), by name, id or id prefix (repeatable; docs/containers.md).")
+FORCE = typer.Option(False, "--force", "-f", help="Replace an earlier capture in the output directory: only the files the profiler wrote there are removed (docs/cli.md#force).")
+DURATION = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m).")
+DURATION_AT_MOST = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most (30s, 2m).")
+FREQUENCY = typer.Option(99, "--frequency", "-F", help=f"cpu-clock sampling frequency (Hz, 1 to {MAX_FREQUENCY}).")
+CALL_GRAPH = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr.")
+INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (at least 10ms).")
+BACKEND = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf).")
+NO_REPORT = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
+KEEP_PERF_DATA = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle.")
+COLLECTOR = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10.")
+STATUS_URL = typer.Option(None, "--status-url", help="The target's HTTP status port, when profiler cannot find it or it is on another host: http://HOST:PORT, or PID=http://HOST:PORT (repeatable).")
+STATUS_INTERVAL = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics (at least 500ms).")
+NO_SERVER_CPU_PROFILE = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile over the window.")
 
 
 def default_output() -> Path:
@@ -50,8 +75,8 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
         raise UsageError(f"--call-graph {call_graph!r}: use one of {', '.join(CALL_GRAPHS)}")
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    if not 1 <= frequency <= 10000:
-        raise UsageError("--frequency must be between 1 and 10000 Hz")
+    if not 1 <= frequency <= MAX_FREQUENCY:
+        raise UsageError(f"--frequency must be between 1 and {MAX_FREQUENCY} Hz")
     iv = parse_duration(interval)
     if iv < 0.01:
         raise UsageError("--interval must be at least 10ms")
@@ -64,11 +89,12 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
 
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
             keep_perf_data: bool, collectors: list[str] | None, load: list[str] | None = None,
-            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None) -> CaptureResult:
+            report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
+            containers: list[str] | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
     from profiler.collectors import registry
 
-    targets = resolve(pids)
+    targets = resolve(pids, containers)
     out = output or default_output()
     chosen = (registry.by_name(options, collectors, keep_perf_data) if collectors
               else registry.default_collectors(options, keep_perf_data))
@@ -76,17 +102,36 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
     what = f"until {load[0]} exits" if load else (f"for {options.duration:g}s" if options.duration else "until Ctrl-C")
     typer.echo(f"profiler: capturing {names} {what} into {out}/", err=True)
     used, why = registry.backend_choice(options)
-    early, on_stopped = _early_reads(out) if report else (None, None)
+    early, on_stopped = None, None
+    if report:
+        # the analysis and the renderers imported now, not after the capture (the report after it
+        # is what the user waits for), and the members read while the capture finishes set up
+        from profiler.usecases.report import early_reads
+
+        early, on_stopped = early_reads(out)
+    bars = Bars()
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
-                      on_stopped=on_stopped, early=early,
+                      on_stopped=on_stopped, early=early, progress=bars, say=bars.say,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
-    result = session.run()
-    show_summary(result.manifest, out)
-    if report:
+    try:
+        result = session.run()
+    finally:
+        bars.done()
+    try:
+        show_summary(result.manifest, out)
+    except OSError:
+        if result.signal != signal.SIGHUP:  # after a hangup the terminal may be gone: the bundle is kept
+            raise
+    if report and result.signal in (signal.SIGTERM, signal.SIGHUP):
+        # asked to end (timeout, systemd, kubectl, a closed terminal): the bundle is what counts
+        print(f"profiler: the report was not written ({describe(result.signal)}): run `profiler report {out}`",
+              file=sys.stderr)
+    elif report:
         _report(out, early)
     if result.interrupted:
-        raise Interrupted(f"interrupted: the bundle in {out}/ was kept, marked {result.manifest.status}")
+        raise Interrupted(f"interrupted ({describe(result.signal or 2)}): the bundle in {out}/ was kept, "
+                          f"marked {result.manifest.status}", result.signal or 2)
     if result.manifest.status == "failed":
         raise CaptureIncomplete(f"capture failed: {result.manifest.reason}")
     return result
@@ -134,33 +179,25 @@ def summary(m: Manifest, out: Path) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _early_reads(out: Path) -> tuple[EarlyReads | None, Callable[[CollectorRecord, Manifest], None] | None]:
-    """Import the analysis and the renderers before the capture, not after it (the report after
-    the capture is what the user waits for; main() imports only this verb's module), and set up
-    the members read while the capture finishes (profiler/bundle/early.py)."""
-    try:
-        import profiler.cli.report  # noqa: F401
-        from profiler.usecases.report import early_reads
-    except ImportError:
-        return None, None
-    return early_reads(out)
-
-
 def _report(out: Path, early: EarlyReads | None = None) -> None:
-    """Analyze and render the terminal report when the analysis layer is installed."""
-    try:
-        from profiler.analyzers import analysis  # noqa: F401
-    except ImportError:
-        return
-    try:
-        from profiler.cli import report as report_cli
+    """Write BUNDLE/report.html and print the verdict summary (the report use case, directly). A
+    report that fails leaves the capture as it is: one line says how to make it again."""
+    from profiler.usecases.report import default_report
 
-        fn = getattr(report_cli, "render_after_capture", None)
-        if callable(fn):
-            fn(out, early)
-    except Exception as exc:  # noqa: BLE001 - the capture is done; a report failure must not lose it
-        print(f"profiler: the report could not be written ({type(exc).__name__}: {exc}); "
-              f"the bundle is intact: run `profiler report {out}`", file=sys.stderr)
+    bars = Bars()
+    try:
+        res = default_report(out, progress=bars, early=early)
+    except Interrupted:
+        raise
+    except ProfilerError as exc:  # the bundle cannot be analyzed (nothing captured)
+        print(f"profiler: the report could not be written ({exc}); the bundle is intact: run `profiler report {out}`",
+              file=sys.stderr)
+        return
+    finally:
+        bars.done()
+    _term.report_text(res.summary)
+    if res.error is not None:
+        raise res.error
 
 
 def partial_is_an_error(result: CaptureResult) -> None:

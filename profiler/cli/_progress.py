@@ -75,11 +75,15 @@ class Bars:
         bars.update(tid, completed=done, total=total, amount=amount, rate=_rate(done, now - t0, unit))
 
     def warn(self, msg: str) -> None:
+        self.say(f"warning: {msg}")
+
+    def say(self, msg: str) -> None:
+        """One line on stderr, above the bars while they are drawn: ``profiler: msg``."""
         msg = sanitize(msg)  # names from an input reach the terminal without escape sequences
         if self._bars is not None:
-            self._bars.console.print(f"profiler: warning: {msg}", highlight=False, markup=False)
+            self._bars.console.print(f"profiler: {msg}", highlight=False, markup=False)
         else:
-            sys.stderr.write(f"profiler: warning: {msg}\n")
+            sys.stderr.write(f"profiler: {msg}\n")
             sys.stderr.flush()
 
     def done(self) -> None:

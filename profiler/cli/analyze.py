@@ -32,7 +32,7 @@ exit code is 9: pass -o FILE or --no-html.
 """
 
 def command(
-    bundle: Path = typer.Argument(..., help="A capture bundle directory."),
+    bundle: Path = typer.Argument(..., readable=False, help="A capture bundle directory."),  # unreadable: exit 4, one line
     output: Path = typer.Option(None, "--output", "-o", help=f"Write the HTML report here instead of BUNDLE/{REPORT_NAME}."),
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from profiler.capture.loadlog import parse_load_start
+from profiler.cli import _capture as shared
 from profiler.cli._capture import capture, make_options, partial_is_an_error, status_options
 from profiler.cli._common import parse_duration
 from profiler.errors import InputError, UsageError
@@ -26,6 +27,8 @@ bundle is kept either way (marked partial when it is not complete).
 
     profiler attach --pid 4242 --call-graph dwarf -o cap    # Rust built without frame pointers
 
+    profiler attach --container tikv1 -d 30s -o cap         # a docker/podman container's processes, its limits named
+
     profiler attach --pid tidb-server --status-url http://127.0.0.1:10080 -o cap   # name the status port
     profiler attach --pid mariadbd -d 30s --load-log sb.log -o cap   # a load started elsewhere, on the timeline
 
@@ -38,23 +41,26 @@ CLOCK_MONOTONIC time (mono:12345.6). docs/load.md says more.
 """
 
 def command(
-    pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several. A name may match several processes."),
-    duration: str = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m)."),
+    pid: list[str] = shared.PID_OR_CONTAINER,
+    container: list[str] = shared.CONTAINER,
+    duration: str = shared.DURATION,
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-YYYYmmdd-HHMMSS)."),
-    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
-    frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
-    call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr."),
-    interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
-    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
-    keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
+    force: bool = shared.FORCE,
+    frequency: int = shared.FREQUENCY,
+    call_graph: str = shared.CALL_GRAPH,
+    interval: str = shared.INTERVAL,
+    backend: str = shared.BACKEND,
+    no_report: bool = shared.NO_REPORT,
+    keep_perf_data: bool = shared.KEEP_PERF_DATA,
+    collectors: list[str] = shared.COLLECTOR,
     load_log: Path = typer.Option(None, "--load-log", help="The output of a load started elsewhere (sysbench, go-ycsb, go-tpc): followed during the capture and put on its timeline."),
     load_start: str = typer.Option(None, "--load-start", help="When that load started, if its log has no absolute times: 2026-11-24T10:15:30, 10:15:30, @UNIX_SECONDS, -30s (before the capture start) or mono:SECONDS."),
-    status_url: list[str] = typer.Option(None, "--status-url", help="The target's HTTP status port, when profiler cannot find it or it is on another host: http://HOST:PORT, or PID=http://HOST:PORT (repeatable)."),
-    status_interval: str = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics."),
-    no_server_cpu_profile: bool = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile over the window."),
+    status_url: list[str] = shared.STATUS_URL,
+    status_interval: str = shared.STATUS_INTERVAL,
+    no_server_cpu_profile: bool = shared.NO_SERVER_CPU_PROFILE,
 ) -> None:
+    if not pid and not container:
+        raise UsageError("no target: pass --pid NAME|PID or --container NAME|ID (repeatable)")
     if load_start is not None and load_log is None:
         raise UsageError("--load-start goes with --load-log (the load's output file)")
     if load_log is not None and not load_log.is_file():
@@ -63,7 +69,7 @@ def command(
     start = parse_load_start(load_start)
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
-    result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
+    result = capture(pid or [], output, options, containers=container or [], force=force, keep_perf_data=keep_perf_data,
                      collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
     partial_is_an_error(result)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from profiler.capture import signals
+from profiler.cli import _capture as shared
 from profiler.cli._capture import make_options
 from profiler.cli._common import parse_duration, parse_size
 from profiler.errors import CaptureIncomplete, Interrupted, UsageError
@@ -101,7 +103,8 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
             print(f"profiler: the report could not be written ({type(exc).__name__}: {exc}); "
                   f"the bundle is intact: run `profiler analyze {out}`", file=sys.stderr)
     if m.window.stop_reason.startswith("interrupted"):
-        raise Interrupted(f"interrupted: the cluster bundle in {out}/ was kept, marked {m.status}")
+        signum = next((int(s) for s in signals.STOP_SIGNALS if f"({signals.describe(s)})" in m.window.stop_reason), 2)
+        raise Interrupted(f"{m.window.stop_reason}: the cluster bundle in {out}/ was kept, marked {m.status}", signum)
     if m.status == "failed":
         raise CaptureIncomplete(f"cluster capture failed: {m.reason}")
     code = m.load.exit_code if m.load is not None else None
@@ -117,11 +120,11 @@ _HOST = typer.Option(None, "--host", help="[USER@]HOST[:PORT] of one node; repea
 _ROLE = typer.Option(None, "--role", help="The node's role (tikv, tidb, pd, ...): one per --host, or one for all.")
 _PID = typer.Option(None, "--pid", "-p", help="What to capture on the node (name or pid; comma-separated for several): one per --host, or one for all.")
 _OUTPUT = typer.Option(None, "--output", "-o", help="Cluster bundle directory (default: profiler-cluster-YYYYmmdd-HHMMSS).")
-_FORCE = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory.")
-_FREQ = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz).")
-_CG = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr.")
-_IV = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval.")
-_COLL = typer.Option(None, "--collector", help="Run only this collector on every node (repeatable).")
+_FORCE = shared.FORCE
+_FREQ = shared.FREQUENCY
+_CG = shared.CALL_GRAPH
+_IV = shared.INTERVAL
+_COLL = shared.COLLECTOR
 _SSHCFG = typer.Option(None, "--ssh-config", help="An ssh_config file to use instead of ~/.ssh/config (ssh -F).")
 _KNOWN = typer.Option(None, "--known-hosts", help="A known_hosts file with the nodes' host keys (UserKnownHostsFile).")
 _IDENT = typer.Option(None, "--identity", "-i", help="A private key file (ssh -i); its passphrase, if any, must be in your agent.")
@@ -129,13 +132,13 @@ _CTO = typer.Option("10s", "--connect-timeout", help="How long to wait for each 
 _PY = typer.Option("python3", "--python", help="The Python interpreter on the nodes.")
 _SHIP = typer.Option("auto", "--ship", help="auto: ship the capture code unless the same profiler is installed on the node; always.")
 _MAXN = typer.Option("4G", "--max-node-size", help="Refuse to pull back more than this from one node.")
-_NOREP = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
+_NOREP = shared.NO_REPORT
 
 
 @app.command("attach", help=ATTACH_HELP, short_help="Capture every node for a duration (or until Ctrl-C).")
 def attach(
     topology: Path = _TOPOLOGY, host: list[str] = _HOST, role: list[str] = _ROLE, pid: list[str] = _PID,
-    duration: str = typer.Option("30s", "--duration", "-d", help="How long to capture (30s, 2m)."),
+    duration: str = shared.DURATION,
     output: Path = _OUTPUT, force: bool = _FORCE, frequency: int = _FREQ, call_graph: str = _CG, interval: str = _IV,
     collector: list[str] = _COLL, ssh_config: Path = _SSHCFG, known_hosts: Path = _KNOWN, identity: Path = _IDENT,
     connect_timeout: str = _CTO, python: str = _PY, ship: str = _SHIP, max_node_size: str = _MAXN, no_report: bool = _NOREP,
@@ -151,7 +154,7 @@ def attach(
 def run(
     load: list[str] = typer.Argument(None, help="The load command, after --."),
     topology: Path = _TOPOLOGY, host: list[str] = _HOST, role: list[str] = _ROLE, pid: list[str] = _PID,
-    duration: str = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most."),
+    duration: str = shared.DURATION_AT_MOST,
     output: Path = _OUTPUT, force: bool = _FORCE, frequency: int = _FREQ, call_graph: str = _CG, interval: str = _IV,
     collector: list[str] = _COLL, ssh_config: Path = _SSHCFG, known_hosts: Path = _KNOWN, identity: Path = _IDENT,
     connect_timeout: str = _CTO, python: str = _PY, ship: str = _SHIP, max_node_size: str = _MAXN, no_report: bool = _NOREP,

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from profiler.bundle import members
+from profiler.cli import _capture as shared
 from profiler.cli._capture import capture, make_options
 from profiler.cli._common import parse_duration
 from profiler.errors import CapabilityError
@@ -45,9 +46,9 @@ def _wait_for_threads(pid: int, want: int, timeout: float = 10.0) -> None:
 
 def command(
     output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-demo-YYYYmmdd-HHMMSS)."),
-    duration: str = typer.Option("15s", "--duration", "-d", help="How long to capture."),
-    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
-    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto."),
+    duration: str = typer.Option("15s", "--duration", "-d", help="How long to capture (30s, 2m)."),
+    force: bool = shared.FORCE,
+    backend: str = shared.BACKEND,
 ) -> None:
     secs = parse_duration(duration)
     out = output or Path(time.strftime("profiler-demo-%Y%m%d-%H%M%S"))

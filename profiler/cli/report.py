@@ -6,14 +6,13 @@ from pathlib import Path
 
 import typer
 
-from profiler.bundle import EarlyReads
 from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli import _term
 from profiler.cli._common import check_output, write_output, wrote
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.usecases import cluster as cluster_report
-from profiler.usecases.report import analysis_of, default_report, pick_format, render
+from profiler.usecases.report import analysis_of, pick_format, render
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
@@ -30,20 +29,8 @@ The format comes from --format, else from -o's extension (.html, .md, .json, .tx
     profiler report cap/ --format json | jq .verdict.category   # fail a CI run on a verdict
 """
 
-def render_after_capture(bundle_dir: Path, early: EarlyReads | None = None) -> None:
-    """What attach and run do at the end: write BUNDLE/report.html and print the verdict summary."""
-    bars = Bars()
-    try:
-        res = default_report(bundle_dir, progress=bars, early=early)
-    finally:
-        bars.done()
-    _term.report_text(res.summary)
-    if res.error is not None:
-        raise res.error
-
-
 def command(
-    bundle: Path = typer.Argument(..., help="A capture bundle directory."),
+    bundle: Path = typer.Argument(..., readable=False, help="A capture bundle directory."),  # unreadable: exit 4, one line
     format: str = typer.Option(None, "--format", help="html, md, json or text (default: from -o's extension, else text)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),

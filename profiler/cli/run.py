@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from profiler.cli import _capture as shared
 from profiler.cli._capture import capture, make_options, partial_is_an_error, status_options
 from profiler.cli._common import parse_duration
 from profiler.errors import UsageError
@@ -26,20 +27,20 @@ throughput and latency on the report's timeline; the warm-up is left out of the 
 
 def command(
     load: list[str] = typer.Argument(None, help="The load command, after --."),
-    pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several."),
-    output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write."),
-    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
-    duration: str = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most."),
-    frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
-    call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),
-    interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
-    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report."),
-    keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable); syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10."),
-    status_url: list[str] = typer.Option(None, "--status-url", help="The target's HTTP status port: http://HOST:PORT, or PID=http://HOST:PORT (repeatable)."),
-    status_interval: str = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics."),
-    no_server_cpu_profile: bool = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile."),
+    pid: list[str] = shared.PID,
+    output: Path = typer.Option(None, "--output", "-o", help="Bundle directory to write (default: profiler-YYYYmmdd-HHMMSS)."),
+    force: bool = shared.FORCE,
+    duration: str = shared.DURATION_AT_MOST,
+    frequency: int = shared.FREQUENCY,
+    call_graph: str = shared.CALL_GRAPH,
+    interval: str = shared.INTERVAL,
+    backend: str = shared.BACKEND,
+    no_report: bool = shared.NO_REPORT,
+    keep_perf_data: bool = shared.KEEP_PERF_DATA,
+    collectors: list[str] = shared.COLLECTOR,
+    status_url: list[str] = shared.STATUS_URL,
+    status_interval: str = shared.STATUS_INTERVAL,
+    no_server_cpu_profile: bool = shared.NO_SERVER_CPU_PROFILE,
 ) -> None:
     if not load:
         raise UsageError("no load command: put it after --, e.g. profiler run --pid tikv -o cap -- sysbench ... run")

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import typer
 
-from profiler.cli._capture import make_options
+from profiler.cli import _capture as shared
+from profiler.cli._capture import make_options, status_options
 from profiler.cli._common import parse_duration
+from profiler.cli._progress import Bars
 from profiler.collectors import registry
 from profiler.errors import UsageError
 from profiler.usecases.sweep import SWEEP_JSON, SWEEP_REPORT, SweepRequest, sweep
@@ -41,31 +43,35 @@ def command(
     load: list[str] = typer.Argument(None, help="The load command, after --, with {threads} (or {NAME}) in it."),
     threads: str = typer.Option(..., "--threads", "-t", help="The values to sweep, comma-separated: 1,2,4,8,16."),
     param: str = typer.Option("threads", "--param", help="The placeholder's name in the load command ({threads})."),
-    pid: list[str] = typer.Option(..., "--pid", "-p", help="Process name or pid; repeat for several."),
+    pid: list[str] = shared.PID,
     output: Path = typer.Option(..., "--output", "-o", help="Sweep directory to write (a bundle per step, sweep.json, report.html)."),
-    force: bool = typer.Option(False, "--force", "-f", help="Overwrite a non-empty output directory."),
+    force: bool = shared.FORCE,
     pause: str = typer.Option("1s", "--pause", help="Pause between steps, for the server to settle."),
-    duration: str = typer.Option(None, "--duration", "-d", help="Stop each step (and its load) after this long at most."),
-    frequency: int = typer.Option(99, "--frequency", "-F", help="cpu-clock sampling frequency (Hz)."),
-    call_graph: str = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf or lbr."),
-    interval: str = typer.Option("1s", "--interval", help="perf stat / syscall-rate interval."),
-    backend: str = typer.Option("perf", "--backend", help="perf (default), bcc, or auto."),
-    keep_perf_data: bool = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in each step's bundle."),
-    collectors: list[str] = typer.Option(None, "--collector", help="Run only this collector (repeatable)."),
+    duration: str = shared.DURATION_AT_MOST,
+    frequency: int = shared.FREQUENCY,
+    call_graph: str = shared.CALL_GRAPH,
+    interval: str = shared.INTERVAL,
+    backend: str = shared.BACKEND,
+    keep_perf_data: bool = shared.KEEP_PERF_DATA,
+    collectors: list[str] = shared.COLLECTOR,
+    status_url: list[str] = shared.STATUS_URL,
+    status_interval: str = shared.STATUS_INTERVAL,
+    no_server_cpu_profile: bool = shared.NO_SERVER_CPU_PROFILE,
 ) -> None:
     if not param.isidentifier():
         raise UsageError(f"--param {param!r}: a placeholder name is letters, digits and _ (e.g. threads)")
-    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend)
+    options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend,
+                           status_options(status_url, status_interval, not no_server_cpu_profile))
     req = SweepRequest(pids=list(pid), output=output, command=list(load or []), values=parse_values(threads),
                        param=param, options=options, collectors=collectors or None, keep_perf_data=keep_perf_data,
                        force=force, pause=parse_duration(pause) if pause not in ("0", "0s") else 0.0)
     used, why = registry.backend_choice(options)
-
-    def say(msg: str) -> None:
-        typer.echo(f"profiler: {msg}", err=True)
-
-    sw, code = sweep(req, say, extra_options={"keep_perf_data": keep_perf_data, "backend_used": used,
-                                                   "backend_reason": why})
+    bars = Bars()
+    try:
+        sw, code = sweep(req, bars.say, progress=bars,
+                         extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why})
+    finally:
+        bars.done()
     typer.echo(sw.conclusion)
     typer.echo(f"profiler: wrote {output / SWEEP_JSON} and {output / SWEEP_REPORT}", err=True)
     if code:

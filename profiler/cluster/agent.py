@@ -20,7 +20,6 @@ shipped code removed, and the agent exits: no perf process or tracefs instance o
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -154,9 +153,10 @@ class Agent:
             self.emit(event="done", status="failed", stage="collectors", reason=str(exc))
             return
         used, why = registry.backend_choice(options)
-        session = Session(targets, out, options, chosen, progress=io.StringIO(),
+        session = Session(targets, out, options, chosen,
                           extra_options={"keep_perf_data": keep, "backend_used": used, "backend_reason": why,
-                                         "cluster": {"node": req.get("node"), "role": req.get("role")}})
+                                         "cluster": {"node": req.get("node"), "role": req.get("role"),
+                                                     "config": _config(req.get("config"))}})
         session.prepare()
         # Wait for the agreed instant on this node's own clock (stop or a lost link end the wait).
         start_at = float(req.get("start_at") or time.time())
@@ -175,7 +175,7 @@ class Agent:
             m.reason = "; ".join(filter(None, [m.reason, self.stop_reason]))
             m.status = "partial" if m.status == "ok" else m.status
             with contextlib.suppress(OSError, OutputError):
-                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, special=False)
+                write_output(out / MANIFEST, m.to_json(), force=True, fsync=True, root=out)
         first = min((c.started for c in m.collectors if c.started), default=None)
         self.emit(event="done", status=m.status, reason=m.reason, stop_reason=result.stop_reason,
                   bytes=_tree_size(out), first_collector_mono=first, clock_offset=m.clock.offset,
@@ -209,6 +209,14 @@ def _resolve(specs: list[dict[str, Any]], resolve: Any, target_cls: Any) -> list
     if not out:
         raise TargetError("no target given")
     return [out[p] for p in sorted(out)]
+
+
+def _config(cfg: Any) -> dict[str, Any]:
+    """The node's knobs from its topology (dotted name -> scalar), as the manifest keeps them."""
+    if not isinstance(cfg, dict):
+        return {}
+    return {str(k)[:200]: v for k, v in list(cfg.items())[:2000]
+            if isinstance(v, str | int | float | bool) or v is None or isinstance(v, list)}
 
 
 def _cwd_under(pid: int, prefix: str) -> bool:

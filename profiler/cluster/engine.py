@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from profiler.bundle.cluster import (
     FAILED,
@@ -36,6 +36,7 @@ from profiler.bundle.cluster import (
     Window,
     write_cluster_manifest,
 )
+from profiler.capture import signals
 from profiler.cluster import zipapp
 from profiler.cluster.node import ClusterOptions, Node
 from profiler.cluster.topology import NodeSpec
@@ -55,7 +56,8 @@ class ClusterCapture:
         self.opts = opts
         self.progress = progress if progress is not None else sys.stderr
         self.topology = topology
-        self._sigint = False
+        self._sigint = False  # Ctrl-C, SIGTERM or SIGHUP arrived (profiler/capture/signals.py) ...
+        self._signum: int = signal.SIGINT  # ... this one
         self._pyz: bytes | None = None
         self._pyz_lock = threading.Lock()
         self.nodes: list[Node] = []
@@ -72,8 +74,12 @@ class ClusterCapture:
                 self._pyz = zipapp.build()
             return self._pyz
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self._sigint = True
+    def _on_sigint(self, signum: int) -> None:
+        if not self._sigint:
+            self._sigint, self._signum = True, signum
+
+    def _interrupted(self) -> str:
+        return f"interrupted ({signals.describe(self._signum)})"
 
     def _open_output(self) -> None:
         out = self.out
@@ -113,13 +119,10 @@ class ClusterCapture:
             m.nodes.append(rec)
             self.nodes.append(Node(spec, rec, self.opts, control, self.log, self.pyz))
         self.save()
-        main = threading.current_thread() is threading.main_thread()
-        old = signal.signal(signal.SIGINT, self._on_sigint) if main else None
         try:
-            self._run_phases()
+            with signals.catch(self._on_sigint):
+                self._run_phases()
         finally:
-            if main:
-                signal.signal(signal.SIGINT, old)
             with contextlib.suppress(OSError):
                 for p in control.iterdir():
                     p.unlink()
@@ -152,7 +155,7 @@ class ClusterCapture:
                     load_proc = self._start_load(planned)
                 m.window.stop_reason = self._wait(ready, planned, load_proc)
             elif self._sigint:
-                m.window.stop_reason = "interrupted (Ctrl-C)"
+                m.window.stop_reason = self._interrupted()
             else:
                 m.window.stop_reason = "no node could be prepared"
         finally:
@@ -194,8 +197,9 @@ class ClusterCapture:
             if all(n.finished for n in ready):
                 return reason or ("duration reached" if dur is not None else "every node ended")
             if self._sigint and stopped_at is None:
-                reason = "interrupted (Ctrl-C)"
-                stopped_at = self._stop_all(ready, "interrupted: Ctrl-C at the controller", partial=True)
+                reason = self._interrupted()
+                stopped_at = self._stop_all(ready, f"interrupted: {signals.describe(self._signum)} at the controller",
+                                            partial=True)
             if load is not None and stopped_at is None and load.poll() is not None:
                 reason = "the load command exited"
                 stopped_at = self._stop_all(ready, "the load command exited")
@@ -223,7 +227,7 @@ class ClusterCapture:
         m.load = ClusterLoad(argv=list(self.opts.load), log=LOAD_LOG)
         while time.time() < planned and not self._sigint:
             time.sleep(min(0.05, max(0.0, planned - time.time())))
-        log = create_growing(self.out / LOAD_LOG)  # handed to the child
+        log = create_growing(self.out / LOAD_LOG, self.out)  # handed to the child
         try:
             proc = subprocess.Popen(list(self.opts.load), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
@@ -267,7 +271,7 @@ class ClusterCapture:
             m.status = OK
         reasons = [f"{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "") for r in bad]
         if self._sigint:
-            reasons.insert(0, "interrupted (Ctrl-C)")
+            reasons.insert(0, self._interrupted())
         m.reason = "; ".join(reasons) or None
 
 

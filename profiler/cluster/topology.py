@@ -11,6 +11,10 @@ Each instance becomes one node: role ``pd``/``tidb``/``tikv``, target the server
 (``pd-server`` ...), narrowed to the instance's deploy directory (TiUP's default
 ``<global deploy_dir>/<role>-<port>``) when several instances share a host. Other sections
 (monitoring, grafana, tiflash...) are listed as ignored.
+
+``server_configs`` (``tikv: {server.grpc-concurrency: 2, readpool: {...}}``) and an instance's own
+``config`` (which wins) become the node's knobs, dotted names (profiler.knowledge.knobs): the
+node's bundle records them and the cluster report shows each beside the pool it sizes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from profiler.bundle.cluster import node_name
 from profiler.errors import UsageError
+from profiler.knowledge.knobs import flatten
 
 # TiUP section -> (role, server binary, the port that names an instance, its default)
 TIUP_ROLES: dict[str, tuple[str, str, str, int]] = {
@@ -56,6 +61,7 @@ class NodeSpec:
     status_port: int | None = None
     name: str = ""
     notes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # the role's knobs, dotted (server_configs + instance config)
 
     @property
     def destination(self) -> str:
@@ -128,6 +134,9 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
     deploy = _opt_str(glob.get("deploy_dir"), f"{where}: global.deploy_dir")
     notes = []
     nodes: list[NodeSpec] = []
+    server_configs = data.get("server_configs") or {}
+    if not isinstance(server_configs, dict):
+        raise UsageError(f"{where}: 'server_configs' should be a mapping of role to settings")
     for key in data:
         if key not in TIUP_ROLES and key not in _IGNORED_OK:
             notes.append(f"{key}: not captured (only pd, tidb and tikv servers are)")
@@ -143,6 +152,9 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
             if not re.match(r"^[A-Za-z0-9._:-]+$", host) or host.startswith("-"):
                 raise UsageError(f"{at}: host {host!r} is not a host name or address")
             iport = _opt_port(inst.get(port_key), f"{at}.{port_key}") or port_default
+            own = inst.get("config") or {}
+            if not isinstance(own, dict):
+                raise UsageError(f"{at}.config should be a mapping of settings")
             inst_deploy = _opt_str(inst.get("deploy_dir"), f"{at}.deploy_dir")
             if inst_deploy is None and deploy is not None:
                 inst_deploy = f"{deploy.rstrip('/')}/{role}-{iport}"
@@ -154,6 +166,7 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
                 port=_opt_port(inst.get("ssh_port"), f"{at}.ssh_port") or ssh_port,
                 instance_port=iport,
                 status_port=_opt_port(inst.get("status_port"), f"{at}.status_port"),
+                config={**flatten(server_configs.get(role)), **flatten(own)},
             ))
     if not nodes:
         raise UsageError(f"{where} names no pd_servers, tidb_servers or tikv_servers")

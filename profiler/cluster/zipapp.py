@@ -24,7 +24,7 @@ PACKAGES = (
     ("profiler.collectors", True),
 )
 TOP_MODULES = ("__init__.py", "errors.py", "knowledge.py", "bundle.py", "files.py", "tolerant.py",
-               "untrusted.py")  # whichever are modules, not packages
+               "untrusted.py", "progress.py")  # whichever are modules, not packages
 CLUSTER_MODULES = ("__init__.py", "agent.py")
 DATA_SUFFIXES = (".py", ".c", ".h")
 _MAIN = (

@@ -9,6 +9,7 @@ diffable golden files.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -16,12 +17,14 @@ from markupsafe import Markup, escape
 
 from profiler.analyzers.stacks.flame import (
     KINDS,
+    MAX_NODES,
     FlameGraph,
     Node,
     diff_color,
     frame_color,
     frame_kind,
 )
+from profiler.errors import UsageError
 from profiler.renderers import jinja_env
 
 __all__ = ["RENDERER", "FlameGraphOptions", "FlameGraphSvg"]
@@ -38,6 +41,13 @@ class FlameGraphOptions:
     inverted: bool = False
     test_mode: bool = False
     background: str = "rgb(248,248,248)"
+
+    def __post_init__(self) -> None:
+        # NaN passes every comparison as false: `--min-width nan` drew the root alone
+        for name, v, lo in (("width", self.width, 1), ("frame height", self.frame_height, 1),
+                            ("font size", self.font_size, 1), ("min width", self.min_width, 0)):
+            if not (math.isfinite(v) and v >= lo):
+                raise UsageError(f"flame graph {name} must be a finite number of at least {lo}, not {v}")
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
@@ -107,7 +117,11 @@ def _draw(graph: FlameGraph, opts: FlameGraphOptions) -> str:
                 stack.append((child, depth + 1, cx, kind))
             cx += child.total * per_count
 
-    top = opts.font_size * 5 if graph.subtitle else opts.font_size * 3 + 6
+    subtitle = graph.subtitle
+    if root.pruned:  # the tree was too large to hold every frame (analyzers.stacks.flame.MAX_NODES)
+        subtitle = (subtitle + " · " if subtitle else "") + (
+            f"frames under {100 * root.pruned:.2g}% of the total left out ({MAX_NODES:,} frames at most)")
+    top = opts.font_size * 5 if subtitle else opts.font_size * 3 + 6
     legend_h = 18
     bottom = opts.font_size * 2 + 8 + legend_h
     height = top + (max_depth + 1) * fh + bottom
@@ -172,8 +186,8 @@ def _draw(graph: FlameGraph, opts: FlameGraphOptions) -> str:
         script=Markup("" if opts.test_mode else jinja_env.cdata_script("flamegraph.js")),
         background=opts.background,
         title=clean(graph.title),
-        subtitle=_fit(clean(graph.subtitle), opts.width - 2 * pad, opts.font_size) if graph.subtitle else None,
-        subtitle_full=clean(graph.subtitle) if graph.subtitle else None,
+        subtitle=_fit(clean(subtitle), opts.width - 2 * pad, opts.font_size) if subtitle else None,
+        subtitle_full=clean(subtitle) if subtitle else None,
         generator=GENERATOR,
         nframes=len(laid),
         min_width=opts.min_width,

@@ -23,10 +23,12 @@ from profiler.renderers.registry import REGISTRY
 REPORT_NAME = members.REPORT  # the tool's own derived file inside a bundle, rewritten on each analysis
 
 
-def analysis_of(bundle_dir: str | Path, progress: Progress | None = None, early: EarlyReads | None = None) -> Analysis:
+def analysis_of(bundle_dir: str | Path, progress: Progress | None = None, early: EarlyReads | None = None,
+                within: str | Path | None = None) -> Analysis:
     """The bundle's analysis (a missing or invalid bundle is an InputError); ``early``: members
-    read while the capture finished (attach, run), taken instead of reading them again."""
-    bundle = Bundle.open(bundle_dir)
+    read while the capture finished (attach, run), taken instead of reading them again;
+    ``within``: what the bundle may not leave (a cluster bundle, for a node's)."""
+    bundle = Bundle.open(bundle_dir, within)
     bundle.early = early
     return analyze(bundle, progress)
 
@@ -72,7 +74,7 @@ def write_html(analysis: Analysis, bundle_dir: str | Path, html_path: str | Path
     never followed or written into (docs/cli.md#outputs). Returns where it went."""
     in_bundle = html_path is None
     target = Path(bundle_dir) / REPORT_NAME if in_bundle else Path(html_path)  # type: ignore[arg-type]
-    write_output(target, render(analysis, "html"), force=force or in_bundle, special=not in_bundle)
+    write_output(target, render(analysis, "html"), force=force or in_bundle, root=bundle_dir if in_bundle else None)
     return "standard output" if html_path is not None and is_stdout(html_path) else str(target)
 
 

@@ -23,13 +23,15 @@ from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.load.sweep import Step, StepTarget, Sweep
 from profiler.bundle import atomic_write_bytes
 from profiler.capture.session import Session
+from profiler.capture.signals import describe
 from profiler.capture.targets import resolve
 from profiler.collectors.base import CaptureOptions
 from profiler.errors import Interrupted, OutputExists, ProfilerError, UsageError
+from profiler.progress import Progress
 from profiler.renderers import sweep_html
 from profiler.usecases.report import REPORT_NAME, analysis_of, render
 
-Say = Callable[[str], None]  # one line per step (the capture draws its own status line on a terminal)
+Say = Callable[[str], None]  # one line per step (the capture's progress goes to ``progress``)
 SWEEP_JSON = "sweep.json"
 SWEEP_REPORT = "report.html"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -121,7 +123,8 @@ def _pause(seconds: float) -> None:
         time.sleep(min(left, 0.1))
 
 
-def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None = None) -> tuple[Sweep, int]:
+def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None = None,
+          progress: Progress | None = None) -> tuple[Sweep, int]:
     """Run every step, then conclude. Returns the sweep and the exit code to pass through (the
     first failing load's, else 0); raises Interrupted after writing everything on Ctrl-C."""
     from profiler.collectors import registry
@@ -131,6 +134,7 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
     sw = Sweep(param=req.param, command=list(req.command), values=list(req.values))
     code = 0
     interrupted = False
+    signum = 2
     for i, value in enumerate(req.values, 1):
         step = Step(value=value, bundle=f"step-{value}")
         out = req.output / step.bundle
@@ -143,20 +147,22 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
             say(f"step {i}/{len(req.values)} ({req.param}={value}): capturing while {req.command[0]} runs")
             t0 = time.monotonic()
             result = Session(targets, out, req.options, chosen, force=True, load=_argv(req, value),
-                             extra_options={**(extra_options or {}), "sweep": {"param": req.param, "value": value}}
+                             progress=progress, say=say, extra_options={**(extra_options or {}), "sweep": {"param": req.param, "value": value}}
                              ).run()
             step.seconds = round(time.monotonic() - t0, 3)
             step.exit_code = result.load_exit_code
             if result.interrupted:
-                step.status, step.why = "interrupted", "Ctrl-C during the step: its bundle is kept, partial"
+                signum = result.signal or 2
+                step.status, step.why = "interrupted", f"{describe(signum)} during the step: its bundle is kept, partial"
                 interrupted = True
             else:
                 a = analysis_of(out)
                 if req.step_reports:
-                    atomic_write_bytes(out / REPORT_NAME, render(a, "html").encode())
+                    atomic_write_bytes(out / REPORT_NAME, render(a, "html").encode(), req.output)
                 _fill(step, a)
-        except (Interrupted, KeyboardInterrupt):
-            step.status, step.why = "interrupted", "Ctrl-C"
+        except (Interrupted, KeyboardInterrupt) as exc:
+            signum = getattr(exc, "signum", 2)
+            step.status, step.why = "interrupted", describe(signum)
             interrupted = True
         except ProfilerError as exc:
             step.status, step.why = "failed", str(exc)
@@ -169,7 +175,7 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
         sw.steps.append(step)
         say(_line(req, i, step))
         if interrupted:
-            sw.partial, sw.reason = True, f"interrupted (Ctrl-C) at {req.param}={value}"
+            sw.partial, sw.reason = True, f"interrupted ({describe(signum)}) at {req.param}={value}"
             break
         _write(req, sw)
     sw.conclude()
@@ -177,5 +183,5 @@ def sweep(req: SweepRequest, say: Say, *, extra_options: dict[str, Any] | None =
     atomic_write_bytes(req.output / SWEEP_REPORT, sweep_html.RENDERER.render(sw).encode())
     if interrupted:
         raise Interrupted(f"interrupted: {len([s for s in sw.steps if s.status == 'ok'])} finished steps kept in "
-                          f"{req.output}/ ({SWEEP_JSON} marked partial)")
+                          f"{req.output}/ ({SWEEP_JSON} marked partial)", signum)
     return sw, code

@@ -3,7 +3,7 @@
 Each of ``--threads`` threads loops: compute for ``--spin`` seconds, write 4 KiB to its own file
 and fsync. After each fsync it appends ``<CLOCK_MONOTONIC> <cumulative seconds inside fsync>`` to
 ``--log`` with its thread number appended (``LOG.0``, ``LOG.1``...): the workload's own account of
-its IO wait, to check delay accounting against (tests/test_verdict_blkio.py).
+its IO wait, to check delay accounting against (tests/e2e/test_verdict_blkio.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,170 @@
+"""`profiler flamegraph` and `profiler diff` in-process, and the perf.data path on a real process."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import shutil
+import subprocess
+import sys
+import xml.dom.minidom
+from pathlib import Path
+
+import pytest
+
+from profiler.bundle import BundleWriter, ClockInfo, Manifest
+from profiler.cli import main
+from tests.conftest import ROOT, requires_perf, requires_root
+
+DIR = ROOT / "samples" / "perf-script"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_folded_output_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["flamegraph", str(DIR / "mariadb-sysbench.txt"), "--folded"], capsys)
+    assert code == 0
+    assert out == (DIR / "mariadb-sysbench.folded").read_text()
+    code, out, _ = run(["flamegraph", str(DIR / "comm-with-spaces.txt"), "--folded", "--compat", "inferno"], capsys)
+    assert code == 0 and out == (DIR / "comm-with-spaces.folded").read_text()
+
+
+def test_svg_file_and_no_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cpu.svg"
+    code, _, _ = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "-o", str(out), "--title", "redis <x>"], capsys)
+    assert code == 0
+    svg = out.read_text()
+    xml.dom.minidom.parseString(svg.encode())
+    assert "redis &lt;x&gt;" in svg and "<script" in svg and "__GI___libc_write" in svg
+    code, _, err = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "-o", str(out)], capsys)
+    assert code == 8 and "--force" in err
+    code, _, _ = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "-o", str(out), "--force", "--inverted"], capsys)
+    assert code == 0
+
+
+def test_gzip_stdin_pools_and_folded_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data = gzip.compress((DIR / "comm-with-spaces.txt").read_bytes())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, _ = run(["flamegraph", "-", "--folded", "--pools"], capsys)
+    assert code == 0
+    assert {ln.split(";")[0] for ln in out.splitlines()} == {"Web_Content", "rocksdb:low"}
+    folded = tmp_path / "x.folded"
+    folded.write_text(out)
+    code, svg, _ = run(["flamegraph", str(folded)], capsys)
+    assert code == 0 and svg.startswith("<?xml") and "rocksdb:low" in svg
+    code, _, err = run(["flamegraph", str(folded), "--from", "1s"], capsys)
+    assert code == 2 and "timestamps" in err
+
+
+def test_time_range(capsys: pytest.CaptureFixture[str]) -> None:
+    src = str(DIR / "mariadb-sysbench.txt")
+    _, whole, _ = run(["flamegraph", src, "--folded", "--samples"], capsys)
+    _, late, _ = run(["flamegraph", src, "--folded", "--samples", "--from", "0.01s"], capsys)
+    _, early, _ = run(["flamegraph", src, "--folded", "--samples", "--to", "0.01s"], capsys)
+    total = lambda t: sum(int(ln.rsplit(" ", 1)[1]) for ln in t.splitlines())  # noqa: E731
+    assert total(late) + total(early) == total(whole) and total(late) > 0 and total(early) > 0
+    code, _, err = run(["flamegraph", src, "--from", "2s", "--to", "1s"], capsys)
+    assert code == 2
+
+
+def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["flamegraph", str(tmp_path / "missing.txt")], capsys)
+    assert code == 7 and err.count("\n") == 1
+    (tmp_path / "bin").write_bytes(b"\x00\x01\x02" * 100)
+    code, _, err = run(["flamegraph", str(tmp_path / "bin")], capsys)
+    assert code == 7 and "binary" in err
+    code, _, err = run(["flamegraph", str(DIR / "mariadb-sysbench.txt"), "--compat", "nope"], capsys)
+    assert code == 2
+
+
+def make_bundle(root: Path) -> Path:
+    m = Manifest(clock=ClockInfo(monotonic_start=431.6, wall_start=1.7e9, offset=1.7e9 - 431.6), status="ok")
+    w = BundleWriter(root, m)
+    with w.open_member("cpu.perf.txt.gz") as fh:
+        fh.write((DIR / "mariadb-sysbench.txt").read_bytes())
+    with w.open_member("offcpu.perf.txt.gz") as fh:
+        fh.write((DIR / "sched-switch-callchain.txt").read_bytes())
+    w.finish("ok")
+    return root
+
+
+def test_bundle_cpu_offcpu_and_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    b = make_bundle(tmp_path / "cap")
+    code, out, _ = run(["flamegraph", str(b), "--folded"], capsys)
+    assert code == 0 and out == (DIR / "mariadb-sysbench.folded").read_text()
+    code, out, _ = run(["flamegraph", str(b), "--offcpu", "--folded"], capsys)
+    assert code == 0 and out.startswith(("idle", "lock", "preempted", "other", "io", "sleep", "network"))
+    code, svg, _ = run(["flamegraph", str(b), "--offcpu"], capsys)
+    assert code == 0 and "Off-CPU" in svg and "µs" in svg
+    # capture-relative time range: the bundle's clock starts at 431.6 s
+    _, late, _ = run(["flamegraph", str(b), "--folded", "--from", "0.02s", "--samples"], capsys)
+    assert sum(int(x.rsplit(" ", 1)[1]) for x in late.splitlines()) == 4  # samples at >= 431.62 s
+    code, svg, _ = run(["diff", str(b), str(DIR / "redis-benchmark.txt")], capsys)
+    assert code == 0 and "Differential" in svg
+    xml.dom.minidom.parseString(svg.encode())
+    code, out, _ = run(["diff", str(b), str(b), "--folded"], capsys)
+    assert code == 0 and all(ln.split(" ")[-1] == ln.split(" ")[-2] for ln in out.splitlines())
+    code, _, err = run(["diff", str(b), str(b), "--throughput", "x"], capsys)
+    assert code == 2
+
+
+@pytest.mark.privileged
+@requires_root
+@requires_perf
+def test_perf_data_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Record a process we start ourselves, then draw from perf.data (perf script run for us)."""
+    data = tmp_path / "perf.data"
+    busy = "import time\nt=time.time()+0.6\nwhile time.time()<t: sum(i*i for i in range(500))\n"
+    rec = subprocess.run(
+        ["perf", "record", "-q", "-F", "499", "-g", "-o", str(data), "--", sys.executable, "-c", busy],
+        capture_output=True, timeout=60, check=False,
+    )
+    if rec.returncode != 0:
+        pytest.skip(f"perf record cannot run here: {rec.stderr.decode(errors='replace').strip()[-200:]}")
+    code, out, _ = run(["flamegraph", str(data), "--folded"], capsys)
+    assert code == 0 and out
+    text = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True, timeout=60, check=True).stdout
+    script = tmp_path / "s.txt"
+    script.write_bytes(text)
+    _, expected, _ = run(["flamegraph", str(script), "--folded"], capsys)
+    assert out == expected
+    code, svg, _ = run(["flamegraph", str(data)], capsys)
+    assert code == 0 and "python" in svg
+
+
+def test_bcc_offcpu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = Manifest(clock=ClockInfo(monotonic_start=1.0, wall_start=1.7e9, offset=1.7e9), status="ok")
+    w = BundleWriter(tmp_path / "bcc", m)
+    with w.open_member("offcpu.folded.gz") as fh:
+        fh.write(b"grpc-server-1;main;futex_wait_[k] 3000\ngrpc-server-2;main;futex_wait_[k] 2000\n")
+    w.finish("ok")
+    code, out, _ = run(["flamegraph", str(tmp_path / "bcc"), "--offcpu", "--folded", "--pools"], capsys)
+    assert code == 0 and out == "lock (futex);grpc-server;main;futex_wait_[k] 5000\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_svg_zoom_and_search_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The SVG's own script, run by a real browser offline: ?f= zooms, ?s= searches."""
+    svg = tmp_path / "m.svg"
+    code, _, _ = run(["flamegraph", str(DIR / "mariadb-sysbench.txt"), "-o", str(svg)], capsys)
+    assert code == 0
+    text = svg.read_text()
+    m = re.search(r'<g data-i="(\d+)" data-k="[\w-]+"><title>dispatch_command ', text)
+    assert m
+    url = f"file://{svg}?f={m.group(1)}&s=^Prepared"
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=90, check=False,
+    ).stdout
+    if not dom.strip():
+        pytest.skip("chromium produced no DOM here")
+    assert re.search(r'id="matched" class="" [^>]*>Matched: \d+\.\d\d% \(\d+ frames\)', dom)
+    assert re.search(r'id="unzoom" class=""', dom)  # zoomed: the reset button shows
+    assert 'class="hide"' in dom  # frames outside the zoomed one are hidden
