@@ -19,7 +19,7 @@ from profiler.bundle import Bundle
 from profiler.knowledge import goroutines as kg
 from profiler.knowledge import requests as kr
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _verdict(name: str):  # type: ignore[no-untyped-def]
@@ -128,7 +128,7 @@ def test_an_affinity_pin_of_a_cpu_bound_process_is_its_sub_cause() -> None:
 
 # ----------------------------------------------------------------------------- the docs render the tables
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "verdict.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "verdict.md"
 
 
 def _rows(section: str) -> dict[str, str]:
