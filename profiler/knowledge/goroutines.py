@@ -67,8 +67,8 @@ GO_WAITS: tuple[GoWait, ...] = (
            ("semaphore.(*Weighted).Acquire",)),
     # ---- another server's answer
     GoWait("client-go-rpc", RPC, "tidb", "a request waiting for TiKV's answer (client-go batch RPC)",
-           ("client.sendBatchRequest", "client.(*RPCClient).sendRequest", "client.(*RPCClient).SendRequest",
-            "client.(*batchCommandsClient).send", "locate.(*RegionRequestSender).SendReq"), tier="tikv"),
+           ("client.sendBatchRequest", "client.(*RPCClient).sendRequest", "client.(*RPCClient).SendRequest"),
+           tier="tikv"),
     GoWait("pd-tso", RPC, "tidb", "a transaction waiting for its timestamp from PD (TSO)",
            ("client.(*tsoRequest).Wait", "client.(*tsoRequest).waitCtx", "client.(*tsoRequest).waitTimeout",
             "oracles.(*tsFuture).Wait"), tier="pd"),
