@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.server.requests import RequestTime, request_time
 from profiler.analyzers.server.view import ServerStatusView, TargetStatus
-from profiler.analyzers.views.stacks import CpuStacks
+from profiler.analyzers.views.stacks import CpuStacksView
 
 from profiler.knowledge import goroutines as kg
 from profiler.knowledge import pool_of
@@ -79,7 +79,7 @@ class ServerEvidence:
         return self.heap_inuse / self.memory_limit
 
 
-def _gc_from_stacks(cpu: CpuStacks | None, pools: set[str]) -> float | None:
+def _gc_from_stacks(cpu: CpuStacksView | None, pools: set[str]) -> float | None:
     if cpu is None or not cpu.folded or not pools:
         return None
     total = gc = 0
@@ -163,7 +163,7 @@ def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
         ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"
 
 
-def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None, cpu: CpuStacks | None,
+def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None, cpu: CpuStacksView | None,
             pools: set[str]) -> None:
     if ts is not None:
         gc = ts.key("go.gc_cpu")
@@ -185,7 +185,7 @@ def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None
             ev.gc_cpu_share, ev.gc_cpu_source = share, "on-CPU stacks in the Go garbage collector"
 
 
-def server_evidence(view: ServerStatusView | None, cpu: CpuStacks | None, pid: int, runtime: str | None,
+def server_evidence(view: ServerStatusView | None, cpu: CpuStacksView | None, pid: int, runtime: str | None,
                     cpu_cores: float | None, pools: set[str]) -> ServerEvidence | None:
     """The evidence for one target (``cpu_cores``: the process's CPU by /proc, when its own metrics
     do not say), or None when there is none (no status port and not Go)."""

@@ -434,7 +434,7 @@ def _csv(text: str) -> str:
     return text
 
 
-class OffCpu(RecordCollector):
+class OffCpuCollector(RecordCollector):
     name = "offcpu-stacks"
     events = ["sched:sched_switch"]
     output = OUTPUT

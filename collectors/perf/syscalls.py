@@ -499,7 +499,7 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
     return pairs, lost[0]
 
 
-class Syscalls(PerfCollector):
+class SyscallsCollector(PerfCollector):
     name = "syscalls"
     events = EVENTS
     max_bytes = 256 << 20  # two events per syscall: ~40 MB/s on a server making 200K syscalls a second

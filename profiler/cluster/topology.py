@@ -120,6 +120,10 @@ def load_topology(path: Path) -> tuple[list[NodeSpec], list[str]]:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
         raise UsageError(f"topology {path} is not valid YAML{at}") from None
+    from profiler.cluster import kubernetes  # a TidbCluster (TiDB Operator) instead of a TiUP file
+
+    if kubernetes.is_kubernetes(data):
+        return kubernetes.to_nodes(kubernetes.from_manifest(data, str(path)))
     return from_topology(data, str(path))
 
 

@@ -33,6 +33,7 @@ from typing import IO, TypeVar
 from profiler.errors import CapabilityError, InputError
 from profiler.formats import perfdata as pdata
 from profiler.formats import perfdata_reduce as pr
+from profiler.formats.perfdata_reduce import Merged  # what merging counted: samples read, written
 from profiler.inputs.source import Format
 
 __all__ = ["FORMAT", "MAGIC", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
@@ -75,12 +76,6 @@ class Merge:
     count_samples: bool = False
 
 
-@dataclass
-class Merged:
-    samples: int  # samples in perf.data
-    written: int  # samples perf script read (one per distinct stack)
-
-
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
                      merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None) -> T:
     """``consume(stdout of perf script -i perf_data)``; with ``fields``, perf's default fields
@@ -112,7 +107,7 @@ def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], 
                 pass  # a damaged file the direct reader trips on: perf script reads it as far as it can
             else:
                 if merged is not None:
-                    merged.append(Merged(m.samples, m.written))
+                    merged.append(m)
                 return read_perf_script(copy, consume, fields, name=str(perf_data))
     if fields:
         try:

@@ -26,14 +26,14 @@ def ctx(tmp_path: Path) -> CaptureContext:
 
 def test_perf_stat_runs_perf_only_for_hardware_counters(ctx: CaptureContext) -> None:
     ctx.options.interval = 0.5
-    argv = perf_stat.PerfStat(hardware=True).argv(ctx)
+    argv = perf_stat.PerfStatCollector(hardware=True).argv(ctx)
     assert argv[:6] == ["perf", "stat", "-I", "500", "-x", ","]
     # only what perf alone can count; the software counters come from the kernel's accounting
     assert argv[argv.index("-e") + 1].split(",") == ["cycles", "instructions", "cache-misses"]
     assert argv[argv.index("-p") + 1] == "4242,4343"
     out = Path(argv[argv.index("-o") + 1])
     assert out.parent == ctx.writer.root and out.name.startswith(".")  # a temporary name in the bundle
-    assert perf_stat.PerfStat(hardware=False).argv(ctx) == []  # no per-thread perf event at all
+    assert perf_stat.PerfStatCollector(hardware=False).argv(ctx) == []  # no per-thread perf event at all
 
 
 def test_kernel_counters_count_a_real_process(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_perf_stat_summary_reads_not_supported_rows() -> None:
 def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
     ctx.options.call_graph = mode
     ctx.options.frequency = 49
-    col = cpu_stacks.CpuStacks()
+    col = cpu_stacks.CpuStacksCollector()
     col.system_wide = lambda: True  # type: ignore[method-assign]
     argv = col.argv(ctx)
     # on the CPUs, not the targets' threads (no timer re-armed at each of their context switches)
@@ -107,7 +107,7 @@ def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
 
 
 def test_cpu_stacks_samples_the_targets_threads_without_system_wide_rights(ctx: CaptureContext) -> None:
-    col = cpu_stacks.CpuStacks()
+    col = cpu_stacks.CpuStacksCollector()
     col.system_wide = lambda: False  # type: ignore[method-assign]
     argv = col.argv(ctx)
     assert argv[argv.index("-p") + 1] == "4242,4343" and "-a" not in argv
@@ -117,7 +117,7 @@ def test_cpu_stacks_samples_the_targets_threads_without_system_wide_rights(ctx: 
 def test_unknown_call_graph_is_refused(ctx: CaptureContext) -> None:
     ctx.options.call_graph = "frame"
     with pytest.raises(ValueError):
-        cpu_stacks.CpuStacks().argv(ctx)
+        cpu_stacks.CpuStacksCollector().argv(ctx)
 
 
 def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
 
 def test_offcpu_argv_filters_a_system_wide_switch_event_on_the_targets(ctx: CaptureContext) -> None:
     ctx.options.call_graph = "dwarf"  # never a DWARF copy per context switch
-    argv = offcpu.OffCpu().argv(ctx)
+    argv = offcpu.OffCpuCollector().argv(ctx)
     assert argv[argv.index("-e") + 1] == "sched:sched_switch"
     assert "-a" in argv and "-p" not in argv
     assert argv[argv.index("--filter") + 1] == ("prev_pid==4242||prev_pid==4343||next_pid==4242||next_pid==4343")
@@ -138,7 +138,7 @@ def test_offcpu_argv_filters_a_system_wide_switch_event_on_the_targets(ctx: Capt
 
 
 def test_syscalls_argv(ctx: CaptureContext) -> None:
-    col = syscalls.Syscalls()
+    col = syscalls.SyscallsCollector()
     argv = col.argv(ctx)
     events = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
     filters = [argv[i + 1] for i, a in enumerate(argv) if a == "--filter"]
