@@ -12,6 +12,7 @@ from profiler.collectors.perf import cpu_stacks, offcpu, perf_stat, syscalls
 from profiler.collectors.tracefs import blockio
 
 from profiler.bundle import BundleWriter, Manifest
+from profiler.formats import offcpu_intervals, syscall_pairs
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "samples"
@@ -166,7 +167,7 @@ def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
     out = io.StringIO()
     # A real capture: perf record -a -e sched:sched_switch --filter on a two-thread python ping-pong
     # (pid 11598, threads 11640 and 11641); other tasks appear only as the ones switched away from.
-    pairs = offcpu.IntervalWriter(out, pids={11598})
+    pairs = offcpu_intervals.IntervalWriter(out, pids={11598})
     for line in (SAMPLES / "perf-script-collectors" / "sched-switch-offcpu.txt").read_text().splitlines():
         pairs.feed(line)
     pairs.close()  # lines are paired in batches: close() writes the last one
@@ -187,22 +188,22 @@ def test_syscall_table_comes_from_the_kernel_uapi_header() -> None:
     table = syscalls.parse_unistd("#define __NR_read 0\n#define __NR_write 1\n#define __NR_syscalls 451\n")
     assert table == {0: "read", 1: "write"}
     assert syscalls.parse_ausyscall("Using x86_64 syscall table:\n0\tread\n1\twrite\n") == {0: "read", 1: "write"}
-    assert syscalls.syscall_name(999, {}) == "syscall_999"
+    assert syscall_pairs.syscall_name(999, {}) == "syscall_999"
 
 
 def test_syscall_line_parser_handles_spaces_in_comm() -> None:
-    got = syscalls.parse_line("  V8 Worker 123   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0)")
+    got = syscall_pairs.parse_line("  V8 Worker 123   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0)")
     assert got == ("V8 Worker", 123, 625.752142, True, 110)
-    assert syscalls.parse_line("  x 7   1.5:  raw_syscalls:sys_exit: NR 230 = 0") == ("x", 7, 1.5, False, 230)
-    assert syscalls.parse_line("garbage") is None
+    assert syscall_pairs.parse_line("  x 7   1.5:  raw_syscalls:sys_exit: NR 230 = 0") == ("x", 7, 1.5, False, 230)
+    assert syscall_pairs.parse_line("garbage") is None
 
 
 def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
     out = io.StringIO()
     lines = (SAMPLES / "perf-script-collectors" / "raw-syscalls-pairs.txt").read_text().splitlines()
-    first = syscalls.parse_line(lines[0])
+    first = syscall_pairs.parse_line(lines[0])
     assert first is not None
-    pairs = syscalls.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})
+    pairs = syscall_pairs.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})
     for line in lines:
         pairs.feed(line)
     pairs.close()
@@ -218,7 +219,7 @@ def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
 
 def test_syscall_blocked_at_end_is_counted_up_to_the_last_event() -> None:
     out = io.StringIO()
-    pairs = syscalls.Pairing(out, t0=10.0, interval=1.0, names={232: "epoll_wait", 0: "read"})
+    pairs = syscall_pairs.Pairing(out, t0=10.0, interval=1.0, names={232: "epoll_wait", 0: "read"})
     pairs.feed("srv 5   10.100000: raw_syscalls:sys_enter: NR 232 (4, 0)")
     pairs.feed("srv 6   10.200000: raw_syscalls:sys_enter: NR 0 (3, 0)")
     pairs.feed("srv 6   12.200000:  raw_syscalls:sys_exit: NR 0 = 8")

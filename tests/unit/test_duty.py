@@ -21,6 +21,7 @@ from profiler.collectors.perf.duty import DutyCycle
 from profiler.bundle import Bundle, BundleWriter, Manifest
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
+from profiler.formats import offcpu_intervals, syscall_pairs
 
 
 @pytest.fixture
@@ -129,7 +130,7 @@ def _ev(comm: str, tid: int, t: float, enter: bool, nr: int) -> str:
 def test_pairing_closes_calls_at_their_window_end_and_counts_continued_time() -> None:
     out = io.StringIO()
     windows = [[10.0, 11.0], [20.0, 21.0]]
-    p = syscalls.Pairing(out, t0=10.0, interval=1.0, names={202: "futex", 0: "read"}, windows=windows)
+    p = syscall_pairs.Pairing(out, t0=10.0, interval=1.0, names={202: "futex", 0: "read"}, windows=windows)
     for line in (
         _ev("db", 7, 10.1, True, 0), _ev("db", 7, 10.2, False, 0),     # read: 100 ms, inside window 0
         _ev("db", 8, 10.9, True, 202),                                  # futex: still blocked at 11.0
@@ -151,7 +152,7 @@ def test_pairing_closes_calls_at_their_window_end_and_counts_continued_time() ->
 
 def test_interval_writer_cuts_threads_still_off_at_window_end() -> None:
     out = io.StringIO()
-    w = offcpu.IntervalWriter(out, windows=[[10.0, 11.0], [20.0, 21.0]])
+    w = offcpu_intervals.IntervalWriter(out, windows=[[10.0, 11.0], [20.0, 21.0]])
     sw = "sched:sched_switch: prev_comm={} prev_pid={} prev_prio=120 prev_state={} ==> next_comm={} next_pid={} next_prio=120"
     lines = [
         "   7/7     10.100000: " + sw.format("db", 7, "S", "swapper/0", 0),
