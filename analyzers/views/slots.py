@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from profiler.analyzers.stacks import offcpu
-from profiler.analyzers.views.stacks import BCC_MIN_NS, OffCpu
+from profiler.analyzers.views.stacks import BCC_MIN_NS, OffCpuView
 
 from profiler.bundle import Bundle, members
 from profiler.knowledge import pool_of
@@ -63,8 +63,8 @@ class _Stack:
         return r
 
 
-def read_offcpu_slots(bundle: Bundle) -> OffCpu:
-    view = OffCpu(source=members.OFFCPU_SLOTS)
+def read_offcpu_slots(bundle: Bundle) -> OffCpuView:
+    view = OffCpuView(source=members.OFFCPU_SLOTS)
     stacks: dict[int, _Stack] = {}
     keys: dict[tuple[int, str, str], str] = {}
     folded: dict[str, int] = {}

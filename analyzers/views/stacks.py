@@ -39,7 +39,7 @@ BCC_MIN_NS = 500
 
 
 @dataclass
-class CpuStacks:
+class CpuStacksView:
     """cpu.perf.txt.gz, read once."""
 
     folded: dict[str, int]  # samples per stack, one root frame per thread pool
@@ -50,7 +50,7 @@ class CpuStacks:
     error: Exception | None = None  # the member could not be read
 
 
-def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
+def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
     if not bundle.has(members.CPU_STACKS):
         return None
     timed: list[tuple[float, str]] = []
@@ -68,11 +68,11 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
                 c.feed(chunk)
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
-        return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
+        return CpuStacksView(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
     bundle.log(members.CPU_STACKS).skip(c.weird, "samples whose header could not be read")
     times = subsecond.SampleTimes(t=np.asarray(c.times, dtype=np.float64), tid=np.asarray(c.tids, dtype=np.int64),
                                   comm=c.comms)
-    return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
+    return CpuStacksView(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
                      warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed)
 
 
@@ -83,7 +83,7 @@ WaitStacks = offcpu.WaitStacks  # tid -> (prev_state, raw frame lines...) -> swi
 
 
 @dataclass
-class OffCpu:
+class OffCpuView:
     """Off-CPU evidence of either backend."""
 
     source: str  # the stack member: offcpu.perf.txt.gz (perf) or offcpu.folded.gz (bcc)
@@ -102,8 +102,8 @@ class OffCpu:
         return self.source in (members.OFFCPU_FOLDED, members.OFFCPU_SLOTS)
 
 
-def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
-    view = OffCpu(source=members.OFFCPU_STACKS)
+def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
+    view = OffCpuView(source=members.OFFCPU_STACKS)
     intervals = None
     try:
         # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled
@@ -141,8 +141,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
     return view
 
 
-def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
-    view = OffCpu(source=members.OFFCPU_FOLDED)
+def _read_bcc_offcpu(bundle: Bundle) -> OffCpuView:
+    view = OffCpuView(source=members.OFFCPU_FOLDED)
     try:
         pooled: dict[str, int] = {}
         for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED), bundle.log(members.OFFCPU_FOLDED)).items():
@@ -156,7 +156,7 @@ def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
     return view
 
 
-def read_offcpu(bundle: Bundle) -> OffCpu | None:
+def read_offcpu(bundle: Bundle) -> OffCpuView | None:
     """The off-CPU stacks of whichever backend wrote them (perf first), or None."""
     if bundle.has(members.OFFCPU_STACKS):
         return _read_perf_offcpu(bundle)
