@@ -223,13 +223,13 @@ def test_lost_events_are_placed_in_the_window_they_were_lost_in() -> None:
 
 def test_untraced_seconds_are_gaps_in_the_syscall_timeline() -> None:
     from profiler.analyzers.series import timeline
-    from profiler.analyzers.views import SyscallRow, Syscalls
+    from profiler.analyzers.views import SyscallRow, SyscallsView
 
     t0 = 1000.0
     rows = [SyscallRow(time=t0 + 2.0, tid=1, syscall="read", count=500, total_ns=10),
             SyscallRow(time=t0 + 12.0, tid=1, syscall="read", count=300, total_ns=10)]
     cov = {"syscalls": ([(t0 + 2.0, t0 + 3.0), (t0 + 12.0, t0 + 12.5)], [(t0 + 12.2, 40)])}
-    tl = timeline.build(None, [], t0=t0, t1=t0 + 20, syscalls=Syscalls(rows=rows, rate=None), coverage=cov)
+    tl = timeline.build(None, [], t0=t0, t1=t0 + 20, syscalls=SyscallsView(rows=rows, rate=None), coverage=cov)
     calls = tl.panels["syscalls"].series["calls"]
     assert calls[2] == 500 and calls[12] == 600  # per traced second: 300 calls in half a second
     assert all(v is None for i, v in enumerate(calls) if i not in (2, 12))  # gaps, not zeros
