@@ -15,6 +15,7 @@ the current rlimits, so the same commands run on a plain cgroup v2 CI host.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -234,4 +235,92 @@ class DockerLab:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(10)
         subprocess.run(["umount", "-R", str(self.tmp / "root")], capture_output=True)  # overlay mounts, if any
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def containerd_why_not() -> str | None:
+    """None when a private containerd can run here, else the reason (for pytest.skip)."""
+    if os.geteuid() != 0:
+        return "containerd needs root"
+    if shutil.which("containerd") is None or shutil.which("ctr") is None or shutil.which("runc") is None:
+        return "containerd, ctr and runc are not installed (apt-get install containerd runc, or docker.io)"
+    return None
+
+
+class ContainerdLab:
+    """A containerd of the test's own (root, state and socket in a temporary directory, the CRI
+    plugin off), bounded by ``timeout`` and stopped by pid in ``close()``. ``run`` starts a
+    container from a root filesystem with ``ctr run --rootfs``, in the cgroup and with the OCI
+    annotations the test gives: as containerd's CRI plugin lays out a Kubernetes pod's container
+    on a node (cgroupfs driver), without the kubelet."""
+
+    def __init__(self, lifetime: int = 600) -> None:
+        self.tag = f"profiler-test-{os.getpid()}-{next(_SEQ)}"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.tag}-containerd-"))
+        self.sock = self.tmp / "containerd.sock"
+        self.ids: list[str] = []
+        self.cgroup_top = f"/{self.tag}"  # every container's cgroup goes under this
+        (self.tmp / "config.toml").write_text(
+            f'version = 2\nroot = "{self.tmp}/root"\nstate = "{self.tmp}/state"\n'
+            f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{self.sock}"\n')
+        self.proc = subprocess.Popen(["timeout", str(lifetime), "containerd", "--config", str(self.tmp / "config.toml")],
+                                     stdout=open(self.tmp / "containerd.log", "wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.ctr("version", check=False).returncode == 0:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        self.close()
+        raise RuntimeError(f"containerd did not start: {(self.tmp / 'containerd.log').read_text()[-600:]}")
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(["ctr", "-a", str(self.sock), "-n", "k8s.io", *args], capture_output=True, text=True,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"ctr {' '.join(args[:3])} failed: {(p.stderr or p.stdout).strip()[-600:]}")
+        return p
+
+    def run(self, files: dict[str, Path], argv: list[str], cgroup: str, *, cpus: float | None = None,
+            annotations: dict[str, str] | None = None) -> Running:
+        """A container (64-hex id) in cgroup ``<cgroup_top>/<cgroup>/<id>``."""
+        cid = os.urandom(32).hex()
+        root = self.tmp / f"rootfs-{cid[:12]}"
+        rootfs_tar(root, files)
+        opts = [f"--cgroup={self.cgroup_top}/{cgroup.strip('/')}/{cid}"]
+        opts += [f"--cpus={cpus}"] if cpus is not None else []
+        for k, v in (annotations or {}).items():
+            opts += ["--annotation", f"{k}={v}"]
+        self.ctr("run", "-d", "--rootfs", *opts, str(root), cid, *argv)
+        self.ids.append(cid)
+        for line in self.ctr("task", "ls").stdout.splitlines():
+            parts = line.split()
+            if parts and parts[0] == cid:
+                return Running(cid, cid, int(parts[1]))
+        raise RuntimeError(f"container {cid} has no task")
+
+    def close(self) -> None:
+        for cid in self.ids:
+            self.ctr("task", "kill", "-s", "SIGKILL", cid, check=False)
+            for _ in range(50):
+                if self.ctr("task", "rm", cid, check=False).returncode == 0:
+                    break
+                time.sleep(0.1)
+            self.ctr("container", "rm", cid, check=False)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(10)
+        # runc removes each container's own cgroup; the parents are ours, in every hierarchy
+        tops = [*Path("/sys/fs/cgroup").glob(f"*{self.cgroup_top}"), Path(f"/sys/fs/cgroup{self.cgroup_top}")]
+        for top in (t for t in tops if t.is_dir()):
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        subprocess.run(["umount", "-R", str(self.tmp / "root")], capture_output=True)
         shutil.rmtree(self.tmp, ignore_errors=True)

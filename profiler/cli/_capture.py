@@ -10,19 +10,20 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from profiler.bundle import EarlyReads, Manifest
-from profiler.capture.loadlog import LoadStart
-from profiler.capture.session import CaptureResult, Session
-from profiler.capture.signals import describe
-from profiler.capture.targets import resolve
 from profiler.cli import _term
 from profiler.cli._common import parse_duration
 from profiler.cli._progress import Bars
-from profiler.collectors.base import CaptureOptions
 from profiler.errors import CaptureIncomplete, Interrupted, ProfilerError, UsageError
+
+if TYPE_CHECKING:  # imported where a capture runs, not by every verb's --help
+    from profiler.bundle import EarlyReads, Manifest
+    from profiler.capture.loadlog import LoadStart
+    from profiler.capture.session import CaptureResult
+    from profiler.collectors.base import CaptureOptions
 
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 BACKENDS = ("perf", "bcc", "auto")
@@ -80,6 +81,8 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
     iv = parse_duration(interval)
     if iv < 0.01:
         raise UsageError("--interval must be at least 10ms")
+    from profiler.collectors.base import CaptureOptions
+
     options = CaptureOptions(duration=duration, frequency=frequency, call_graph=call_graph,
                              interval=iv, backend=backend)
     for key, value in (status or {}).items():
@@ -92,6 +95,9 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
             report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
             containers: list[str] | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
+    from profiler.capture.session import Session
+    from profiler.capture.signals import describe
+    from profiler.capture.targets import resolve
     from profiler.collectors import registry
 
     targets = resolve(pids, containers)
