@@ -113,7 +113,7 @@ class Run:
             self.side.bind(loaded.maps)
             self.side.configure(time.monotonic_ns(), list(self.settings.get("targets") or []),
                                 int(self.settings.get("kstack_every", 1)))
-            objects.attach(obj, loaded, self.tracefs)
+            objects.attach(obj, loaded, self.tracefs, int(self.settings.get("freq", 49)))
         except BaseException:
             loaded.close()
             raise
