@@ -169,7 +169,7 @@ class RecordCollector(PerfCollector):
         if not data.exists() or data.stat().st_size == 0:
             rec.status, rec.reason = FAILED, "perf record wrote no data" + (f": {self.died}" if self.died else "")
             return
-        if not ctx.options.inline:
+        if not ctx.options.inline and os.environ.get("PROFILER_SYMBOLIZER") != "perf":
             counter = self.counter(ctx)
             if self._finish_direct(ctx, rec, data, counter):
                 self.after_script(ctx, rec, counter)
