@@ -42,7 +42,7 @@ DURATION_AT_MOST = typer.Option(None, "--duration", "-d", help="Stop the capture
 FREQUENCY = typer.Option(99, "--frequency", "-F", help=f"cpu-clock sampling frequency (Hz, 1 to {MAX_FREQUENCY}).")
 CALL_GRAPH = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr.")
 INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (at least 10ms).")
-BACKEND = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf).")
+BACKEND = typer.Option("auto", "--backend", help="auto (default: in-kernel aggregation with bcc where the host supports it, else perf; the manifest says which and why), bcc, or perf (docs/bcc.md).")
 NO_REPORT = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
 KEEP_PERF_DATA = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle.")
 COLLECTOR = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10.")
