@@ -108,6 +108,42 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
     return out
 
 
+def _interval_rate(ends: np.ndarray, rates: np.ndarray, start: float, edges: np.ndarray) -> np.ndarray:
+    """Per bucket, the time-weighted mean of interval rates (interval i runs from the previous
+    end, the first from ``start``, to ``ends[i]``); NaN where intervals cover under half the
+    bucket. A row that arrives a little late still covers the bucket it belongs to (its end
+    alone fell in the next one, leaving a gap in the line)."""
+    out = np.full(len(edges) - 1, np.nan)
+    if not len(ends):
+        return out
+    lo = np.concatenate([[start], ends[:-1]])
+    num = np.zeros(len(out))
+    cov = np.zeros(len(out))
+    for a, b, r in zip(lo, ends, rates, strict=True):
+        if not (b > a) or not np.isfinite(r):
+            continue
+        i0 = max(0, int(np.searchsorted(edges, a, side="right")) - 1)
+        i1 = min(len(out) - 1, int(np.searchsorted(edges, b, side="left")) - 1)
+        for i in range(i0, i1 + 1):
+            part = min(b, edges[i + 1]) - max(a, edges[i])
+            if part > 0:
+                num[i] += r * part
+                cov[i] += part
+    ok = cov >= 0.5 * np.diff(edges)
+    out[ok] = num[ok] / cov[ok]
+    return out
+
+
+def _measured(edges: np.ndarray, windows: list[tuple[float, float]] | None) -> np.ndarray:
+    """Seconds of each bucket inside the windows (monotonic); the whole bucket when None."""
+    if windows is None:
+        return np.diff(edges)
+    out = np.zeros(len(edges) - 1)
+    for a, b in windows:
+        out += np.clip(np.minimum(edges[1:], b) - np.maximum(edges[:-1], a), 0, None)
+    return out
+
+
 def _syscall_counts(syscalls: Syscalls | None) -> tuple[np.ndarray, np.ndarray] | None:
     """(interval start, calls) of the syscalls.csv rows, every thread together; None when there are
     none, or when an older bundle's syscalls-rate.csv gives the rate itself."""
@@ -122,10 +158,13 @@ def _syscall_counts(syscalls: Syscalls | None) -> tuple[np.ndarray, np.ndarray] 
 def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float | None, t1: float | None,
           io: IOEvents | None = None, stat: perfstat.PerfStat | None = None, stat_start: float | None = None,
           syscalls: Syscalls | None = None, syscall_start: float | None = None,
-          io_hist: histograms.BlockHist | None = None) -> Timeline:
+          io_hist: histograms.BlockHist | None = None,
+          syscall_windows: list[tuple[float, float]] | None = None) -> Timeline:
     """The timeline panels. ``io_hist``: the bcc backend's block IO histograms, drawn when there
     are no per-IO events; ``syscalls``: an older bundle's syscalls-rate.csv rate when there is
-    one, else the syscalls.csv counts of every thread."""
+    one, else the syscalls.csv counts of every thread, per second measured: ``syscall_windows``
+    (monotonic) are where a duty-cycled collector traced, and a bucket it did not trace is a gap
+    (None), not zero."""
     syscall_rate = syscalls.rate if syscalls is not None else None
     syscall_counts = _syscall_counts(syscalls)
     if t0 is None or t1 is None or t1 <= t0:
@@ -212,8 +251,8 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             mem = Panel("Memory pressure (PSI some)", "%")
             for res in ("memory", "io", "cpu"):
                 v = st.get(f"psi.{res}.some_total")
-                if v is not None:
-                    mem.series[res] = _clean(_rate_per_bucket(st.t, v / 1e4, edges))
+                if v is not None:  # a share of time: the sampler's and the kernel's clocks disagree by a little
+                    mem.series[res] = _clean(np.clip(_rate_per_bucket(st.t, v / 1e4, edges), 0, 100))
             if mem.series:
                 mem.title = "Pressure stall (PSI some)"
                 tl.panels["psi"] = mem
@@ -254,7 +293,10 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
     if "syscalls" not in tl.panels and syscall_counts is not None and len(syscall_counts[0]):
         calls_t, calls_n = syscall_counts
         idx = np.clip(np.searchsorted(edges, calls_t, side="right") - 1, 0, len(edges) - 2)
-        rate = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1) / step
+        measured = _measured(edges, syscall_windows)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(measured >= 0.2 * np.diff(edges),
+                            np.bincount(idx, weights=calls_n, minlength=len(edges) - 1) / np.maximum(measured, 1e-9), np.nan)
         tl.panels["syscalls"] = Panel("Syscalls (syscalls.csv counts, the targets)", "calls/s", {"calls": _clean(rate)})
     if stat is not None and stat_start is not None:
         tc = stat.series("task-clock")
@@ -263,13 +305,14 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             ends = stat_start + cs[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             p = Panel("Context switches (perf stat)", "per s",
-                      {"context-switches": _clean(_level_per_bucket(ends, cs[1] / np.maximum(dur, 1e-9), edges))})
+                      {"context-switches": _clean(_interval_rate(ends, cs[1] / np.maximum(dur, 1e-9), stat_start, edges))})
             tl.panels["ctxsw"] = p
         if tc is not None and "cpu" not in tl.panels:
             ends = stat_start + tc[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             tl.panels["cpu"] = Panel("CPU used (perf stat task-clock)", "cores",
-                                     {"targets": _clean(_level_per_bucket(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), edges))})
+                                     {"targets": _clean(_interval_rate(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), stat_start,
+                                                                       edges))})
     return tl
 
 
