@@ -182,6 +182,9 @@ def _goroutines(v: BundleViews, t0: float) -> ranges.RangeStacks | None:
 def _offcpu_notes(v: BundleViews) -> tuple[str, list[str]]:
     off = v.offcpu
     assert off is not None
+    if off.bcc and off.timed:
+        return ("time blocked (us), by wait reason and thread pool (bcc: summed in the kernel per time slot)",
+                ["bcc off-CPU stacks are summed per slot: a range is widened to whole slots"])
     if off.bcc:
         return ("time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
                 ["bcc off-CPU stacks are totals over the capture: no per-switch times"])

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from profiler.collectors.base import CaptureOptions, Collector
 from profiler.collectors.bcc.backend import choose, with_backend
-from profiler.collectors.perf.cpu_stacks import CpuStacks
-from profiler.collectors.perf.offcpu import OffCpu
-from profiler.collectors.perf.perf_stat import PerfStat
-from profiler.collectors.perf.syscalls import Syscalls
+from profiler.collectors.perf.cpu_stacks import CpuStacksCollector
+from profiler.collectors.perf.offcpu import OffCpuCollector
+from profiler.collectors.perf.perf_stat import PerfStatCollector
+from profiler.collectors.perf.syscalls import SyscallsCollector
 from profiler.collectors.procfs.sampler import ProcfsCollector
-from profiler.collectors.server.status import ServerStatus
-from profiler.collectors.tracefs.blockio import BlockIO
+from profiler.collectors.server.status import ServerStatusCollector
+from profiler.collectors.tracefs.blockio import BlockIOCollector
 
 
 def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) -> list[Collector]:
@@ -20,13 +20,13 @@ def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) ->
     names and adds futex-waits (collectors/bcc/backend.py).
     """
     perf: list[Collector] = [
-        PerfStat(),
+        PerfStatCollector(),
         ProcfsCollector(),
-        CpuStacks(keep_perf_data),
-        OffCpu(keep_perf_data),
-        BlockIO(),
-        Syscalls(keep_perf_data),
-        ServerStatus(),
+        CpuStacksCollector(keep_perf_data),
+        OffCpuCollector(keep_perf_data),
+        BlockIOCollector(),
+        SyscallsCollector(keep_perf_data),
+        ServerStatusCollector(),
     ]
     chosen, _used, _why = with_backend(perf, options.backend)
     return chosen
@@ -44,8 +44,8 @@ FULL_TRACE = {"syscalls-trace": "syscalls", "offcpu-trace": "offcpu-stacks"}
 
 def _full(name: str, keep_perf_data: bool) -> Collector:
     if name == "syscalls":
-        return Syscalls(keep_perf_data, full=True)
-    return OffCpu(keep_perf_data, full=True)
+        return SyscallsCollector(keep_perf_data, full=True)
+    return OffCpuCollector(keep_perf_data, full=True)
 
 
 def by_name(options: CaptureOptions, names: list[str], keep_perf_data: bool = False) -> list[Collector]:

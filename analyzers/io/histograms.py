@@ -77,7 +77,7 @@ class LatencySummary:
 
 
 @dataclass
-class Heatmap:
+class HistogramHeatmap:
     """counts[row][col]: IOs completed in time column ``col`` with latency in row ``row``."""
 
     times: list[float]  # column start, monotonic seconds
@@ -312,7 +312,7 @@ def rate_series(h: BlockHist, dev: str | None = None, op: str | None = None) -> 
 
 
 def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: str = "log2",
-            row_us: float | None = None, max_us: float | None = None) -> Heatmap:
+            row_us: float | None = None, max_us: float | None = None) -> HistogramHeatmap:
     """A latency-by-time matrix: one column per slot, rows by latency.
 
     scale ``log2``: one row per power of two of ns (as bcc's histograms print); ``fine``: one
@@ -337,7 +337,7 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
         for s in sel:
             for b, c in s.buckets.items():
                 counts[index[row_of(b)]][col[s.t]] += c
-        return Heatmap(times, h.slot_seconds, rows, counts, scale)
+        return HistogramHeatmap(times, h.slot_seconds, rows, counts, scale)
     if scale == "fine":
         span = list(range(used[0], used[-1] + 1)) if used else []
         fine_rows = [(lo / 1000.0, hi / 1000.0) for lo, hi in (bucket_bounds(b, h.sub_bits) for b in span)]
@@ -346,7 +346,7 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
         for s in sel:
             for b, c in s.buckets.items():
                 counts[index[b]][col[s.t]] += c
-        return Heatmap(times, h.slot_seconds, fine_rows, counts, scale)
+        return HistogramHeatmap(times, h.slot_seconds, fine_rows, counts, scale)
     if scale == "linear":
         if not row_us or row_us <= 0:
             raise ValueError("a linear heatmap needs row_us > 0")
@@ -370,7 +370,7 @@ def heatmap(h: BlockHist, dev: str | None = None, op: str | None = None, scale: 
                 if hi > top:
                     frac[-1][j] += c * (hi - top) / width
         counts = _round_columns(frac)
-        return Heatmap(times, h.slot_seconds, rows, counts, scale)
+        return HistogramHeatmap(times, h.slot_seconds, rows, counts, scale)
     raise ValueError(f"unknown heatmap scale {scale!r} (log2, fine, linear)")
 
 

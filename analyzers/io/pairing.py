@@ -43,7 +43,7 @@ IO_DTYPE = np.dtype(
         ("dev", "u4"),
         ("bytes", "u4"),
         ("tid", "i4"),  # issuer tid
-        ("comm", "u2"),  # issuer comm (index into BlockIO.comms)
+        ("comm", "u2"),  # issuer comm (index into PairedIO.comms)
         ("op", "u1"),
         ("flags", "u1"),
     ],
@@ -101,7 +101,7 @@ class PairCounts:
 
 
 @dataclass
-class BlockIO:
+class PairedIO:
     """Paired block IO: one row of :data:`IO_DTYPE` per completed request, by completion time."""
 
     ios: np.ndarray
@@ -291,7 +291,7 @@ class BlockPairer:
         self._fill = need
         return carry
 
-    def finish(self) -> BlockIO:
+    def finish(self) -> PairedIO:
         c = self.counts
         c.in_flight_at_end = len(self._carry)
         c.unpaired_issues = c.in_flight_at_end + c.superseded
@@ -311,10 +311,10 @@ class BlockPairer:
                 "lost, and the latencies describe the paired few only (perf record -a drops completions that run in "
                 "interrupt context on an idle CPU, with no lost record; `profiler attach` records them from a tracefs "
                 "buffer that keeps them)")
-        return BlockIO(ios=ios, counts=c, comms=list(self.comms.names), t_first=self.t_first, t_last=self.t_last, warnings=warnings)
+        return PairedIO(ios=ios, counts=c, comms=list(self.comms.names), t_first=self.t_first, t_last=self.t_last, warnings=warnings)
 
 
-def parse_block_chunks(chunks: Iterable[bytes]) -> BlockIO:
+def parse_block_chunks(chunks: Iterable[bytes]) -> PairedIO:
     """Parse and pair block events from chunks of whole text lines (ftrace or perf script)."""
     p = BlockPairer()
     for chunk in chunks:
@@ -327,7 +327,7 @@ OTHER_LINES = "lines that are no block event"
 
 
 def pair_stream(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None, *,
-                only_block_lines: bool = False) -> BlockIO:
+                only_block_lines: bool = False) -> PairedIO:
     """Parse and pair a block trace stream (ftrace or perf script text, gzip or plain), chunk by
     chunk; ``on_chunk`` sees the pairer after each (for progress). Lines that could not be read
     are counted in the stream's ReadLog (profiler.tolerant); with ``only_block_lines`` (a
@@ -353,7 +353,7 @@ def pair_stream(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = 
     return bio
 
 
-def read_block_trace(path: str | Path) -> BlockIO:
+def read_block_trace(path: str | Path) -> PairedIO:
     """Parse and pair a block trace file (ftrace or perf script text, plain or gzip), streaming."""
     log = ReadLog(Path(path).name)
     with open_path(path, log) as fh:
@@ -363,14 +363,14 @@ def read_block_trace(path: str | Path) -> BlockIO:
     return bio
 
 
-def parse_block_text(text: str | bytes) -> BlockIO:
+def parse_block_text(text: str | bytes) -> PairedIO:
     data = text.encode() if isinstance(text, str) else text
     if data and not data.endswith(b"\n"):
         data += b"\n"
     return parse_block_chunks([data] if data else [])
 
 
-def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool = False) -> BlockIO:
+def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool = False) -> PairedIO:
     """Pair an events array (in cache-sized slices, exactly as the streaming reader does).
 
     ``inplace`` lets the pairing mark flushes and data-less completions in ``events`` itself
@@ -381,7 +381,7 @@ def pair_events(events: np.ndarray, *, slice_size: int = 1 << 16, inplace: bool 
     return p.finish()
 
 
-def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+def pair_member(fh: IO[bytes], on_chunk: Callable[[BlockPairer], None] | None = None) -> PairedIO:
     """Pair a bundle's ``block.events.bin`` (the block-io collector's binary member), streaming;
     a block cut short or corrupt ends the reading there and is said in the warnings."""
     p = BlockPairer()
@@ -427,13 +427,13 @@ class PairingTap:
     def _give_up(self, why: str) -> None:
         self.pairer, self.given_up = None, why
 
-    def result(self) -> BlockIO | None:
+    def result(self) -> PairedIO | None:
         """The pairing of every block heard (once; None if it gave up)."""
         p, self.pairer = self.pairer, None
         return p.finish() if p is not None else None
 
 
-def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> BlockIO:
+def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPairer], None] | None = None) -> PairedIO:
     """Pair a bundle's block events member, whichever format it has: ``block.events.bin``
     (binary, bundles since v4) or ``block.trace.gz`` (ftrace text, before)."""
     if member == members.BLOCK_EVENTS:
@@ -441,7 +441,7 @@ def pair_bundle_member(fh: IO[bytes], member: str, on_chunk: Callable[[BlockPair
     return pair_stream(fh, on_chunk, only_block_lines=True)
 
 
-def read_perf_data(path: str | Path) -> BlockIO:
+def read_perf_data(path: str | Path) -> PairedIO:
     """Pair the block events of a perf.data read directly (raises PerfDataUnsupported)."""
     p = BlockPairer()
     lost = [0]

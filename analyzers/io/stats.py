@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from profiler.analyzers.io import pairing as blockio
-from profiler.analyzers.io.pairing import BlockIO
+from profiler.analyzers.io.pairing import PairedIO
 
 from profiler.bundle import CollectorRecord, Manifest, members
 from profiler.inputs import blocktrace
@@ -257,7 +257,7 @@ def _summary(lat: np.ndarray, nb: np.ndarray, duration: float) -> dict[str, Any]
     }
 
 
-def split(bio: BlockIO, by: str, *, target_tids: tuple[int, ...] = (), target_comms: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def split(bio: PairedIO, by: str, *, target_tids: tuple[int, ...] = (), target_comms: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Masks of IOs per group: by 'op' (read/write/flush/discard/other, '+sync' when sync),
     'device' ('254:0') or 'issuer' ('target', 'kernel', 'other')."""
     ios = bio.ios
@@ -301,7 +301,7 @@ def _distinct(col: np.ndarray) -> np.ndarray:
 class IoAnalysis:
     """Everything the verdict and the report need about block IO in one capture."""
 
-    block: BlockIO
+    block: PairedIO
     series: IoSeries
     overall: dict[str, Any]
     by_op: dict[str, dict[str, Any]]
@@ -367,7 +367,7 @@ class IoAnalysis:
         }
 
 
-def analyze_io(bio: BlockIO, *, interval: float = 1.0, t0: float | None = None, t1: float | None = None,
+def analyze_io(bio: PairedIO, *, interval: float = 1.0, t0: float | None = None, t1: float | None = None,
                target_tids: tuple[int, ...] = (), target_comms: tuple[str, ...] = ()) -> IoAnalysis:
     ios = bio.ios
     if t0 is None:
@@ -441,7 +441,7 @@ def io_window(manifest: Manifest, rec: CollectorRecord | None = None, *, interva
                     interval=interval or float(manifest.options.get("interval") or 1.0), tids=tids, comms=comms)
 
 
-def capture_io(bio: BlockIO, manifest: Manifest, *, interval: float | None = None) -> IoAnalysis:
+def capture_io(bio: PairedIO, manifest: Manifest, *, interval: float | None = None) -> IoAnalysis:
     """The IO analysis of a capture's paired block IO (analyzers.views.blockio reads the trace).
 
     Intervals default to the capture's ``options.interval`` (1 s); times start at the block
@@ -450,7 +450,7 @@ def capture_io(bio: BlockIO, manifest: Manifest, *, interval: float | None = Non
     return analyze_window(bio, io_window(manifest, interval=interval))
 
 
-def analyze_window(bio: BlockIO, w: IoWindow) -> IoAnalysis:
+def analyze_window(bio: PairedIO, w: IoWindow) -> IoAnalysis:
     t0, t1 = w.started, w.ended
     if t0 is not None and bio.t_first is not None:
         t0 = min(t0, bio.t_first)

@@ -22,7 +22,7 @@ import numpy as np
 
 
 @dataclass
-class PerfStat:
+class PerfStatSeries:
     events: dict[str, tuple[np.ndarray, np.ndarray]]  # event -> (interval end time, value per interval)
     units: dict[str, str] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)
@@ -53,7 +53,7 @@ def _float(text: str) -> float | None:
         return None
 
 
-def parse(lines: Iterable[str]) -> PerfStat:
+def parse(lines: Iterable[str]) -> PerfStatSeries:
     acc: dict[str, tuple[list[float], list[float]]] = {}
     units: dict[str, str] = {}
     unsupported: set[str] = set()
@@ -100,5 +100,5 @@ def parse(lines: Iterable[str]) -> PerfStat:
         if unit:
             units[event] = unit
     events = {e: (np.asarray(ts), np.asarray(vs)) for e, (ts, vs) in acc.items()}
-    return PerfStat(events=events, units=units, unsupported=sorted(unsupported - set(events)),
+    return PerfStatSeries(events=events, units=units, unsupported=sorted(unsupported - set(events)),
                     not_counted=not_counted, bad_lines=bad)

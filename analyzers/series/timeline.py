@@ -14,7 +14,7 @@ import numpy as np
 from profiler.analyzers.io import histograms
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series import procfs as procmod
-from profiler.analyzers.views import IOEvents, Syscalls
+from profiler.analyzers.views import IOEvents, SyscallsView
 
 from profiler.bundle import TargetInfo
 
@@ -144,7 +144,7 @@ def _measured(edges: np.ndarray, windows: list[tuple[float, float]] | None) -> n
     return out
 
 
-def _syscall_counts(syscalls: Syscalls | None) -> tuple[np.ndarray, np.ndarray] | None:
+def _syscall_counts(syscalls: SyscallsView | None) -> tuple[np.ndarray, np.ndarray] | None:
     """(interval start, calls) of the syscalls.csv rows, every thread together; None when there are
     none, or when an older bundle's syscalls-rate.csv gives the rate itself."""
     if syscalls is None or syscalls.rate is not None or syscalls.rows is None:
@@ -156,8 +156,8 @@ def _syscall_counts(syscalls: Syscalls | None) -> tuple[np.ndarray, np.ndarray] 
 
 
 def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float | None, t1: float | None,
-          io: IOEvents | None = None, stat: perfstat.PerfStat | None = None, stat_start: float | None = None,
-          syscalls: Syscalls | None = None, syscall_start: float | None = None,
+          io: IOEvents | None = None, stat: perfstat.PerfStatSeries | None = None, stat_start: float | None = None,
+          syscalls: SyscallsView | None = None, syscall_start: float | None = None,
           io_hist: histograms.BlockHist | None = None,
           syscall_windows: list[tuple[float, float]] | None = None) -> Timeline:
     """The timeline panels. ``io_hist``: the bcc backend's block IO histograms, drawn when there

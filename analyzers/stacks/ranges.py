@@ -226,15 +226,23 @@ def from_samples(samples: Iterable[tuple[float, str]], t0: float, t1: float,
                        unknown_share=st.unknown / total, unknown_deep=st.deep / total, threads=ths)
 
 
-def from_intervals(intervals: Iterable[tuple[float, float, str]], t0: float, t1: float,
-                   unit: float = 1e-6, threads: Iterable[int] | None = None) -> RangeStacks | None:
+def from_intervals(intervals: Iterable[tuple[float, float, str] | tuple[float, float, str, float]], t0: float,
+                   t1: float, unit: float = 1e-6, threads: Iterable[int] | None = None) -> RangeStacks | None:
     """Off-CPU intervals (from, to, folded stack), each counting its length in ``unit`` seconds,
-    split across the buckets it overlaps; ``threads``: each interval's thread."""
+    split across the buckets it overlaps; with a fourth element (bcc's per-slot totals: several
+    threads' blocked time within one slot), that many units spread evenly over [from, to].
+    ``threads``: each interval's thread (page thread table row)."""
     st = _Stacks()
-    rows: list[tuple[float, float, int, int]] = []
+    rows: list[tuple[float, float, int, float | None, int]] = []
     ths = iter(threads) if threads is not None else None
-    for a, z, stack in intervals:
-        rows.append((a, z, st.id(stack, max(1, round((z - a) / unit))), next(ths, -1) if ths is not None else -1))
+    for iv in intervals:
+        a, z, stack = iv[0], iv[1], iv[2]
+        th = next(ths, -1) if ths is not None else -1
+        if len(iv) > 3:
+            w = float(iv[3])
+            rows.append((a, z, st.id(stack, max(1, round(w))), w / max(z - a, 1e-12), th))
+        else:
+            rows.append((a, z, st.id(stack, max(1, round((z - a) / unit))), None, th))
     if not rows:
         return None
     cut: list[str] = []
@@ -244,12 +252,12 @@ def from_intervals(intervals: Iterable[tuple[float, float, str]], t0: float, t1:
 
     def split(b: float) -> dict[tuple[int, int, int], int]:
         out: dict[tuple[int, int, int], int] = {}
-        for a, z, s, th in rows:
+        for a, z, s, per_s, th in rows:
             s = mapping[s]
             i, j = int((a - lo) // b), int((z - lo) // b)
             for k in range(i, j + 1):
                 part = min(z, lo + (k + 1) * b) - max(a, lo + k * b)
-                w = round(part / unit)
+                w = round(part / unit) if per_s is None else round(part * per_s)
                 if w > 0:
                     out[(k, s, th)] = out.get((k, s, th), 0) + w
             if len(out) > 4 * MAX_ENTRIES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from profiler.analyzers.series import perfstat
 
 
-def perf_metrics(stat: perfstat.PerfStat | None, single_target: bool) -> tuple[dict[str, float], list[str]]:
+def perf_metrics(stat: perfstat.PerfStatSeries | None, single_target: bool) -> tuple[dict[str, float], list[str]]:
     """perf stat figures (stat.csv is for all targets together: attributed only when there is one)
     and the counters the host could not count."""
     perf: dict[str, float] = {}

@@ -5,12 +5,12 @@ raw_syscalls:sys_enter rate of an older bundle's syscalls-rate.csv)."""
 from __future__ import annotations
 
 from profiler.analyzers.verdict.model import CounterEvidence
-from profiler.analyzers.views import Syscalls
+from profiler.analyzers.views import SyscallsView
 
 from profiler.bundle import CollectorRecord
 
 
-def syscall_metrics(view: Syscalls | None, rec: CollectorRecord | None, tids: set[int],
+def syscall_metrics(view: SyscallsView | None, rec: CollectorRecord | None, tids: set[int],
                     window: float, single_target: bool) -> CounterEvidence:
     """The syscalls the target's threads spent most time in, and its calls a second (``syscall_top``,
     ``syscall_rate``). ``rec``: the syscalls collector's record (a duty-cycled trace covers only

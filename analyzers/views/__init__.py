@@ -30,13 +30,13 @@ from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views import blockio as _blockio
-from profiler.analyzers.views.blockio import BlockIo, IOEvents, read_block_io
-from profiler.analyzers.views.counters import SyscallRow, Syscalls, read_stat, read_syscalls
+from profiler.analyzers.views.blockio import BlockIoView, IOEvents, read_block_io
+from profiler.analyzers.views.counters import SyscallRow, SyscallsView, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
 from profiler.analyzers.views.stacks import (
     OFFCPU_MAX_SWITCHES,
-    CpuStacks,
-    OffCpu,
+    CpuStacksView,
+    OffCpuView,
     read_cpu_stacks,
     read_offcpu,
 )
@@ -71,11 +71,11 @@ class BundleViews:
     manifest: Manifest
     present: frozenset[str]  # the evidence members the bundle holds
     proc: ProcData | None = None
-    stat: perfstat.PerfStat | None = None
-    syscalls: Syscalls | None = None
-    cpu: CpuStacks | None = None
-    offcpu: OffCpu | None = None
-    io: BlockIo | None = None
+    stat: perfstat.PerfStatSeries | None = None
+    syscalls: SyscallsView | None = None
+    cpu: CpuStacksView | None = None
+    offcpu: OffCpuView | None = None
+    io: BlockIoView | None = None
     waits: WaitTotals | None = None
     server: ServerStatusView | None = None  # server-status: /metrics scrapes and Go profiles (analyzers/server)
     load: LoadLog | None = None  # the load next to the capture (run, attach --load-log)
@@ -211,6 +211,6 @@ def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifes
 
 
 __all__ = [
-    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIo", "BundleViews", "CpuStacks", "IOEvents", "LoadLog", "OffCpu",
-    "SyscallRow", "Syscalls", "WaitTotals", "install_taps", "read_views", "start_early_reads",
+    "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIoView", "BundleViews", "CpuStacksView", "IOEvents", "LoadLog", "OffCpuView",
+    "SyscallRow", "SyscallsView", "WaitTotals", "install_taps", "read_views", "start_early_reads",
 ]

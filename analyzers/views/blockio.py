@@ -102,7 +102,7 @@ def io_events_from(res: stats.IoAnalysis | None) -> IOEvents | None:
 
 
 @dataclass
-class BlockIo:
+class BlockIoView:
     """Block IO of either backend: per-IO events (perf) or in-kernel histograms (bcc)."""
 
     analysis: stats.IoAnalysis | None = None  # perf: the paired IOs and their statistics
@@ -119,7 +119,7 @@ def block_member(bundle: Bundle) -> str | None:
     return None
 
 
-def read_block_trace(bundle: Bundle) -> pairing.BlockIO | None:
+def read_block_trace(bundle: Bundle) -> pairing.PairedIO | None:
     """Parse and pair the bundle's block events (None when the capture has none)."""
     member = block_member(bundle)
     if member is None:
@@ -193,12 +193,12 @@ def io_from_bundle(bundle: Bundle, *, interval: float | None = None) -> stats.Io
     return res
 
 
-def read_block_io(bundle: Bundle) -> BlockIo | None:
+def read_block_io(bundle: Bundle) -> BlockIoView | None:
     """Whichever block IO member the capture holds (the trace first), or None."""
     member = block_member(bundle)
     if member is None and not bundle.has(members.BLOCK_HIST):
         return None
-    view = BlockIo()
+    view = BlockIoView()
     if member is not None:
         try:
             view.analysis = io_from_bundle(bundle)

@@ -16,7 +16,7 @@ from profiler.bundle import Bundle, members
 from profiler.inputs.bundles import csv_rows
 
 
-def read_stat(bundle: Bundle) -> perfstat.PerfStat | None:
+def read_stat(bundle: Bundle) -> perfstat.PerfStatSeries | None:
     """stat.csv (perf stat -I CSV), or None when the capture has none."""
     if not bundle.has(members.STAT):
         return None
@@ -37,12 +37,12 @@ class SyscallRow:
 
 
 @dataclass
-class Syscalls:
+class SyscallsView:
     """The targets' syscalls: per-thread rows (syscalls.csv) and/or an all-targets rate
     (syscalls-rate.csv; bundles of some older versions hold both)."""
 
     rows: list[SyscallRow] | None = None  # syscalls.csv
-    rate: perfstat.PerfStat | None = None  # syscalls-rate.csv
+    rate: perfstat.PerfStatSeries | None = None  # syscalls-rate.csv
 
 
 def _float(text: str | None, blank: float | None) -> float | None:
@@ -67,9 +67,9 @@ def _row(raw: dict[str, str]) -> SyscallRow:
                       count=_float(raw.get("count") or "", 0.0), total_ns=_float(raw.get("total_ns") or "", 0.0))
 
 
-def read_syscalls(bundle: Bundle) -> Syscalls | None:
+def read_syscalls(bundle: Bundle) -> SyscallsView | None:
     """The syscalls members the capture holds, or None when it has neither."""
-    out = Syscalls()
+    out = SyscallsView()
     if bundle.has(members.SYSCALLS):
         parsed = list(csv_rows(bundle.iter_lines(members.SYSCALLS)))
         rows = [_row(r) for r in parsed if r is not None]

@@ -11,8 +11,9 @@ Off-CPU, one view for both backends:
   switches into blocked time and counts, for every switch, its stack per thread (with its
   prev_state: analyzers.stacks.waits classifies them) and apart the stacks that pass through
   futex code; offcpu.csv.gz (every switch) gives each switch-out its exact switch-in.
-- bcc: offcpu.folded.gz (blocked nanoseconds summed in the kernel per stack) folded the same
-  way (its per-thread totals, offcpu.summary.json, are in views.locks).
+- bcc: offcpu.slots.jsonl.gz (blocked nanoseconds summed in the kernel per time slot, thread,
+  state and stack: views.slots), else (older bundles) offcpu.folded.gz, folded the same way (its
+  per-thread totals, offcpu.summary.json, are in views.locks).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ BCC_MIN_NS = 500
 
 
 @dataclass
-class CpuStacks:
+class CpuStacksView:
     """cpu.perf.txt.gz, read once."""
 
     folded: dict[str, int]  # samples per stack, one root frame per thread pool
@@ -50,7 +51,7 @@ class CpuStacks:
     timed_threads: list[tuple[int, int, str]] = field(default_factory=list)  # (pid, tid, comm) of each of timed
 
 
-def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
+def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
     if not bundle.has(members.CPU_STACKS):
         return None
     timed: list[tuple[float, str]] = []
@@ -76,12 +77,12 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacks | None:
                 c.feed(chunk)
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
-        return CpuStacks(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
+        return CpuStacksView(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
     bundle.log(members.CPU_STACKS).skip(c.weird, "samples whose header could not be read")
     times = subsecond.SampleTimes(t=np.asarray(c.times, dtype=np.float64), tid=np.asarray(c.tids, dtype=np.int64),
                                   comm=c.comms)
-    return CpuStacks(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
-                     warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed, timed_threads=threads)
+    return CpuStacksView(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
+                         warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed, timed_threads=threads)
 
 
 # --------------------------------------------------------------------------- off-CPU
@@ -91,7 +92,7 @@ WaitStacks = offcpu.WaitStacks  # tid -> (prev_state, raw frame lines...) -> swi
 
 
 @dataclass
-class OffCpu:
+class OffCpuView:
     """Off-CPU evidence of either backend."""
 
     source: str  # the stack member: offcpu.perf.txt.gz (perf) or offcpu.folded.gz (bcc)
@@ -101,17 +102,18 @@ class OffCpu:
     sampled: tuple[int, int] | None = None  # perf: (switch-outs symbolized, the targets' switch-outs) when the collector sampled
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
     stacks: WaitStacks = field(default_factory=dict)  # perf: every switch-out's stack per thread
-    timed: list[tuple[float, float, str]] = field(default_factory=list)  # perf: (from, to, stack) of each folded interval
-    timed_tids: list[int] = field(default_factory=list)  # perf: the thread of each of timed
+    # (from, to, stack) of each folded interval (perf), or (slot start, slot end, stack, us) per slot (bcc)
+    timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = field(default_factory=list)
+    timed_tids: list[int] = field(default_factory=list)  # the thread of each of timed (perf; bcc slots: none)
     error: Exception | None = None  # the folded stacks could not be read
 
     @property
     def bcc(self) -> bool:
-        return self.source == members.OFFCPU_FOLDED
+        return self.source in (members.OFFCPU_FOLDED, members.OFFCPU_SLOTS)
 
 
-def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
-    view = OffCpu(source=members.OFFCPU_STACKS)
+def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
+    view = OffCpuView(source=members.OFFCPU_STACKS)
     intervals = None
     try:
         # The collector's switch-out/switch-in pairs give exact widths, and keep a sampled
@@ -121,7 +123,7 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
                                                bundle.log(members.OFFCPU_INTERVALS))
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
-    timed: list[tuple[float, float, str]] = []
+    timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = []
     tids: list[int] = []
 
     def keep(lo: float, hi: float, key: str) -> None:
@@ -155,8 +157,8 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpu:
     return view
 
 
-def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
-    view = OffCpu(source=members.OFFCPU_FOLDED)
+def _read_bcc_offcpu(bundle: Bundle) -> OffCpuView:
+    view = OffCpuView(source=members.OFFCPU_FOLDED)
     try:
         pooled: dict[str, int] = {}
         for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED), bundle.log(members.OFFCPU_FOLDED)).items():
@@ -170,10 +172,14 @@ def _read_bcc_offcpu(bundle: Bundle) -> OffCpu:
     return view
 
 
-def read_offcpu(bundle: Bundle) -> OffCpu | None:
+def read_offcpu(bundle: Bundle) -> OffCpuView | None:
     """The off-CPU stacks of whichever backend wrote them (perf first), or None."""
     if bundle.has(members.OFFCPU_STACKS):
         return _read_perf_offcpu(bundle)
+    if bundle.has(members.OFFCPU_SLOTS):  # bcc, per time slot (the whole-capture folded file is its sum)
+        from profiler.analyzers.views.slots import read_offcpu_slots
+
+        return read_offcpu_slots(bundle)
     if bundle.has(members.OFFCPU_FOLDED):
         return _read_bcc_offcpu(bundle)
     return None

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, Series, ThreadSeries
-from profiler.analyzers.views import BundleViews, IOEvents, Syscalls
+from profiler.analyzers.views import BundleViews, IOEvents, SyscallsView
 
 from profiler.bundle import CollectorRecord, Manifest
 
@@ -49,7 +49,7 @@ def cut_proc(pd: ProcData, lo: float, hi: float) -> ProcData:
         events=[e for e in pd.events if lo <= float(e.get("t", lo)) <= hi])
 
 
-def cut_stat(ps: perfstat.PerfStat, start: float, lo: float, hi: float) -> perfstat.PerfStat:
+def cut_stat(ps: perfstat.PerfStatSeries, start: float, lo: float, hi: float) -> perfstat.PerfStatSeries:
     """perf stat intervals (ends counted from the collector's ``start``) that end inside the window."""
     events = {}
     for ev, (t, v) in ps.events.items():
@@ -91,7 +91,7 @@ def cut(v: BundleViews, lo: float, hi: float) -> BundleViews:
         srec = v.manifest.collector("syscalls")
         if rate is not None and srec is not None and srec.started is not None:
             rate = cut_stat(rate, srec.started, lo, hi)
-        out.syscalls = Syscalls(rows=rows, rate=rate)
+        out.syscalls = SyscallsView(rows=rows, rate=rate)
     if v.io is not None:
         io = dataclasses.replace(v.io)
         if io.events is not None:

@@ -4,20 +4,19 @@ The perf backend keeps one ftrace line per IO (block.trace.gz); this collector k
 time slot (``--interval``), device and op, a log-linear latency histogram (16 linear
 sub-buckets per power of two of nanoseconds), counts, bytes, sum and max, plus who issued
 the IOs. Issue and completion are paired in the kernel (collectors/bcc/bpf/blockio.c), system
-wide, so completions that run in interrupt context are never lost the way a per-event perf
-ring buffer can lose them. analyzers/io/histograms.py reads the file back into the same
+wide (its helper process sends the finished slots every interval), so completions that run in
+interrupt context are never lost the way a per-event perf ring buffer can lose them. analyzers/io/histograms.py reads the file back into the same
 percentiles and heatmap the analyzers compute from block.trace.gz.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters
+from profiler.collectors.bcc.common import BccCollector, comm_text
 
 from profiler.bundle import PARTIAL, CollectorRecord, members
 
@@ -29,7 +28,6 @@ OPS = {1: "R", 2: "W", 3: "D", 4: "F", 5: "O"}
 OP_NAMES = {"R": "read", "W": "write", "D": "discard", "F": "flush", "O": "other"}
 COUNTERS = ["issued", "completed", "unmatched_complete", "inflight_full", "hist_full", "tasks_full", "restamped",
             "preflush_complete"]
-SETTLE_NS = 50_000_000  # a slot is drained once it ended this long ago
 
 
 def dev_text(dev: int) -> str:
@@ -47,14 +45,8 @@ def dev_name(majmin: str) -> str | None:
 
 class BccBlockIO(BccCollector):
     name = "block-io"
-    source = "blockio.c"
-    tracepoints = (
-        ("block:block_rq_issue", "pf_rq_issue"),
-        ("block:block_rq_complete", "pf_rq_complete"),
-    )
+    program = "blockio.c"
     needs_targets = False  # system-wide: the disk is shared, writeback runs in kernel threads
-    has_cfg = True
-    drains = True
 
     def __init__(self, max_inflight: int = 16384, hist_entries: int = 65536, task_entries: int = 8192) -> None:
         super().__init__()
@@ -65,17 +57,19 @@ class BccBlockIO(BccCollector):
         self.devices: dict[str, str | None] = {}
         self.slots_written = 0
         self.ios = 0
+        self.header_written = False
+        self.tasks: list[list[Any]] = []
+        self.in_flight = 0
 
-    def defines(self, ctx: CaptureContext) -> dict[str, int | str]:
-        return {
-            "SLOT_NS": f"{self.interval_ns(ctx)}ULL",
-            "MAX_INFLIGHT": self.max_inflight,
-            "HIST_ENTRIES": self.hist_entries,
-            "TASK_ENTRIES": self.task_entries,
-        }
+    def settings(self, ctx: CaptureContext) -> dict[str, Any]:
+        return {"max_inflight": self.max_inflight, "hist_entries": self.hist_entries, "task_entries": self.task_entries}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
         self.out = self.open_member(ctx, MEMBER)
+
+    def _header(self) -> None:
+        """Written with the first slots: t0 is the helper's, known once it attached."""
+        self.header_written = True
         self._line({
             "kind": "header",
             "format": FORMAT,
@@ -83,7 +77,7 @@ class BccBlockIO(BccCollector):
             "unit": "ns",
             "clock": "monotonic",
             "t0": self.t0_ns / 1e9,
-            "slot_seconds": self.interval_ns(ctx) / 1e9,
+            "slot_seconds": self.slot_ns / 1e9,
             "buckets": {"scheme": "log-linear", "sub_bits": SUB_BITS, "max_exp": MAX_EXP},
             "ops": OP_NAMES,
             "targets": self.pids,
@@ -92,31 +86,11 @@ class BccBlockIO(BccCollector):
     def _line(self, obj: dict[str, Any]) -> None:
         self.out.write((json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
-    def drain(self, ctx: CaptureContext, final: bool) -> None:
-        cutoff = None if final else self.slot_of(ctx, time.monotonic_ns() - SETTLE_NS)
-        hist = self.bpf[b"hist"]
-        totals = self.bpf[b"totals"]
-        groups: dict[tuple[int, int, int], dict[str, Any]] = {}
-        hkeys = []
-        for k, v in hist.items():
-            if cutoff is not None and k.slot >= cutoff:
-                continue
-            g = groups.setdefault((k.slot, k.dev, k.op), {"hist": []})
-            g["hist"].append([int(k.bucket), int(v.value)])
-            hkeys.append(k)
-        tkeys = []
-        for k, v in totals.items():
-            if cutoff is not None and k.slot >= cutoff:
-                continue
-            g = groups.setdefault((k.slot, k.dev, k.op), {"hist": []})
-            g.update(count=int(v.count), bytes=int(v.bytes), sum_ns=int(v.sum_ns), max_ns=int(v.max_ns))
-            tkeys.append(k)
-        for k in hkeys:
-            del hist[k]
-        for k in tkeys:
-            del totals[k]
-        for (slot, dev, op), g in sorted(groups.items()):
-            start, end = self.slot_bounds(ctx, slot)
+    def on_data(self, ctx: CaptureContext, msg: dict[str, Any]) -> None:
+        if not self.header_written:
+            self._header()
+        for slot, dev, op, g in msg.get("groups") or []:
+            start, end = self.slot_bounds(slot)
             majmin = dev_text(dev)
             if majmin not in self.devices:
                 self.devices[majmin] = dev_name(majmin)
@@ -126,43 +100,48 @@ class BccBlockIO(BccCollector):
             self._line({"kind": "slot", "slot": slot, "t": round(start, 9), "end": round(end, 9),
                         "dev": majmin, "op": OPS.get(op, "O"), **g})
             self.slots_written += 1
+        if msg.get("final"):
+            self.tasks = msg.get("tasks") or []
+            self.in_flight = int(msg.get("in_flight_at_stop") or 0)
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
+        if not self.header_written:
+            self._header()
         targets = set(self.pids)
         tasks: list[dict[str, Any]] = []
-        for k, v in self.bpf[b"tasks"].items():
+        for dev, op, tid, tgid, comm, count, nbytes, sum_ns in self.tasks:
             tasks.append({
-                "dev": dev_text(k.dev), "op": OPS.get(k.op, "O"), "tid": int(k.tid), "pid": int(k.tgid),
-                "comm": comm_text(bytes(k.comm)), "count": int(v.count), "bytes": int(v.bytes),
-                "sum_ns": int(v.sum_ns), "target": int(k.tgid) in targets,
+                "dev": dev_text(dev), "op": OPS.get(op, "O"), "tid": int(tid), "pid": int(tgid),
+                "comm": comm_text(comm), "count": int(count), "bytes": int(nbytes),
+                "sum_ns": int(sum_ns), "target": int(tgid) in targets,
             })
         tasks.sort(key=lambda t: (-t["count"], t["dev"], t["op"], t["tid"]))
         for t in tasks:
             self._line({"kind": "task", **t})
-        counters = read_counters(self.bpf, COUNTERS)
-        in_flight = len(self.bpf[b"inflight"])
+        counters = {k: int(self.counters.get(k, 0)) for k in COUNTERS}
         self._line({"kind": "end", "ended": self.end_ns / 1e9, "counters": counters,
-                    "in_flight_at_stop": in_flight,
+                    "in_flight_at_stop": self.in_flight,
                     "devices": {k: v for k, v in sorted(self.devices.items())}})
         rec.files = [MEMBER]
         by_targets = sum(t["count"] for t in tasks if t["target"])
         total = sum(t["count"] for t in tasks)
-        rec.stats = {
+        dropped = counters["inflight_full"] + counters["hist_full"] + counters["tasks_full"]
+        rec.stats.update({
             "ios": counters["completed"],
             "issued": counters["issued"],
             "unmatched_complete": counters["unmatched_complete"],
-            "in_flight_at_stop": in_flight,
+            "in_flight_at_stop": self.in_flight,
             "requeued": counters["restamped"],
             "preflush_only": counters["preflush_complete"],
-            "dropped": counters["inflight_full"] + counters["hist_full"] + counters["tasks_full"],
+            "dropped": dropped,
             "slots": self.slots_written,
             "target_share": round(by_targets / total, 4) if total else None,
             "unit": "ns",
-        }
-        rec.stats["events"] = rec.stats["ios"]  # the capture summary's columns
-        rec.stats["lost"] = rec.stats["dropped"]
-        if rec.stats["dropped"]:
+            "events": counters["completed"],  # the capture summary's columns
+            "lost": dropped,
+        })
+        if dropped:
             rec.status = PARTIAL
-            rec.reason = (f"{rec.stats['dropped']} IO latencies dropped: kernel maps full "
+            rec.reason = (f"{dropped} IO latencies dropped: kernel maps full "
                           f"(inflight {counters['inflight_full']}, histogram {counters['hist_full']}, "
                           f"tasks {counters['tasks_full']})")

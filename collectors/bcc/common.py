@@ -1,64 +1,57 @@
-"""The bcc backend's shared parts (collectors layer): can this host run it, loading programs, symbols, the base collector.
+"""The bcc backend's shared parts (collectors layer): can this host run it, and the collector that runs a helper.
 
-The bcc collectors (bcc_blockio, bcc_syscalls, bcc_offcpu, bcc_futex) compile a C program
-from collectors/bcc/bpf/ with bcc, attach it to tracepoints only (no kprobes: many production
-kernels, this host's included, have none), let the kernel aggregate, and read the maps.
-Everything they write follows docs/bundle.md so the analyzers do not care which backend ran.
+The bcc collectors (blockio, syscalls, offcpu, futex) each run one program of
+collectors/bcc/bpf/ in a helper process of their own (collectors/bcc/helper.py): it loads the
+prebuilt object, or compiles the program with bcc when no object fits this kernel
+(collectors/bcc/objects.py), attaches to tracepoints only (no kprobes: many production
+kernels, this host's included, have none), lets the kernel aggregate, and sends the finished
+time slots every ``--interval``. The collector here writes them into the bundle as they come
+(docs/bundle.md), so the analyzers do not care which backend ran. A helper that dies (a fault
+in libbcc or clang, a signal) ends its own collector, with the reason, never the capture.
 
 ``bcc_status()`` is the one answer to "can the bcc backend run here": `profiler doctor` shows
-it and ``--backend auto`` follows it. It needs root, Debian's python3-bpfcc importable (the
-tool's venv is made with --system-site-packages from /usr/bin/python3), kernel headers under
-/lib/modules/$(uname -r)/build (scripts/bcc-headers.sh links Debian's linux-headers there
-when the running kernel has none), and a trivial tracepoint program that compiles, loads
-and attaches.
+it and ``--backend auto`` follows it. It needs root, tracefs, a kernel that loads BPF
+tracepoint programs, and either the prebuilt objects fitting this kernel's tracepoints, or
+Debian's python3-bpfcc and kernel headers to compile them (scripts/bcc-headers.sh).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import glob
-import importlib.resources
+import importlib.util
+import json
 import os
 import platform
 import re
-import tempfile
+import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections import deque
+from typing import IO, Any
 
 from profiler.collectors import host
+from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
+from profiler.collectors.bcc import bpfsys, objects
+from profiler.collectors.bcc.symbols import KERNEL_SUFFIX, clean
 
 from profiler.bundle import FAILED, OK, PARTIAL, RUNNING, CollectorRecord
 from profiler.errors import CapabilityError
 
-HEADERS_SCRIPT = "scripts/bcc-headers.sh"
-TRIVIAL_PROGRAM = """
-BPF_ARRAY(hits, u64, 1);
-int pf_probe(struct tracepoint__raw_syscalls__sys_enter *args)
-{
-    u32 zero = 0;
-    u64 *v = hits.lookup(&zero);
-    if (v)
-        __sync_fetch_and_add(v, 1);
-    return 1;  /* 0 would hide the event from perf users of the tracepoint */
-}
-"""
+__all__ = ["KERNEL_SUFFIX", "BccCollector", "bcc_status", "clean", "comm_text", "syscall_name", "syscall_names"]
 
-# Up to this many targets are tested with a compare chain compiled into the program instead
-# of a hash lookup on every event (see is_target() in collectors/bcc/bpf/*.c).
-MAX_INLINE_TARGETS = 16
+HEADERS_SCRIPT = "scripts/bcc-headers.sh"
+# r0 = 1; exit: the smallest tracepoint program, loaded to ask whether the kernel takes BPF from us
+_TRIVIAL = bytes.fromhex("b700000001000000" "9500000000000000")
 
 # A collector whose programs the kernel skipped for more than this share of its events is partial.
 MISSED_SHARE_PARTIAL = 0.01
-
-# libbcc is not for two threads at once: compiling (clang inside it), and freeing a program's
-# module (LLVM objects, tables) while the session stops collectors side by side (a pytest run
-# crashed once in the free).
-_LIBBCC_LOCK = threading.Lock()
+START_WAIT = 2.0  # check_started waits this long for the helper to attach (a compile goes on after)
+STOP_WAIT = 60.0  # the helper's last drain and its exit
 
 
 # --------------------------------------------------------------------------- host check
@@ -85,63 +78,60 @@ def headers_present(release: str | None = None) -> bool:
     return os.path.isdir(os.path.join(d, "include")) or os.path.isfile("/sys/kernel/kheaders.tar.xz")
 
 
-@contextlib.contextmanager
-def captured_stderr() -> Iterator[list[str]]:
-    """Send fd 2 to a temp file for the block (clang prints its diagnostics there); yield its text."""
-    out: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        saved = os.dup(2)
-        try:
-            os.dup2(tmp.fileno(), 2)
-            yield out
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            out.append(tmp.read().decode("utf-8", "replace"))
+def bcc_version() -> str:
+    try:
+        from importlib.metadata import version
 
+        return version("bcc")
+    except Exception:
+        pass
+    try:
+        from bcc import version as v
 
-def _first_error(text: str) -> str:
-    for line in text.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:200]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else ""
+        return str(v.__version__)
+    except Exception:
+        return "?"
 
 
 def _check() -> tuple[bool, str, str | None]:
     release = platform.release()
     if os.geteuid() != 0:
         return False, "bcc needs root (CAP_BPF and CAP_PERFMON) to load programs", "run profiler as root (sudo)"
+    if not bpfsys.supported():
+        return False, f"no bpf() syscall number known for {platform.machine()}", None
+    tracefs = host.ensure_tracefs()[0]  # as root, mounted first when it is not (as perf and attach do)
+    if tracefs is None:
+        return False, "tracefs is not mounted: bcc cannot find tracepoints", host.MOUNT_TRACEFS
     try:
-        import bcc  # noqa: F401
-    except ImportError:
-        return (False, "python bcc module not importable from this Python",
+        os.close(bpfsys.prog_load(bpfsys.PROG_TRACEPOINT, _TRIVIAL, "pf_check"))
+    except OSError as exc:
+        return (False, f"the kernel does not load BPF tracepoint programs: {exc.strerror or exc}",
+                "check that bpf() is allowed (kernel.unprivileged_bpf_disabled does not apply to root; seccomp, lockdown)")
+    shipped = objects.shipped()
+    unusable = []
+    for source in sorted(objects.PROGRAMS):
+        obj = shipped.get(source)
+        if obj is None:
+            unusable.append(f"no prebuilt {source}")
+            continue
+        try:
+            objects.check(obj, tracefs)
+        except objects.ObjectUnusable as exc:
+            unusable.append(str(exc))
+    if not unusable:
+        built = next(iter(shipped.values())).built
+        return True, (f"prebuilt BPF objects fit this kernel's tracepoints (built with bcc {built.get('bcc', '?')} "
+                      f"on {built.get('kernel', '?')})"), None
+    why = unusable[0]
+    if importlib.util.find_spec("bcc") is None:
+        return (False, f"{why}, and the python bcc module is not importable to compile them",
                 "apt-get install python3-bpfcc (Debian/Ubuntu), and make the tool's venv with "
                 "/usr/bin/python3 -m venv --system-site-packages")
-    except Exception as exc:  # libbcc missing or broken: the module raises at import
-        return False, f"python bcc module fails to load: {exc}", "apt-get install --reinstall libbpfcc python3-bpfcc"
-    if host.ensure_tracefs()[0] is None:  # as root, mounted first when it is not (as perf and attach do)
-        return False, "tracefs is not mounted: bcc cannot find tracepoints", host.MOUNT_TRACEFS
     if not headers_present(release):
-        return (False, f"no kernel headers at {headers_dir(release)} (running kernel {release})",
-                _headers_fix(release))
-    from bcc import BPF
-
-    err = ""
-    try:
-        with _LIBBCC_LOCK, captured_stderr() as text:
-            b = BPF(text=TRIVIAL_PROGRAM.encode())
-            try:
-                b.attach_tracepoint(tp=b"raw_syscalls:sys_enter", fn_name=b"pf_probe")
-                b.detach_tracepoint(tp=b"raw_syscalls:sys_enter")
-            finally:
-                b.cleanup()
-    except Exception as exc:
-        err = _first_error("".join(text)) or str(exc)
-        return (False, f"a trivial tracepoint program does not compile or load: {err}",
-                f"check the headers at {headers_dir(release)} ({HEADERS_SCRIPT} status) and that bpf() is allowed")
-    return True, f"bcc {bcc_version()} compiles and attaches tracepoint programs (headers: {os.path.realpath(headers_dir(release))})", None
+        return (False, f"{why}, and there are no kernel headers at {headers_dir(release)} to compile them "
+                       f"(running kernel {release})", _headers_fix(release))
+    return True, (f"bcc {bcc_version()} compiles the programs at each capture ({why}; headers: "
+                  f"{os.path.realpath(headers_dir(release))})"), None
 
 
 @functools.lru_cache(maxsize=1)
@@ -152,101 +142,11 @@ def _cached_status() -> tuple[bool, str, str | None]:
 def bcc_status(refresh: bool = False) -> tuple[bool, str, str | None]:
     """(ok, reason, fix): whether the bcc backend can run on this host, and how to fix it if not.
 
-    The result is cached for the process (the check compiles a small program, ~0.3 s).
+    Cached for the process. No program is compiled and nothing of libbcc is loaded to answer.
     """
     if refresh:
         _cached_status.cache_clear()
     return _cached_status()
-
-
-def bcc_version() -> str:
-    try:
-        from bcc import version
-
-        return str(version.__version__)
-    except Exception:
-        return "?"
-
-
-# --------------------------------------------------------------------------- programs
-
-
-def program_source(name: str) -> str:
-    """The text of collectors/bcc/bpf/NAME (shipped as package data), with ``#include "common.h"``
-    replaced by the shared helpers' text (bcc compiles one string, so the include is done here)."""
-    bpf = importlib.resources.files("profiler.collectors.bcc") / "bpf"
-    text = (bpf / name).read_text(encoding="utf-8")
-    return text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
-
-
-def compile_program(name: str, defines: dict[str, int | str]) -> Any:
-    """Compile collectors/bcc/bpf/NAME with -D defines; a failure raises CapabilityError with clang's first error."""
-    from bcc import BPF
-
-    cflags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
-    text: list[str] = []
-    try:
-        with _LIBBCC_LOCK, captured_stderr() as text:
-            return BPF(text=program_source(name).encode(), cflags=cflags)
-    except Exception as exc:
-        err = _first_error("".join(text)) or str(exc)
-        raise CapabilityError(f"bcc could not compile {name}: {err}") from None
-
-
-def set_targets(bpf: Any, pids: list[int]) -> None:
-    table = bpf[b"targets"]
-    for pid in pids:
-        table[table.Key(pid)] = table.Leaf(1)
-
-
-def read_counters(bpf: Any, names: list[str]) -> dict[str, int]:
-    """The program's `counters` (a per-CPU array), summed over CPUs, by name."""
-    table = bpf[b"counters"]
-    out = {}
-    for i, name in enumerate(names):
-        if name:
-            key = table.Key(i)
-            out[name] = int(table.sum(key).value) if hasattr(table, "sum") else int(table[key].value)
-    return out
-
-
-# --------------------------------------------------------------------------- missed events
-
-_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
-_BPF_OBJ_GET_INFO_BY_FD = 15
-_RECURSION_MISSES_OFFSET = 208  # struct bpf_prog_info.recursion_misses (Linux 5.12+)
-
-
-class _InfoAttr(ctypes.Structure):
-    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64)]
-
-
-def recursion_misses(prog_fd: int) -> int | None:
-    """How many times the kernel skipped this program because another BPF program was running
-    on that CPU (tracepoint programs do not nest: a block completion interrupt arriving while a
-    syscall program runs is not seen). None where the kernel does not say."""
-    nr = _BPF_SYSCALL.get(platform.machine())
-    if nr is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(256)
-    attr = _InfoAttr(prog_fd, len(buf), ctypes.addressof(buf))
-    if libc.syscall(nr, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-        return None
-    if attr.info_len < _RECURSION_MISSES_OFFSET + 8:
-        return None
-    return int.from_bytes(buf.raw[_RECURSION_MISSES_OFFSET:_RECURSION_MISSES_OFFSET + 8], "little")
-
-
-def program_misses(bpf: Any, fn_names: list[str]) -> int | None:
-    total = 0
-    for fn in fn_names:
-        func = bpf.funcs.get(fn.encode())
-        n = recursion_misses(func.fd) if func is not None else None
-        if n is None:
-            return None
-        total += n
-    return total
 
 
 # --------------------------------------------------------------------------- syscall names
@@ -296,103 +196,64 @@ def syscall_name(nr: int) -> str:
     return syscall_names().get(nr, f"syscall_{nr}")
 
 
-# --------------------------------------------------------------------------- stacks
-
-KERNEL_SUFFIX = "_[k]"
-
-
-class Symbolizer:
-    """Turns stack ids from a BPF stack map into frame names, caching per (pid, address)."""
-
-    def __init__(self) -> None:
-        self._user: dict[tuple[int, int], str] = {}
-        self._kernel: dict[int, str] = {}
-
-    def user(self, pid: int, addr: int) -> str:
-        key = (pid, addr)
-        name = self._user.get(key)
-        if name is None:
-            from bcc import BPF
-
-            try:
-                sym, _off, module = BPF._sym_cache(pid).resolve(addr, True)
-            except Exception:
-                sym, module = None, None
-            if sym:
-                name = _clean(sym.decode("utf-8", "replace"))
-            elif module:
-                name = f"[{os.path.basename(module.decode('utf-8', 'replace'))}]"
-            else:
-                name = "[unknown]"
-            self._user[key] = name
-        return name
-
-    def kernel(self, addr: int) -> str:
-        name = self._kernel.get(addr)
-        if name is None:
-            from bcc import BPF
-
-            sym = BPF.ksym(addr)
-            text = sym.decode("utf-8", "replace") if sym else "[unknown]"
-            name = _clean(text) + KERNEL_SUFFIX
-            self._kernel[addr] = name
-        return name
+def comm_text(raw: bytes | str) -> str:
+    text = raw.split(b"\0", 1)[0].decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return clean(text)
 
 
-def _clean(frame: str) -> str:
-    """Folded stacks use ';' between frames and a space before the value: keep frames safe."""
-    return frame.replace(";", ":").replace("\n", " ").strip() or "[unknown]"
-
-
-def stack_addresses(table: Any, stack_id: int) -> list[int]:
-    """Addresses of one stack, innermost first ([] for a negative id or a missing entry)."""
-    if stack_id < 0:
-        return []
-    try:
-        return [a for a in table.walk(stack_id) if a]
-    except KeyError:
-        return []
-
-
-def comm_text(raw: bytes) -> str:
-    return _clean(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+def signal_text(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-rc).name}"
+    return f"exited with code {rc}"
 
 
 # --------------------------------------------------------------------------- base collector
 
 
 class BccCollector(CollectorBase):
-    """Compile, attach, let the kernel aggregate, drain or read the maps, detach.
+    """Run one program in a helper process; turn what it sends into bundle members.
 
-    Subclasses set ``name``, ``source``, ``tracepoints`` and implement ``defines``,
-    ``open_outputs``, ``drain`` (called every ``--interval`` from a background thread when
-    ``drains`` is set, and once more after detaching with ``final=True``) and ``finish`` (write
-    the remaining files, fill ``rec.stats``).
+    Subclasses set ``name`` and ``program`` and implement ``settings`` (map sizes and the like
+    for the helper), ``open_outputs`` (members written as the slots come), ``on_data`` (one
+    message of finished slots; ``msg["final"]`` on the last) and ``finish`` (write the
+    remaining members, fill ``rec.stats``). ``on_data`` runs on the reader thread, under
+    ``self.lock``; ``finish`` after the helper has ended.
 
-    Probes are detached in ``stop`` and, if the tool dies before that, by the kernel when the
-    process's file descriptors close: a killed profiler leaves nothing attached.
+    The programs are the helper's file descriptors: the kernel detaches and frees them when it
+    exits, however it exits, and the helper dies with the profiler (parent-death signal).
     """
 
     name = "bcc"
     backend = "bcc"
-    source = ""
-    tracepoints: tuple[tuple[str, str], ...] = ()
+    program = ""
     needs_targets = True
-    has_cfg = False  # the program has a `cfg` array whose slot 0 takes the capture start (ns)
-    drains = False  # a background thread moves finished time slots to the bundle every interval
+    prefer = "prebuilt"  # or "compile": bcc compiles the program even where the prebuilt object fits
 
     def __init__(self) -> None:
-        self.bpf: Any = None
         self.rec: CollectorRecord | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ctx: CaptureContext | None = None
         self.t0_ns = 0
         self.end_ns = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._stack = contextlib.ExitStack()
-        self._lock = threading.Lock()  # drain() runs from the poll thread and from stop()
-        self._drain_error: str | None = None
+        self.slot_ns = 1_000_000_000
         self.pids: list[int] = []
-        self.backend_reason: str | None = None  # set by bcc_backend.with_backend for the manifest
+        self.backend_reason: str | None = None  # set by backend.with_backend for the manifest
+        self.lock = threading.Lock()
+        self.attached = threading.Event()
+        self.how: str | None = None  # prebuilt | compiled
+        self.load_seconds: float | None = None
+        self.error: str | None = None  # what the helper said before it gave up
+        self.data_error: str | None = None  # a message we could not write
+        self.ended = False  # the helper sent its last message
+        self.misses: int | None = None
+        self.messages = 0
+        self.counters: dict[str, int] = {}
+        self.helper_cpu: float | None = None
+        self._reader: threading.Thread | None = None
+        self._stderr: deque[str] = deque(maxlen=20)
+        self._stack = contextlib.ExitStack()
+        self._stopping = False
 
     # -- protocol
 
@@ -400,7 +261,7 @@ class BccCollector(CollectorBase):
         ok, reason, fix = bcc_status()
         if not ok:
             return Probe(False, reason, fix)
-        for tp, _fn in self.tracepoints:
+        for tp, _fn in objects.PROGRAMS[self.program].tracepoints:
             tp_ok, why, fix = host.tracepoint_status(tp)
             if not tp_ok:
                 return Probe(False, why, fix)
@@ -411,139 +272,212 @@ class BccCollector(CollectorBase):
     def argv(self, ctx: CaptureContext) -> list[str]:
         return []
 
-    def defines(self, ctx: CaptureContext) -> dict[str, int | str]:
+    def settings(self, ctx: CaptureContext) -> dict[str, Any]:
         return {}
 
     def interval_ns(self, ctx: CaptureContext) -> int:
         return max(int(ctx.options.interval * 1e9), 10_000_000)
 
     def start(self, ctx: CaptureContext) -> None:
+        self.ctx = ctx
         self.rec = CollectorRecord(name=self.name, backend=self.backend, argv=[], status=RUNNING)
         self.pids = list(ctx.pids)
-        defines = self.defines(ctx)
-        if self.needs_targets and 0 < len(self.pids) <= MAX_INLINE_TARGETS:
-            defines["TARGET_TEST(t)"] = "(" + "||".join(f"(t)=={int(p)}" for p in self.pids) + ")"
-        self.bpf = compile_program(self.source, defines)
+        self.slot_ns = self.interval_ns(ctx)
+        tracefs = host.tracefs_path()
+        if tracefs is None:
+            raise CapabilityError(f"{self.name}: tracefs is not mounted")
+        settings = {"program": self.program, "tracefs": tracefs, "slot_ns": self.slot_ns, "prefer": self.prefer,
+                    "targets": self.pids if self.needs_targets else [], **self.settings(ctx)}
         try:
-            if self.needs_targets:
-                set_targets(self.bpf, self.pids)
-            self.t0_ns = time.monotonic_ns()
-            if self.has_cfg:
-                cfg = self.bpf[b"cfg"]
-                cfg[cfg.Key(0)] = cfg.Leaf(self.t0_ns)
-            for tp, fn in self.tracepoints:
-                self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn.encode())
-            self.open_outputs(ctx)
-        except Exception as exc:
-            self._cleanup()
-            if isinstance(exc, CapabilityError):
-                raise
-            raise CapabilityError(f"{self.name}: could not attach the bcc program: {exc}") from None
-        # slots count from t0 (set before attaching); the window is full from here on
-        self.rec.started = time.monotonic_ns() / 1e9
+            self.proc = _proc.spawn([sys.executable, "-m", "profiler.collectors.bcc.helper"], stdin_pipe=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(settings) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise CapabilityError(f"{self.name}: could not start the bcc helper: {exc.strerror or exc}") from None
+        self.open_outputs(ctx)
+        self._reader = threading.Thread(target=self._read, name=f"bcc-{self.name}", daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._read_stderr, name=f"bcc-{self.name}-err", daemon=True).start()
         ctx.writer.record(self.rec)
-        if self.drains:
-            self._thread = threading.Thread(target=self._poll, args=(ctx,), name=f"bcc-{self.name}", daemon=True)
-            self._thread.start()
+
+    def check_started(self, ctx: CaptureContext) -> None:
+        """Wait a moment for the helper to attach; a helper still compiling goes on in the background."""
+        self.wait_attached(START_WAIT)
+
+    def wait_attached(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the programs to be attached; raise with the helper's reason if it gave up."""
+        deadline = time.monotonic() + timeout
+        while not self.attached.is_set() and time.monotonic() < deadline:
+            if self.error is not None or (self.proc is not None and self.proc.poll() is not None and not self.attached.is_set()):
+                if self._reader is not None:
+                    self._reader.join(1.0)
+                raise CapabilityError(f"{self.name}: {self._failure()}")
+            self.attached.wait(0.05)
+        return self.attached.is_set()
+
+    def poll(self) -> str | None:
+        if self._stopping or self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            return None
+        return f"died: {self._failure()}"
+
+    def request_stop(self) -> None:
+        """End the window now (the session calls this on every collector first, so all windows end together)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.end_ns = time.monotonic_ns()
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.stdin.write((json.dumps({"cmd": "stop", "end_ns": self.end_ns}) + "\n").encode())
+                self.proc.stdin.flush()
 
     def stop(self, ctx: CaptureContext) -> CollectorRecord:
         rec = self.rec or CollectorRecord(name=self.name, backend=self.backend)
         if rec.status != RUNNING and rec.ended is not None:
             return rec  # already stopped
-        if self.bpf is None:
-            rec.status = FAILED
-            rec.reason = rec.reason or "never started"
+        if self.proc is None:
+            rec.status, rec.reason = FAILED, rec.reason or "never started"
             ctx.writer.record(rec)
             return rec
         self.request_stop()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        if self._reader is not None:
+            self._reader.join(STOP_WAIT)
+        rc = self._reap()
         try:
             rec.ended = self.end_ns / 1e9
-            with self._lock:
-                self.drain(ctx, final=True)
-            self.finish(ctx, rec)
-            self._note_misses(rec)
-            if self.backend_reason:
-                rec.stats["backend_reason"] = self.backend_reason
-            if rec.status == RUNNING:
-                rec.status = OK
-            if self._drain_error and rec.status == OK:
-                rec.status, rec.reason = PARTIAL, self._drain_error
-        except Exception as exc:
+            if rec.started is None and self.attached.is_set():
+                rec.started = self.t0_ns / 1e9
+            with self.lock:
+                self.finish(ctx, rec)
+            self._note(rec, rc)
+        except Exception as exc:  # noqa: BLE001 - kept what was written, said why
             rec.status = FAILED if not rec.files else PARTIAL
-            rec.reason = f"{self.name}: {exc}"
+            rec.reason = f"{self.name}: {type(exc).__name__}: {exc}"
         finally:
-            self._cleanup()
+            self._stack.close()
+            self.cleanup()
         ctx.writer.record(rec)
         return rec
-
-    def request_stop(self) -> None:
-        """Detach now (the session calls this on every collector first, so all windows end together)."""
-        self._stop.set()
-        if self.bpf is None or self.end_ns:
-            return
-        # the window ends before detaching: detaching waits for the kernel (an RCU grace period
-        # per tracepoint, 100 ms and more on a loaded host) and events keep arriving until done
-        self.end_ns = time.monotonic_ns()
-        for tp, _fn in self.tracepoints:
-            with contextlib.suppress(Exception):
-                self.bpf.detach_tracepoint(tp=tp.encode())
 
     # -- for subclasses
 
     def open_outputs(self, ctx: CaptureContext) -> None:
         """Open streaming members (kept open until stop) with self.open_member."""
 
-    def drain(self, ctx: CaptureContext, final: bool) -> None:
-        """Move finished time slots from the kernel maps to the bundle."""
+    def on_data(self, ctx: CaptureContext, msg: dict[str, Any]) -> None:
+        """One message of finished slots from the helper."""
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
-        """Write the members and stats once the programs are detached."""
+        """Write the remaining members and stats once the helper has ended."""
+
+    def cleanup(self) -> None:
+        """Give back what the collector holds (the shared symbolizer) once it has stopped."""
 
     def open_member(self, ctx: CaptureContext, name: str) -> Any:
         return self._stack.enter_context(ctx.writer.open_member(name))
 
-    def slot_of(self, ctx: CaptureContext, now_ns: int) -> int:
-        return max(0, (now_ns - self.t0_ns) // self.interval_ns(ctx))
-
-    def slot_bounds(self, ctx: CaptureContext, slot: int) -> tuple[float, float]:
-        step = self.interval_ns(ctx)
-        start = self.t0_ns + slot * step
-        end = start + step
+    def slot_bounds(self, slot: int) -> tuple[float, float]:
+        start = self.t0_ns + slot * self.slot_ns
+        end = start + self.slot_ns
         if self.end_ns and end > self.end_ns:
-            end = self.end_ns
+            end = max(start, self.end_ns)
         return start / 1e9, end / 1e9
 
     # -- internals
 
-    def _note_misses(self, rec: CollectorRecord) -> None:
-        """Events the kernel did not run our programs for (another BPF program on the CPU)."""
-        missed = program_misses(self.bpf, [fn for _tp, fn in self.tracepoints])
-        if missed is None:
-            return
-        rec.stats["missed_events"] = missed
-        rec.stats["lost"] = int(rec.stats.get("lost") or 0) + missed
-        events = rec.stats.get("events") or 0
-        if missed and missed > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
-            rec.status = PARTIAL
-            rec.reason = (f"the kernel skipped our program {missed} times ({missed / max(events, 1):.1%} of "
-                          f"{events} events): another BPF program was running on that CPU")
-
-    def _poll(self, ctx: CaptureContext) -> None:
-        period = ctx.options.interval
-        while not self._stop.wait(period):
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None and self.ctx is not None
+        for line in self.proc.stdout:
             try:
-                with self._lock:
-                    self.drain(ctx, final=False)
-            except Exception as exc:  # keep capturing; stop() reports it
-                self._drain_error = f"reading the kernel maps failed: {exc}"
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            kind = msg.get("kind")
+            if kind == "attached":
+                self.t0_ns, self.how = int(msg["t0"]), str(msg.get("how"))
+                self.load_seconds = msg.get("load_seconds")
+                if self.rec is not None:
+                    self.rec.started = int(msg.get("attached") or msg["t0"]) / 1e9
+                    self.rec.stats["loaded"] = str(msg.get("why") or self.how)
+                self.attached.set()
+            elif kind == "data":
+                self.messages += 1
+                self.counters = dict(msg.get("counters") or self.counters)
+                try:
+                    with self.lock:
+                        self.on_data(self.ctx, msg)
+                except Exception as exc:  # noqa: BLE001 - keep reading; stop() says it
+                    self.data_error = self.data_error or f"writing what the kernel aggregated failed: {type(exc).__name__}: {exc}"
+            elif kind == "end":
+                self.misses = msg.get("misses")
+                self.ended = True
+            elif kind == "error":
+                self.error = str(msg.get("message"))
 
-    def _cleanup(self) -> None:
+    def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        err: IO[bytes] = self.proc.stderr
+        for line in err:
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                self._stderr.append(text[:300])
+
+    def _reap(self) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
         try:
-            self._stack.close()
-        finally:
-            if self.bpf is not None:
-                with _LIBBCC_LOCK, contextlib.suppress(Exception):
-                    self.bpf.cleanup()
-            self.bpf = None
+            proc.wait(STOP_WAIT if proc.returncode is None else 0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        rc = _proc.reap(proc, self._cpu)
+        _proc.forget(proc)
+        return rc
+
+    def _cpu(self, seconds: float) -> None:
+        self.helper_cpu = round(seconds, 3)
+
+    def _failure(self) -> str:
+        if self.error:
+            return self.error
+        rc = self.proc.poll() if self.proc is not None else None
+        last = next((ln for ln in reversed(self._stderr) if "Error" in ln or "error" in ln), None)
+        return f"the bcc helper {signal_text(rc)}" + (f" ({last})" if last else "")
+
+    def _note(self, rec: CollectorRecord, rc: int | None) -> None:
+        rec.stats["backend_reason"] = self.backend_reason or rec.stats.get("backend_reason")
+        if self.how:
+            rec.stats["program"] = self.how
+        if self.load_seconds is not None:
+            rec.stats["load_seconds"] = self.load_seconds
+        if self.helper_cpu is not None:
+            rec.stats["helper_cpu_seconds"] = self.helper_cpu
+        if not rec.stats.get("backend_reason"):
+            rec.stats.pop("backend_reason", None)
+        if not self.ended:
+            # the helper died (or was killed) before its last message: what it sent is kept
+            rec.stats["died"] = True
+            secs = (self.end_ns - self.t0_ns) / 1e9 if self.t0_ns else 0.0
+            rec.status = PARTIAL if self.messages else FAILED
+            rec.reason = (f"{self._failure()} during the capture" + (f" (attached {secs:.1f}s before the stop)"
+                          if self.t0_ns else "") + f"; kept the {self.messages} intervals it had sent")
+            return
+        if self.misses is not None:
+            events = int(rec.stats.get("events") or 0)
+            rec.stats["missed_events"] = self.misses
+            rec.stats["lost"] = int(rec.stats.get("lost") or 0) + self.misses
+            if self.misses > MISSED_SHARE_PARTIAL * max(events, 1) and rec.status in (RUNNING, OK):
+                rec.status = PARTIAL
+                rec.reason = (f"the kernel skipped our program {self.misses} times ({self.misses / max(events, 1):.1%} "
+                              f"of {events} events): another BPF program was running on that CPU")
+        if rec.status == RUNNING:
+            rec.status = OK
+        problem = self.error or self.data_error
+        if problem and rec.status == OK:
+            rec.status, rec.reason = PARTIAL, problem
+        if rc not in (0, None) and rec.status == OK:
+            rec.status, rec.reason = PARTIAL, f"the bcc helper {signal_text(rc)} after its last message"

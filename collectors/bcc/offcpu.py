@@ -1,12 +1,16 @@
-"""Off-CPU (blocked) time by stack from sched:sched_switch with bcc (collectors layer): offcpu.folded.gz.
+"""Off-CPU (blocked) time by stack, thread and time slot from sched:sched_switch with bcc (collectors layer).
 
 collectors/bcc/bpf/offcpu.c takes the user and kernel stacks of a target thread as it switches
-out and adds the time until it switches back in, per thread, state and stack pair, in the
-kernel. At stop the stacks are symbolized (the targets must still be alive for user frames)
-and written as folded stacks whose value is nanoseconds blocked:
-``thread-comm;user outermost;...;user innermost;kernel outermost_[k];...;kernel innermost_[k] NS``.
-Per-thread, per-state totals (runnable = preempted and waiting for a CPU, sleep = S,
-disk = D, other) and the lost-stack counts go to offcpu.summary.json and the manifest.
+out and, when it switches back in, adds the time it was off the CPU per slot, thread, state
+and stack pair, in the kernel. Its helper process sends the finished slots every
+``--interval`` with the addresses of stacks not seen before; they are named here
+(collectors/bcc/symbols.py, while the targets are alive) and written as they come to
+``offcpu.slots.jsonl.gz`` (collectors/bcc/slots.py: every slot's blocked time per thread, state
+and stack, a wait spanning slots split exactly between them). At the stop, threads still off
+the CPU get their time up to the stop, and the whole-capture files are written from the same
+rows: ``offcpu.folded.gz`` (``thread-comm;user outermost;...;kernel innermost_[k] NS``) and
+``offcpu.summary.json`` (per-thread, per-state totals: runnable = preempted and waiting for a
+CPU, sleep = S, disk = D, other; and the lost-stack counts).
 
 Stack maps are hash tables without chaining: a stack whose bucket is taken by another is
 lost (``-EEXIST``), silently in most tools. Here every lost stack is counted, its time kept
@@ -20,28 +24,31 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc.common import (
-    BccCollector,
-    Symbolizer,
-    comm_text,
-    read_counters,
-    stack_addresses,
+from profiler.collectors.bcc import symbols
+from profiler.collectors.bcc.common import BccCollector, comm_text
+from profiler.collectors.bcc.slots import (
+    EFAULT,
+    LOST_KERNEL,
+    LOST_USER,
+    StackTable,
+    header,
+    interval_parts,
+    json_line,
+    spread,
+    trim_tracing,
 )
 
 from profiler.bundle import PARTIAL, CollectorRecord, members
 
+__all__ = ["LOST_KERNEL", "LOST_USER", "BccOffCpu", "fold_frames", "state_class", "trim_tracing"]
+
 MEMBER = members.OFFCPU_FOLDED
 SUMMARY = members.OFFCPU_SUMMARY
+SLOTS = members.OFFCPU_SLOTS
+FORMAT = "profiler.offcpu-slots"
 STATES = {0: "runnable", 1: "sleep", 2: "disk", 3: "other"}
-COUNTERS = ["switch_out", "switch_in", "offstart_full", "blocked_full",
-            "user_stack_collision", "user_stack_error", "kernel_stack_collision", "kernel_stack_error",
-            "no_user_stack", "kernel_stack_reused"]
-EFAULT, EEXIST = 14, 17
 LOST_SHARE_PARTIAL = 0.01
-LOST_USER = "[lost user stack]"
-LOST_KERNEL = "[lost kernel stack]" + "_[k]"
 
 
 def state_class(state: int) -> int:
@@ -58,18 +65,6 @@ def state_class(state: int) -> int:
     return 3
 
 
-TRACING_FRAMES = ("__traceiter_", "__bpf_trace_", "bpf_trace_run", "perf_trace_", "trace_call_bpf",
-                  "bpf_get_stackid", "__probestub_", "bpf_prog_")
-
-
-def trim_tracing(kernel: list[str]) -> list[str]:
-    """Drop the tracepoint and BPF frames on top of a kernel stack (innermost first): they are ours."""
-    i = 0
-    while i < len(kernel) and kernel[i].startswith(TRACING_FRAMES):
-        i += 1
-    return kernel[i:]
-
-
 def fold_frames(comm: str, user: list[str], kernel: list[str]) -> str:
     """Frames are innermost first in the maps; folded stacks go root first."""
     return ";".join([comm, *reversed(user), *reversed(kernel)])
@@ -77,105 +72,138 @@ def fold_frames(comm: str, user: list[str], kernel: list[str]) -> str:
 
 class BccOffCpu(BccCollector):
     name = "offcpu-stacks"
-    source = "offcpu.c"
-    tracepoints = (("sched:sched_switch", "pf_sched_switch"),)
+    program = "offcpu.c"
 
     def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 65536,
-                 max_threads: int = 16384, kernel_stack_every: int = 8) -> None:
+                 max_threads: int = 16384, kernel_stack_every: int = 8, ongoing: bool = False) -> None:
         super().__init__()
         self.kernel_stack_every = max(1, kernel_stack_every)
         self.user_stacks = user_stacks
         self.kernel_stacks = kernel_stacks
         self.blocked_entries = blocked_entries
         self.max_threads = max_threads
+        self.ongoing_wanted = ongoing  # the live view: threads off the CPU right now, every interval
+        self.out: Any = None
+        self.table: StackTable | None = None
+        self.sym: symbols.Symbols | None = None
+        self.folded: dict[str, int] = defaultdict(int)
+        self.threads: dict[int, dict[str, Any]] = {}
+        self.by_state: dict[str, int] = defaultdict(int)
+        self.lost_ns = 0
+        self.total_ns = 0
+        self.slots: set[int] = set()
+        self.still_off = 0
+        self.ongoing: list[list[Any]] = []  # [tgid, tid, comm, state, stack frames, since_ns]
+        self.header_written = False
 
-    def defines(self, ctx: CaptureContext) -> dict[str, int | str]:
-        return {"USER_STACKS": self.user_stacks, "KERNEL_STACKS": self.kernel_stacks,
-                "BLOCKED_ENTRIES": self.blocked_entries, "MAX_THREADS": self.max_threads,
-                "KSTACK_EVERY": self.kernel_stack_every}
+    def settings(self, ctx: CaptureContext) -> dict[str, Any]:
+        return {"user_stacks": self.user_stacks, "kernel_stacks": self.kernel_stacks,
+                "blocked_entries": self.blocked_entries, "max_threads": self.max_threads,
+                "kcache_entries": self.max_threads, "kstack_every": self.kernel_stack_every,
+                "ongoing": self.ongoing_wanted}
 
-    def _still_off(self) -> list[tuple[int, int, int, int, str, int, int, int]]:
-        """Threads switched out in the window and not back when it ended: their time up to the end."""
-        out = []
-        for k, o in self.bpf[b"offstart"].items():
-            tid, ts = int(k.value), int(o.ts)
-            if not self.t0_ns <= ts <= self.end_ns:
-                continue
-            comm = host.read_text(f"/proc/{int(o.tgid)}/task/{tid}/comm")
-            if comm is None:
-                continue  # the thread exited while off the CPU
-            out.append((int(o.tgid), tid, int(o.ustack), int(o.kstack), comm_text(comm.encode()),
-                        state_class(int(o.state)), self.end_ns - ts, 0))
-        return out
+    def open_outputs(self, ctx: CaptureContext) -> None:
+        self.out = self.open_member(ctx, SLOTS)
+        self.sym = symbols.acquire()
+        self.table = StackTable(self.sym, lambda obj: self.out.write(json_line(obj)))
+
+    def on_data(self, ctx: CaptureContext, msg: dict[str, Any]) -> None:
+        assert self.table is not None
+        self._header()
+        self.table.learn(msg)
+        parts: dict[int, list[list[Any]]] = defaultdict(list)
+        for slot, back, tgid, tid, comm, st, us, ks, total, count, head in msg.get("rows") or []:
+            c = comm_text(comm)
+            stack = self.table.id(tgid, us, ks)
+            for s, ns in spread(slot, back, total, count, head, self.slot_ns):
+                parts[s].append([tid, tgid, c, STATES.get(st, "other"), stack, ns, count if s == slot else 0])
+            self._total(tgid, tid, c, st, us, ks, stack, total, count)
+        end = self.end_ns
+        for tgid, tid, comm, raw_state, us, ks, since in msg.get("still_off") or []:
+            c, st = comm_text(comm), state_class(raw_state)
+            stack = self.table.id(tgid, us, ks)
+            for s, ns in interval_parts(since, end, self.t0_ns, self.slot_ns):
+                parts[s].append([tid, tgid, c, STATES[st], stack, ns, 0])
+            self._total(tgid, tid, c, st, us, ks, stack, max(0, end - since), 0)
+            self.still_off += 1
+        if "ongoing" in msg:
+            self.ongoing = [[tgid, tid, comm_text(comm), STATES[state_class(raw)], self.table.frames[self.table.id(tgid, us, ks)],
+                             since] for tgid, tid, comm, raw, us, ks, since in msg["ongoing"]]
+        for s in sorted(parts):
+            start, stop = self.slot_bounds(s)
+            self.out.write(json_line({"kind": "slot", "slot": s, "t": round(start, 9), "end": round(stop, 9),
+                                      "rows": parts[s]}))
+            self.slots.add(s)
+
+    def cleanup(self) -> None:
+        if self.sym is not None:
+            symbols.release(self.sym)
+            self.sym = None
+
+    def _header(self) -> None:
+        if not self.header_written:
+            self.header_written = True
+            self.out.write(json_line(header(FORMAT, self.t0_ns, self.slot_ns, states=list(STATES.values()),
+                                            targets=self.pids)))
+
+    def _total(self, pid: int, tid: int, comm: str, st: int, us: int, ks: int, stack: int, ns: int, count: int) -> None:
+        assert self.table is not None
+        state = STATES.get(st, "other")
+        self.total_ns += ns
+        self.by_state[state] += ns
+        t = self.threads.setdefault(tid, {"tid": tid, "pid": pid, "comm": comm, "switches": 0,
+                                          **{s: 0 for s in STATES.values()}})
+        t[state] += ns
+        t["switches"] += count
+        if (us < 0 and us != -EFAULT) or ks < 0:
+            self.lost_ns += ns
+        self.folded[f"{comm};{self.table.frames[stack]}".rstrip(";")] += ns
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
-        sym = Symbolizer()
-        ustacks, kstacks = self.bpf[b"ustacks"], self.bpf[b"kstacks"]
-        folded: dict[str, int] = defaultdict(int)
-        threads: dict[int, dict[str, Any]] = {}
-        by_state: dict[str, int] = defaultdict(int)
-        cache: dict[tuple[int, int, int, str], str] = {}
-        lost_ns = total_ns = 0
-        entries = [(int(k.tgid), int(k.tid), int(k.ustack), int(k.kstack), comm_text(bytes(k.comm)),
-                    int(k.state), int(v.total_ns), int(v.count)) for k, v in self.bpf[b"blocked"].items()]
-        still_off = self._still_off()
-        entries += still_off
-        for pid, tid, us, ks, comm, st, ns, count in entries:
-            state = STATES.get(st, "other")
-            total_ns += ns
-            by_state[state] += ns
-            t = threads.setdefault(tid, {"tid": tid, "pid": pid, "comm": comm, "switches": 0,
-                                         **{s: 0 for s in STATES.values()}})
-            t[state] += ns
-            t["switches"] += count
-            if (us < 0 and us != -EFAULT) or ks < 0:
-                lost_ns += ns
-            key = (pid, us, ks, comm)
-            line = cache.get(key)
-            if line is None:
-                user = [sym.user(pid, a) for a in stack_addresses(ustacks, us)] if us >= 0 else (
-                    [] if us == -EFAULT else [LOST_USER])
-                kernel = trim_tracing([sym.kernel(a) for a in stack_addresses(kstacks, ks)]) if ks >= 0 else [LOST_KERNEL]
-                line = cache[key] = fold_frames(comm, user, kernel)
-            folded[line] += ns
+        c = self.counters
+        lost_user = int(c.get("user_stack_collision", 0)) + int(c.get("user_stack_error", 0))
+        lost_kernel = int(c.get("kernel_stack_collision", 0)) + int(c.get("kernel_stack_error", 0))
+        dropped = int(c.get("offstart_full", 0)) + int(c.get("blocked_full", 0))
+        self._header()
+        self.out.write(json_line({"kind": "end", "ended": self.end_ns / 1e9, "counters": c, "slots": len(self.slots)}))
         with ctx.writer.open_member(MEMBER) as fh:
-            fh.write("".join(f"{s} {n}\n" for s, n in sorted(folded.items()) if n > 0).encode())
-        counters = read_counters(self.bpf, COUNTERS)
-        lost_user = counters["user_stack_collision"] + counters["user_stack_error"]
-        lost_kernel = counters["kernel_stack_collision"] + counters["kernel_stack_error"]
+            fh.write("".join(f"{s} {n}\n" for s, n in sorted(self.folded.items()) if n > 0).encode())
         summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
-            "by_state": {s: by_state.get(s, 0) for s in STATES.values()},
-            "threads": sorted(threads.values(), key=lambda t: t["tid"]),
+            "by_state": {s: self.by_state.get(s, 0) for s in STATES.values()},
+            "threads": sorted(self.threads.values(), key=lambda t: t["tid"]),
             "lost": {"user_stacks": lost_user, "kernel_stacks": lost_kernel,
-                     "no_user_stack": counters["no_user_stack"], "lost_ns": lost_ns,
-                     "dropped_switches": counters["offstart_full"] + counters["blocked_full"]},
+                     "no_user_stack": int(c.get("no_user_stack", 0)), "lost_ns": self.lost_ns,
+                     "dropped_switches": dropped},
             "stack_map_entries": {"user": self.user_stacks, "kernel": self.kernel_stacks},
         }
         with ctx.writer.open_member(SUMMARY) as fh:
             fh.write((json.dumps(summary, indent=1, sort_keys=True) + "\n").encode())
-        rec.files = [MEMBER, SUMMARY]
-        rec.stats = {
-            "switches": counters["switch_out"],
-            "blocked_ns": total_ns,
-            "stacks": len(folded),
-            "still_off_at_stop": len(still_off),
-            "kernel_stacks_reused": counters["kernel_stack_reused"],
+        rec.files = [SLOTS, MEMBER, SUMMARY]
+        rec.stats.update({
+            "switches": int(c.get("switch_out", 0)),
+            "blocked_ns": self.total_ns,
+            "stacks": len(self.folded),
+            "slots": len(self.slots),
+            "still_off_at_stop": self.still_off,
+            "kernel_stacks_reused": int(c.get("kernel_stack_reused", 0)),
             "kernel_stack_every": self.kernel_stack_every,
             "lost_user_stacks": lost_user,
             "lost_kernel_stacks": lost_kernel,
-            "stack_collisions": counters["user_stack_collision"] + counters["kernel_stack_collision"],
-            "lost_stack_ns": lost_ns,
-            "dropped": summary["lost"]["dropped_switches"],
+            "stack_collisions": int(c.get("user_stack_collision", 0)) + int(c.get("kernel_stack_collision", 0)),
+            "lost_stack_ns": self.lost_ns,
+            "dropped": dropped,
             "unit": "ns",
-            **{f"{s}_ns": by_state.get(s, 0) for s in STATES.values()},
-        }
-        rec.stats["events"] = counters["switch_out"]
-        rec.stats["lost"] = lost_user + lost_kernel + rec.stats["dropped"]
-        share = lost_ns / total_ns if total_ns else 0.0
-        if share > LOST_SHARE_PARTIAL or rec.stats["dropped"]:
+            **{f"{s}_ns": self.by_state.get(s, 0) for s in STATES.values()},
+            "events": int(c.get("switch_out", 0)),
+            "lost": lost_user + lost_kernel + dropped,
+        })
+        if self.sym is not None and self.sym.fallback:
+            rec.stats["symbolizer"] = self.sym.fallback
+        share = self.lost_ns / self.total_ns if self.total_ns else 0.0
+        if share > LOST_SHARE_PARTIAL or dropped:
             rec.status = PARTIAL
             rec.reason = (f"{share:.1%} of blocked time has a lost stack ({lost_user} user, {lost_kernel} kernel"
                           f" stacks lost; stack maps {self.user_stacks}/{self.kernel_stacks} entries)"
-                          + (f"; {rec.stats['dropped']} switches dropped: maps full" if rec.stats["dropped"] else ""))
+                          + (f"; {dropped} switches dropped: maps full" if dropped else ""))

@@ -2,28 +2,25 @@
 
 The same file as the perf backend (docs/bundle.md: ``time,tid,comm,syscall,count,total_ns``
 per interval), made without one record per syscall: collectors/bcc/bpf/syscalls.c keeps
-count and total time per (time slot, thread, syscall) for the targets' threads, and this
-collector moves finished slots to the CSV every ``--interval``. ``time`` is the start of the
-interval (monotonic seconds), as the perf backend writes it; a call counts in the interval
-where it returned. Names come from the kernel's syscall table (:func:`profiler.collectors.bcc.common.syscall_names`).
+count and total time per (time slot, thread, syscall) for the targets' threads, and its
+helper process sends the finished slots every ``--interval``, written here as they come.
+``time`` is the start of the interval (monotonic seconds), as the perf backend writes it; a
+call counts in the interval where it returned. Names come from the kernel's syscall table
+(:func:`profiler.collectors.bcc.common.syscall_names`).
 """
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
 
 from profiler.collectors import host
 from profiler.collectors.base import CaptureContext
-from profiler.collectors.bcc.common import BccCollector, comm_text, read_counters, syscall_name
+from profiler.collectors.bcc.common import BccCollector, comm_text, syscall_name
 
 from profiler.bundle import PARTIAL, CollectorRecord, members
 
 MEMBER = members.SYSCALLS
 HEADER = "time,tid,comm,syscall,count,total_ns\n"
-COUNTERS = ["enters", "exits", "start_full", "counts_full", "began_before"]
-SETTLE_NS = 50_000_000
 NO_RETURN = ("exit", "exit_group")
 
 
@@ -36,13 +33,7 @@ def csv_field(text: str) -> str:
 
 class BccSyscalls(BccCollector):
     name = "syscalls"
-    source = "syscalls.c"
-    tracepoints = (
-        ("raw_syscalls:sys_enter", "pf_sys_enter"),
-        ("raw_syscalls:sys_exit", "pf_sys_exit"),
-    )
-    has_cfg = True
-    drains = True
+    program = "syscalls.c"
 
     def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
         super().__init__()
@@ -51,74 +42,65 @@ class BccSyscalls(BccCollector):
         self.out: Any = None
         self.rows = 0
         self.calls = 0
-        self.in_flight: list[tuple[int, int, int]] = []
+        self.slots: set[int] = set()
+        self.in_flight = 0
+        self.comms: dict[int, str] = {}
 
-    def defines(self, ctx: CaptureContext) -> dict[str, int | str]:
-        return {"SLOT_NS": f"{self.interval_ns(ctx)}ULL", "MAX_THREADS": self.max_threads,
-                "COUNT_ENTRIES": self.count_entries}
+    def settings(self, ctx: CaptureContext) -> dict[str, Any]:
+        return {"max_threads": self.max_threads, "count_entries": self.count_entries}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
         self.out = self.open_member(ctx, MEMBER)
         self.out.write(HEADER.encode())
 
-    def drain(self, ctx: CaptureContext, final: bool) -> None:
-        cutoff = None if final else self.slot_of(ctx, time.monotonic_ns() - SETTLE_NS)
-        counts = self.bpf[b"counts"]
+    def on_data(self, ctx: CaptureContext, msg: dict[str, Any]) -> None:
         rows: dict[tuple[int, int, int], list[Any]] = {}
-        keys = []
-        for k, v in counts.items():
-            if cutoff is not None and k.slot >= cutoff:
-                continue
-            rows[(int(k.slot), int(k.tid), int(k.nr))] = [comm_text(bytes(v.comm)), int(v.count), int(v.total_ns)]
-            keys.append(k)
-        for k in keys:
-            del counts[k]
-        if final:
-            self._add_in_flight(ctx, rows)
+        for slot, tid, _tgid, nr, comm, count, total in msg.get("rows") or []:
+            c = self.comms[tid] = comm_text(comm)
+            row = rows.setdefault((slot, tid, nr), [c, 0, 0])
+            row[1] += count
+            row[2] += total
+        if msg.get("final"):
+            self._add_in_flight(msg.get("in_flight") or [], rows)
         lines = []
         for (slot, tid, nr), (comm, count, total) in sorted(rows.items()):
             if not count and not total:
                 continue
-            start, _end = self.slot_bounds(ctx, slot)
+            start, _end = self.slot_bounds(slot)
             lines.append(f"{start:.6f},{tid},{csv_field(comm)},{syscall_name(nr)},{count},{total}\n")
             self.calls += count
+            self.slots.add(slot)
         self.rows += len(lines)
         if lines:
             self.out.write("".join(lines).encode())
 
-    def _add_in_flight(self, ctx: CaptureContext, rows: dict[tuple[int, int, int], list[Any]]) -> None:
+    def _add_in_flight(self, calls: list[list[Any]], rows: dict[tuple[int, int, int], list[Any]]) -> None:
         """Calls entered but not returned when the capture stopped: count them, time up to the stop."""
-        last = self.slot_of(ctx, self.end_ns)
-        comms = {tid: row[0] for (_s, tid, _nr), row in rows.items()}
-        for k, v in self.bpf[b"start"].items():
-            tid, nr, ts = int(k.value), int(v.nr), int(v.ts)
-            if ts < self.t0_ns or ts > self.end_ns:
-                continue
+        last = max(0, (self.end_ns - self.t0_ns) // self.slot_ns)
+        for tid, nr, ts, alive in calls:
             # exit and exit_group never return, nor does a call whose thread is gone: count, no time
-            alive = syscall_name(nr) not in NO_RETURN and os.path.exists(f"/proc/{tid}")
-            spent = self.end_ns - ts if alive else 0
-            row = rows.setdefault((last, tid, nr), [comms.get(tid) or _thread_comm(tid), 0, 0])
+            spent = self.end_ns - ts if alive and syscall_name(nr) not in NO_RETURN else 0
+            comm = self.comms.get(tid) or host.read_text(f"/proc/{tid}/comm") or "?"
+            row = rows.setdefault((last, tid, nr), [comm_text(comm.strip()), 0, 0])
             row[1] += 1
             row[2] += spent
-            self.in_flight.append((tid, nr, spent))
+            self.in_flight += 1
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
-        counters = read_counters(self.bpf, COUNTERS)
+        c = self.counters
         rec.files = [MEMBER]
-        rec.stats = {
+        dropped = int(c.get("start_full", 0)) + int(c.get("counts_full", 0))
+        rec.stats.update({
             "syscalls": self.calls,
             "rows": self.rows,
-            "in_flight_at_stop": len(self.in_flight),
-            "began_before_start": counters["began_before"],
-            "dropped": counters["start_full"] + counters["counts_full"],
-        }
-        rec.stats["events"] = self.calls
-        rec.stats["lost"] = rec.stats["dropped"]
-        if rec.stats["dropped"]:
+            "slots": len(self.slots),
+            "in_flight_at_stop": self.in_flight,
+            "began_before_start": int(c.get("began_before", 0)),
+            "dropped": dropped,
+            "events": self.calls,
+            "lost": dropped,
+        })
+        if dropped:
             rec.status = PARTIAL
-            rec.reason = (f"{rec.stats['dropped']} syscalls not counted: kernel maps full "
-                          f"(threads {counters['start_full']}, counts {counters['counts_full']})")
-
-
-def _thread_comm(tid: int) -> str:
-    return host.read_text(f"/proc/{tid}/comm") or "?"
+            rec.reason = (f"{dropped} syscalls not counted: kernel maps full "
+                          f"(threads {c.get('start_full', 0)}, counts {c.get('counts_full', 0)})")

@@ -202,7 +202,7 @@ class RecordCollector(PerfCollector):
                 p.unlink()
 
 
-class CpuStacks(RecordCollector):
+class CpuStacksCollector(RecordCollector):
     name = "cpu-stacks"
     events = ["cpu-clock"]
     output = OUTPUT

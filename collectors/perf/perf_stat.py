@@ -162,7 +162,7 @@ class HardwareStat(PerfCollector):
                 "-o", str(ctx.writer.path(f".{OUTPUT}.hw.tmp"))]
 
 
-class PerfStat(CollectorBase):
+class PerfStatCollector(CollectorBase):
     name = "perf-stat"
     backend = "perf"
     events = SOFTWARE_EVENTS

@@ -111,7 +111,7 @@ def parse_status_urls(values: list[str]) -> dict[int | None, list[str]]:
     return out
 
 
-class ServerStatus(CollectorBase):
+class ServerStatusCollector(CollectorBase):
     """Collector protocol: one worker thread per target that has a status port."""
 
     name = "server-status"

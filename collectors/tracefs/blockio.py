@@ -401,7 +401,7 @@ class RawReader:
         self.fds = []
 
 
-class BlockIO(CollectorBase):
+class BlockIOCollector(CollectorBase):
     name = "block-io"
     backend = "tracefs"
     rec: CollectorRecord

@@ -22,6 +22,8 @@ OFFCPU_INTERVALS = "offcpu.csv.gz"
 # ... or the bcc backend's blocked time summed in the kernel per stack, and its per-thread totals
 OFFCPU_FOLDED = "offcpu.folded.gz"
 OFFCPU_SUMMARY = "offcpu.summary.json"
+# ... and the same blocked time per time slot and thread (bcc: every second of the capture)
+OFFCPU_SLOTS = "offcpu.slots.jsonl.gz"
 
 # block IO: the perf backend's block_rq_* events, binary columns (bundle format v4) ...
 BLOCK_EVENTS = "block.events.bin"
@@ -38,6 +40,7 @@ SYSCALLS_RATE = "syscalls-rate.csv"
 # futex waits (bcc backend): time waited per stack, and per-thread totals
 FUTEX_FOLDED = "futex.folded.gz"
 FUTEX_SUMMARY = "futex.summary.json"
+FUTEX_SLOTS = "futex.slots.jsonl.gz"
 
 # server-status: every request to the targets' HTTP status ports (index, JSON lines) ...
 SERVER_STATUS = "server-status.jsonl"

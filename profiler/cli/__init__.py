@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import typer
 
 from profiler import __version__
-from profiler.errors import Interrupted, ProfilerError
+from profiler.errors import Interrupted, ProfilerError, UsageError
 from profiler.untrusted import sanitize
 
 app = typer.Typer(
@@ -103,12 +104,29 @@ def _build() -> Any:
         for param in c.params:
             if getattr(param, "is_flag", False):
                 param.metavar = ""
+            if getattr(getattr(param, "type_descriptor", None), "annotation", None) is float:
+                param.callback = _finite(param.callback)
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
     from profiler.cli._term import help_metavars
 
     help_metavars(cmd)
     return cmd
+
+
+def _finite(then: Any) -> Any:
+    """Every float option refuses NaN and infinities at the parser (one line, exit 2): a number
+    no size, time or width can be never reaches a verb."""
+
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                flag = max(getattr(param, "opts", None) or [param.name], key=len)
+                raise UsageError(f"{flag} {v!r}: a finite number is needed")
+        return then(ctx, param, value) if then is not None else value
+
+    return check
 
 
 def _bare_help(get: Any) -> Any:

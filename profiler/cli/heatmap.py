@@ -14,7 +14,7 @@ from profiler.cli._progress import Bars
 from profiler.errors import UsageError
 from profiler.inputs.pairs import TIME_UNITS
 from profiler.renderers import heatmap_svg
-from profiler.usecases.heatmap import BY, HeatmapOptions, heatmap
+from profiler.usecases.heatmap import BY, HeatmapRequest, heatmap
 
 HELP = """Draw an IO latency heatmap (SVG) or print its matrix as JSON.
 
@@ -69,7 +69,7 @@ def command(
     if output is not None:
         check_output(output, force)
     lat_f = TIME_UNITS[units_latency]
-    opts = HeatmapOptions(
+    opts = HeatmapRequest(
         cpu=cpu, by=by, log=log, colour=colour, rows=rows, step_sec=step_sec, max_col=max_col,
         step_lat=step_lat * lat_f if step_lat is not None else None,
         min_lat=min_lat * lat_f if min_lat is not None else None,

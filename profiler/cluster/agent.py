@@ -155,7 +155,8 @@ class Agent:
         used, why = registry.backend_choice(options)
         session = Session(targets, out, options, chosen,
                           extra_options={"keep_perf_data": keep, "backend_used": used, "backend_reason": why,
-                                         "cluster": {"node": req.get("node"), "role": req.get("role")}})
+                                         "cluster": {"node": req.get("node"), "role": req.get("role"),
+                                                     "config": _config(req.get("config"))}})
         session.prepare()
         # Wait for the agreed instant on this node's own clock (stop or a lost link end the wait).
         start_at = float(req.get("start_at") or time.time())
@@ -208,6 +209,14 @@ def _resolve(specs: list[dict[str, Any]], resolve: Any, target_cls: Any) -> list
     if not out:
         raise TargetError("no target given")
     return [out[p] for p in sorted(out)]
+
+
+def _config(cfg: Any) -> dict[str, Any]:
+    """The node's knobs from its topology (dotted name -> scalar), as the manifest keeps them."""
+    if not isinstance(cfg, dict):
+        return {}
+    return {str(k)[:200]: v for k, v in list(cfg.items())[:2000]
+            if isinstance(v, str | int | float | bool) or v is None or isinstance(v, list)}
 
 
 def _cwd_under(pid: int, prefix: str) -> bool:

@@ -255,7 +255,7 @@ class Node:
         targets = [t.to_dict() for t in self.spec.targets]
         ok = self.send(op="capture", node=self.rec.name, role=self.rec.role, targets=targets,
                        start_at=planned + self.rec.clock.offset, duration=duration,
-                       options=self.opts.capture, collectors=self.opts.collectors)
+                       options=self.opts.capture, collectors=self.opts.collectors, config=self.spec.config)
         self.capture_sent = time.time()
         if not ok:
             self.eof = True

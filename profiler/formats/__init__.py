@@ -3,7 +3,9 @@
 perf.data (``perfdata.py``, and its smaller copies: ``perfdata_reduce.py``), the block events
 member ``block.events.bin`` with the tracefs ring-buffer pages it is decoded from
 (``blockevents.py``), ELF files (``elf.py``) and what a Go executable says about itself
-(``golang.py``). The collectors write these files during a capture, the inputs layer reads
+(``golang.py``); the members the perf collectors make of perf's events, sched_switch paired into
+off-CPU intervals (``offcpu_intervals.py``) and raw_syscalls into per-interval counts
+(``syscall_pairs.py``). The collectors write these files during a capture, the inputs layer reads
 them when a user hands one to a verb, and the two may not import each other: a codec lives
 here, imports only the core, and knows nothing of bundles, collectors or analyses.
 """

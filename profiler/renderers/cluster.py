@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from profiler.analyzers.verdict.cluster import ClusterAnalysis
 from profiler.renderers import flamegraph_svg, formatting, jinja_env
 from profiler.renderers.protocol import ReportOptions
+from profiler.untrusted import sanitize
 
 TEMPLATE = "cluster.html.j2"
 CATEGORY_COLOURS = {
@@ -34,6 +35,30 @@ def _cores(v: float | None) -> str:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.2f} ms"
+
+
+def _metric(row: dict[str, Any]) -> str:
+    """One server metric of a node: ``Queries per second by statement type 1,234 queries/s``."""
+    v, unit = row.get("value"), str(row.get("unit") or "")
+    if not isinstance(v, int | float):
+        return f"{row.get('title')} -"
+    if unit == "s":
+        return f"{row.get('title')} {v * 1000:.2f} ms"
+    if unit == "ratio":
+        return f"{row.get('title')} {100 * v:.0f}%"
+    return f"{row.get('title')} {v:,.4g} {unit}".rstrip()
+
+
+def _knob(row: dict[str, Any]) -> str:
+    """``server.grpc-concurrency = 2: grpc-server 2 threads, 0.95 cores, 48% of its size``."""
+    text = f"{row.get('knob')} = {json.dumps(row.get('value'))}"
+    pools = [f"{p['pool']} {p['threads']} thread{'s' if p['threads'] != 1 else ''}, {p['cpu_cores']:.2f} cores, "
+             f"{100 * p['util']:.0f}% of its size" for p in row.get("pools") or []]
+    if pools:
+        return f"{text}: {'; '.join(pools)}"
+    if row.get("sizes"):
+        return f"{text}: sizes {', '.join(row['sizes'])} (no such threads in this capture)"
+    return text + (f": {row['note']}" if row.get("note") else "")
 
 
 class ClusterText:
@@ -61,6 +86,12 @@ class ClusterText:
         for n in model.nodes:
             if n.reason and n.status != "ok":
                 lines.append(f"  {n.name}: {n.reason}")
+        for n in model.nodes:
+            if n.server:
+                lines.append(sanitize(f"  {n.name} server: " + "; ".join(_metric(r) for r in n.server[:6]), newlines=False))
+            for k in n.knobs:
+                if k.get("sizes") or k.get("note"):
+                    lines.append(sanitize(f"  {n.name} knob: {_knob(k)}", newlines=False))
         if model.imbalances:
             lines.append("")
             lines += [f"imbalance: {i.note}" for i in model.imbalances]
@@ -100,6 +131,19 @@ class ClusterMarkdown:
             link = f"[report]({n.report})" if n.report else "-"
             out.append(f"| {cell(n.name)} | {cell(n.role)} | {cell(n.status)} | "
                        f"{cell(_title(n.verdict.category) if n.verdict else '-')} | {_cores(n.metrics.get('cpu_cores'))} | {link} |")
+        if any(n.server for n in model.nodes):
+            out += ["", "## Server metrics per node", "", "| node | server (pid) | metric | value |", "| --- | --- | --- | ---: |"]
+            for n in model.nodes:
+                for r in n.server:
+                    out.append(f"| {cell(n.name)} | {cell(r.get('server'))} ({r.get('pid')}) | {cell(r.get('title'))} | "
+                               f"{cell(_metric(r)[len(str(r.get('title'))) + 1:])} |")
+        if any(n.knobs for n in model.nodes):
+            out += ["", "## Configured knobs beside the pools they size", "", "| node | knob | value | pools (as captured) |",
+                    "| --- | --- | --- | --- |"]
+            for n in model.nodes:
+                for k in n.knobs:
+                    out.append(f"| {cell(n.name)} | {cell(k['knob'])} | {cell(json.dumps(k['value']))} | "
+                               f"{cell(_knob(k).split(': ', 1)[1] if ': ' in _knob(k) else '-')} |")
         if model.imbalances:
             out += ["", "## Imbalance between peers", ""] + [f"- {cell(i.note)}" for i in model.imbalances]
         if model.warnings:
@@ -133,6 +177,7 @@ class ClusterHtml:
         return jinja_env.render(
             TEMPLATE, c=model, v=v, title=_title(v.category), colour=CATEGORY_COLOURS.get(v.category, "#6b7a8f"),
             colours=CATEGORY_COLOURS, titles=formatting.CATEGORY_TITLES, flames=flames, cores=_cores, ms=_ms,
+            metric=_metric, knob=_knob,
             css=Markup(jinja_env.asset("report.css")), data=model.to_dict())
 
 

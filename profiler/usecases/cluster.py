@@ -8,12 +8,16 @@ rename, never through a link someone left in the bundle.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
+from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.verdict.cluster import ClusterAnalysis, NodeInput, compare
 from profiler.bundle.cluster import ClusterManifest, load_cluster, node_path
 from profiler.errors import OutputError, ProfilerError
 from profiler.files import write_output
+from profiler.knowledge import knobs as knobmod
 from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 from profiler.usecases.report import analysis_of
@@ -60,8 +64,49 @@ def cluster_analysis(root: str | Path, *, node_reports: bool = True) -> ClusterA
         nodes.append(NodeInput(name=rec.name, host=rec.host, role=rec.role, status=rec.status, reason=rec.reason,
                                targets=list(rec.targets), report=report, clock_offset=rec.clock.offset,
                                clock_uncertainty=rec.clock.uncertainty, start_skew=rec.start_skew,
-                               analysis=analysis))
+                               analysis=analysis, knobs=node_knobs(rec.role, analysis),
+                               server=node_server(analysis)))
     return compare(nodes, bundle=str(base), capture=_summary(m), warnings=warnings)
+
+
+def node_knobs(role: str, a: Analysis | None) -> list[dict[str, Any]]:
+    """The node's knobs from its topology (server_configs, the instance's config: the agent keeps
+    them in the node's manifest), each beside the pools it sizes as this capture measured them;
+    the pool knobs first."""
+    if a is None:
+        return []
+    cluster = (a.manifest.get("options") or {}).get("cluster")
+    cfg = cluster.get("config") if isinstance(cluster, dict) else None
+    if not isinstance(cfg, dict):
+        return []
+    measured: dict[str, dict[str, Any]] = {}
+    for t in a.metrics.targets:
+        for pm in t.time.pools:
+            measured.setdefault(pm.pool, {"pool": pm.pool, "threads": pm.threads, "cpu_cores": round(pm.cpu_cores, 3),
+                                          "util": round(pm.util, 3), "demand": round(pm.demand, 3)})
+    rows = []
+    for knob, value in cfg.items():
+        sizes = knobmod.pools_of(knob) if role == "tikv" else ()
+        pools = [measured[name] for name in sizes if name in measured]
+        rows.append({"knob": str(knob), "value": value, "sizes": list(sizes), "pools": pools,
+                     "note": knobmod.TIDB_KNOBS.get(knob) if role == "tidb" else None})
+    rows.sort(key=lambda r: (not (r["sizes"] or r["note"]), r["knob"]))
+    return rows[:200]
+
+
+def node_server(a: Analysis | None) -> list[dict[str, Any]]:
+    """The key metrics each target's status port gave over the window (analyzers/server)."""
+    if a is None or a.server is None:
+        return []
+    rows: list[dict[str, Any]] = []
+    for ts in sorted(a.server.targets.values(), key=lambda t: t.pid):
+        for kv in ts.keys:
+            v = kv.total
+            if v is None or not math.isfinite(v):
+                continue
+            rows.append({"pid": ts.pid, "server": ts.server, "key": kv.info.key, "title": kv.info.title,
+                         "unit": kv.info.unit, "value": round(float(v), 6)})
+    return rows
 
 
 def render(ca: ClusterAnalysis, fmt: str, report_path: str | None = None) -> str:

@@ -156,22 +156,37 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
 def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter, log: ReadLog | None = None,
                     name: str | None = None) -> Stacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
-    field) unless a time window needs each sample's own time. ``log``: what decompressing a
-    gzipped perf.data tolerated; ``name``: the input as errors name it."""
-    if opts.window.bounded:
-        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name)
-        return _from_collapser(c, opts, input, log)
+    field) unless a time window needs each sample's own time, or inferno's rules may ignore the
+    period (it does when perf pads the event name: a file of several events). ``log``: what
+    decompressing a gzipped perf.data tolerated; ``name``: the input as errors name it."""
+    if opts.window.bounded or opts.compat == "inferno":
+        direct = perfdata.Direct()
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name,
+                                      direct=direct)
+        out = _from_collapser(c, opts, input, log)
+        out.warnings.extend(_by_perf(direct, name or input))
+        return out
     merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
     fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
     merged: list[perfdata.Merged] = []
+    direct = perfdata.Direct()
     c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
-                                  merge=merge, merged=merged, name=name)
+                                  merge=merge, merged=merged, name=name, direct=direct)
     out = _from_collapser(c, opts, input, log)
+    out.warnings.extend(_by_perf(direct, name or input))
     if merged:
         # perf script read one sample per distinct stack: the file's own count when every
         # sample was folded, else none (the subtitle leaves it out rather than understate it)
         out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
     return out
+
+
+def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
+    """What perf script had to name (the rest was named without it), in one line."""
+    if not direct.used or not direct.by_perf:
+        return []
+    why = "; ".join(sorted(direct.reasons, key=lambda r: -direct.reasons[r])[:2])
+    return [f"{input}: {direct.by_perf:,} of {direct.samples:,} samples named by perf script ({why})"]
 
 
 def _pprof(src: Source, opts: FoldOptions) -> Stacks:

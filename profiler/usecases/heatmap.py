@@ -44,7 +44,7 @@ PERF_FIELDS = "comm,tid,time,event,trace"  # what block parsing reads; no cpu: p
 
 
 @dataclass
-class HeatmapOptions:
+class HeatmapRequest:
     """What to draw. Latencies (min/max/step) are in seconds; the units only say how to read pairs."""
 
     cpu: bool = False  # the sub-second heatmap of CPU samples instead
@@ -88,7 +88,7 @@ class _Ticker:
         return tick
 
 
-def heatmap(input: str, opts: HeatmapOptions, *, progress: Progress | None = None, stdin: IO[bytes] | None = None) -> HeatmapResult:
+def heatmap(input: str, opts: HeatmapRequest, *, progress: Progress | None = None, stdin: IO[bytes] | None = None) -> HeatmapResult:
     """`profiler heatmap`: one input -> the heatmap document and SVG."""
     src = detect(input, SAMPLE_TIMES if opts.cpu else BLOCK_EVENTS, stdin=stdin)
     bundle = src.bundle() if src.format is bundles.FORMAT else None
@@ -135,7 +135,7 @@ def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.Sa
     return st
 
 
-def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: HeatmapOptions) -> HeatmapResult:
+def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: HeatmapRequest) -> HeatmapResult:
     st = _sample_times(src, bundle, name)
     warnings = _warnings_of(src, bundle)
     if not len(st.t):
@@ -152,7 +152,7 @@ def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: Heatma
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) -> pairing.BlockIO:
+def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) -> pairing.PairedIO:
     if bundle is not None:
         member = bundles.block_trace(bundle)
         if member is None:
@@ -178,12 +178,12 @@ def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) ->
     return bio
 
 
-def _lattice(opts: HeatmapOptions) -> dict[str, Any]:
+def _lattice(opts: HeatmapRequest) -> dict[str, Any]:
     return {"rows": opts.rows, "log": opts.log, "step": opts.step_sec, "max_cols": opts.max_col,
             "min_lat": opts.min_lat, "max_lat": opts.max_lat, "step_lat": opts.step_lat}
 
 
-def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
+def _pairs(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
     p = pairs.read_source(src, units_time=opts.units_time, units_latency=opts.units_latency)
     if not len(p.t):
         raise InputError(f"{name}: no time/latency pairs{src.damage()}")
@@ -200,7 +200,7 @@ def _pairs(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
+def _biosnoop(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
     """bcc biosnoop's own output: one record per IO, latency in ms, time in s (no --units needed)."""
     b = biosnoop.read_source(src)
     if not len(b.t):
@@ -235,7 +235,7 @@ def _biosnoop(src: Source, name: str, opts: HeatmapOptions) -> HeatmapResult:
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
+def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapRequest) -> HeatmapResult:
     """A bcc-backend bundle: its in-kernel latency histograms, one panel per op (as the report draws it)."""
     if opts.by not in ("none", "op"):
         raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
@@ -257,7 +257,7 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapOptions) -> HeatmapResult:
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: HeatmapOptions) -> HeatmapResult:
+def _block(bio: pairing.PairedIO, bundle: Bundle | None, name: str, opts: HeatmapRequest) -> HeatmapResult:
     if not len(bio.ios):
         read = f"; read: {'; '.join(bio.warnings)}" if bio.warnings else ""
         raise InputError(f"{name}: no issue/completion pairs found ({bio.counts.events} block events{read})")
@@ -292,7 +292,7 @@ def _block(bio: pairing.BlockIO, bundle: Bundle | None, name: str, opts: Heatmap
     return HeatmapResult(doc, svg, warnings=list(bio.warnings))
 
 
-def _top_comms(bio: pairing.BlockIO, n: int = 6) -> dict[str, np.ndarray]:
+def _top_comms(bio: pairing.PairedIO, n: int = 6) -> dict[str, np.ndarray]:
     """The ``n`` task names that issued most IOs, one group each, and the rest together."""
     ids, counts = np.unique(bio.ios["comm"], return_counts=True)
     top = ids[np.argsort(-counts, kind="stable")][:n]

@@ -41,6 +41,8 @@ def main(argv: list[str]) -> int:
     collectors = [ALL[n]() for n in names]
     for c in collectors:
         c.start(ctx)
+    for c in collectors:
+        c.wait_attached(60)
     print("attached", flush=True)
     stop.wait(seconds)
     for c in collectors:

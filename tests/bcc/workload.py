@@ -5,6 +5,7 @@
     python workload.py contend T S  T threads fight over one lock for S seconds, each holding it
                                     for ~0.2 ms with a sleep inside (futex waits), and doing
                                     small fdatasync'd writes to a temp file (block IO, D state)
+    python workload.py sleepers T D S  T threads each sleeping D seconds at a time, for S seconds
 
 Prints "ready <pid>" once it is set up, so the test can attach before the work starts.
 """
@@ -57,8 +58,28 @@ def contend(threads: int, seconds: float) -> None:
     print("done", flush=True)
 
 
+def sleepers(threads: int, each: float, seconds: float) -> None:
+    stop = threading.Event()
+    print(f"ready {os.getpid()}", flush=True)
+
+    def worker() -> None:
+        while not stop.is_set():
+            time.sleep(each)
+
+    ts = [threading.Thread(target=worker, name=f"sleeper-{i}") for i in range(threads)]
+    for t in ts:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in ts:
+        t.join()
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "getppid":
         getppid(int(sys.argv[2]))
+    elif sys.argv[1] == "sleepers":
+        sleepers(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
     else:
         contend(int(sys.argv[2]), float(sys.argv[3]))

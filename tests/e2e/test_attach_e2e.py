@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 from profiler.collectors.base import CaptureOptions
-from profiler.collectors.perf.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpuCollector
 
 from profiler.bundle import Bundle
 from profiler.capture.session import Session
@@ -375,7 +375,7 @@ def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
 
 
 def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: Path) -> None:
-    col = OffCpu()
+    col = OffCpuCollector()
     col.max_bytes = 64 << 10
     with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
         Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col]).run()

@@ -232,7 +232,7 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
     lo = max(text.t_first or 0, binary.t_first or 0) + 0.01
     hi = min(text.t_last or 0, binary.t_last or 0) - 0.01
 
-    def pairs(b: blockio.BlockIO) -> tuple[list[tuple[object, ...]], np.ndarray]:
+    def pairs(b: blockio.PairedIO) -> tuple[list[tuple[object, ...]], np.ndarray]:
         io = b.ios[(b.ios["t_issue"] >= lo) & (b.ios["t_complete"] <= hi)]
         io = io[np.lexsort((io["t_issue"], io["sector"], io["dev"]))]
         comms = [b.comms[i] for i in io["comm"]]

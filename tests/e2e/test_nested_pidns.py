@@ -111,7 +111,7 @@ def test_the_text_pairings_map_host_ids_too(writer: str) -> None:
     """The perf script fallbacks (perf.data not readable directly; the cluster agent's bare
     python3 without numpy) pair the same switches under the namespace's ids: the header's
     pid/tid are perf's translated ids, prev_pid/next_pid the host's."""
-    from profiler.collectors.perf.offcpu import IntervalWriter, PyIntervalWriter
+    from profiler.formats.offcpu_intervals import IntervalWriter, PyIntervalWriter
 
     def line(pid: int, tid: int, t: float, prev: int, nxt: int, state: str = "S") -> str:
         return (f"  {pid}/{tid}  {t:.6f}: sched:sched_switch: prev_comm=w prev_pid={prev} prev_prio=120 "

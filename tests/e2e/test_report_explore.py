@@ -183,14 +183,13 @@ def test_a_thread_filter_narrows_every_view(browser: Browser, page: Path, tmp_pa
     browser.js(f"(() => {{ const s = document.getElementById('filter'); s.value = 'th:{FIO_TID}'; s.dispatchEvent(new Event('change')); }})()")
     v = _views(browser)
     assert v["cpu"] != whole["cpu"] and v["io"] != whole["io"] and v["sys"] != whole["sys"]
-    t0 = _t0(browser)
     assert _count(v["cpu"], r"([\d,]+) samples?") == sum(1 for _, tid in _cpu_samples() if tid == FIO_TID)
     assert _write_row(browser) == sum(1 for _, tid in _writes() if tid == FIO_TID) > 0
     calls = round(sum(n for _, tid, n in _syscalls() if tid == FIO_TID))
     assert f"{calls:,} syscalls" in v["bar"]
     assert f"--tid {FIO_TID}" in v["cli"]
     # the tracks show the thread, the CPU chart its own line, host-wide charts say they are not narrowed
-    assert browser.js("[...document.querySelectorAll('#tracks g.track')].some(g => g.dataset.key === 'th:%d')" % FIO_TID)
+    assert browser.js(f"[...document.querySelectorAll('#tracks g.track')].some(g => g.dataset.key === 'th:{FIO_TID}')")
     assert "not narrowed" in browser.js("document.querySelector('[data-panel=host_cpu] .panel-note').textContent")
     # a pool of threads that issue no IO: the IO views say so; the flame graph keeps only its stacks
     browser.js(f"window.profilerReport.setFilter('{LOCKER}')")

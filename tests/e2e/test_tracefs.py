@@ -131,10 +131,10 @@ def test_without_root_doctor_and_the_collectors_give_one_reason_and_fix() -> Non
 import json
 from profiler.capture import doctor
 from profiler.collectors import host
-from profiler.collectors.tracefs.blockio import BlockIO
+from profiler.collectors.tracefs.blockio import BlockIOCollector
 checks = {c.name: c for c in doctor.host_checks()}
 ok, why, fix = host.tracepoint_status("block:block_rq_issue")
-probe = BlockIO().probe(None)
+probe = BlockIOCollector().probe(None)
 print(json.dumps({"doctor": [checks["block:block_rq_issue"].detail, checks["block:block_rq_issue"].fix],
                   "status": [why, fix], "probe": [probe.reason, probe.fix]}))
 """

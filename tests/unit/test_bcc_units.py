@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from profiler.collectors.bcc import objects
+from profiler.collectors.bcc import slots as objects_slots
 from profiler.collectors.bcc.common import KERNEL_SUFFIX, syscall_name, syscall_names
 from profiler.collectors.bcc.offcpu import fold_frames, state_class, trim_tracing
 from profiler.collectors.bcc.syscalls import csv_field
@@ -98,3 +100,40 @@ def test_syscall_names_come_from_the_kernel_table():
 def test_csv_fields_are_quoted_only_when_needed():
     assert csv_field("grpc-server-0") == "grpc-server-0"
     assert csv_field('a,b"c') == '"a,b""c"'
+
+
+def test_the_shipped_objects_are_built_from_these_sources():
+    """Edit a program in collectors/bcc/bpf/ and its prebuilt object is stale: rebuild it
+    (python -m profiler.collectors.bcc.objects build, docs/bcc.md)."""
+    shipped = objects.shipped()
+    assert sorted(shipped) == sorted(objects.PROGRAMS)
+    for name, obj in shipped.items():
+        assert obj.digest == objects.source_digest(name), f"{name}: the prebuilt object is stale"
+        assert [p.tracepoint for p in obj.progs] == [tp for tp, _fn in objects.PROGRAMS[name].tracepoints]
+        for p in obj.progs:
+            assert [i for i, _fd in objects.map_loads(p.insns)] == [i for i, _name in p.maps_at]
+            assert {n for _i, n in p.maps_at} <= {m.name for m in obj.maps}
+
+
+def test_a_wait_spanning_slots_is_split_exactly_between_them():
+    ns = 1_000_000_000
+    # one wait ending in slot 5 after starting in slot 2, 0.3 s before slot 2 ended
+    parts = objects_slots.spread(5, 3, int(2.55e9), 1, int(0.3e9), ns)
+    assert parts == [(2, int(0.3e9)), (3, ns), (4, ns), (5, int(0.25e9))]
+    assert sum(n for _s, n in parts) == int(2.55e9)
+    # two waits, both from slot 1 to slot 2: the middle has none, the tail is what is left
+    assert objects_slots.spread(2, 1, 500, 2, 200, ns) == [(1, 200), (2, 300)]
+    assert objects_slots.spread(7, 0, 42, 3, 0, ns) == [(7, 42)]
+    t0 = 10 * ns
+    assert objects_slots.interval_parts(t0 + int(0.5e9), t0 + int(2.25e9), t0, ns) == [
+        (0, int(0.5e9)), (1, ns), (2, int(0.25e9))]
+    assert objects_slots.interval_parts(t0 - 5, t0 + 10, t0, ns) == [(0, 10)]  # nothing before the start
+
+
+def test_map_loads_find_every_map_fd_and_skip_the_second_half_of_wide_loads():
+    import struct
+
+    insns = (struct.pack("<BBhi", 0x18, 0x11, 0, 7) + struct.pack("<BBhi", 0, 0, 0, 0)  # r1 = map fd 7
+             + struct.pack("<BBhi", 0x18, 0x01, 0, 99) + struct.pack("<BBhi", 0, 0, 0, 0)  # r1 = 99 (a constant)
+             + struct.pack("<BBhi", 0x95, 0, 0, 0))
+    assert list(objects.map_loads(insns)) == [(0, 7)]

@@ -12,6 +12,7 @@ from profiler.collectors.perf import cpu_stacks, offcpu, perf_stat, syscalls
 from profiler.collectors.tracefs import blockio
 
 from profiler.bundle import BundleWriter, Manifest
+from profiler.formats import offcpu_intervals, syscall_pairs
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "samples"
@@ -26,14 +27,14 @@ def ctx(tmp_path: Path) -> CaptureContext:
 
 def test_perf_stat_runs_perf_only_for_hardware_counters(ctx: CaptureContext) -> None:
     ctx.options.interval = 0.5
-    argv = perf_stat.PerfStat(hardware=True).argv(ctx)
+    argv = perf_stat.PerfStatCollector(hardware=True).argv(ctx)
     assert argv[:6] == ["perf", "stat", "-I", "500", "-x", ","]
     # only what perf alone can count; the software counters come from the kernel's accounting
     assert argv[argv.index("-e") + 1].split(",") == ["cycles", "instructions", "cache-misses"]
     assert argv[argv.index("-p") + 1] == "4242,4343"
     out = Path(argv[argv.index("-o") + 1])
     assert out.parent == ctx.writer.root and out.name.startswith(".")  # a temporary name in the bundle
-    assert perf_stat.PerfStat(hardware=False).argv(ctx) == []  # no per-thread perf event at all
+    assert perf_stat.PerfStatCollector(hardware=False).argv(ctx) == []  # no per-thread perf event at all
 
 
 def test_kernel_counters_count_a_real_process(tmp_path: Path) -> None:
@@ -94,7 +95,7 @@ def test_perf_stat_summary_reads_not_supported_rows() -> None:
 def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
     ctx.options.call_graph = mode
     ctx.options.frequency = 49
-    col = cpu_stacks.CpuStacks()
+    col = cpu_stacks.CpuStacksCollector()
     col.system_wide = lambda: True  # type: ignore[method-assign]
     argv = col.argv(ctx)
     # on the CPUs, not the targets' threads (no timer re-armed at each of their context switches)
@@ -107,7 +108,7 @@ def test_cpu_stacks_argv(ctx: CaptureContext, mode: str) -> None:
 
 
 def test_cpu_stacks_samples_the_targets_threads_without_system_wide_rights(ctx: CaptureContext) -> None:
-    col = cpu_stacks.CpuStacks()
+    col = cpu_stacks.CpuStacksCollector()
     col.system_wide = lambda: False  # type: ignore[method-assign]
     argv = col.argv(ctx)
     assert argv[argv.index("-p") + 1] == "4242,4343" and "-a" not in argv
@@ -117,7 +118,7 @@ def test_cpu_stacks_samples_the_targets_threads_without_system_wide_rights(ctx: 
 def test_unknown_call_graph_is_refused(ctx: CaptureContext) -> None:
     ctx.options.call_graph = "frame"
     with pytest.raises(ValueError):
-        cpu_stacks.CpuStacks().argv(ctx)
+        cpu_stacks.CpuStacksCollector().argv(ctx)
 
 
 def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
@@ -129,7 +130,7 @@ def test_script_argv_is_fast_by_default(tmp_path: Path) -> None:
 
 def test_offcpu_argv_filters_a_system_wide_switch_event_on_the_targets(ctx: CaptureContext) -> None:
     ctx.options.call_graph = "dwarf"  # never a DWARF copy per context switch
-    argv = offcpu.OffCpu().argv(ctx)
+    argv = offcpu.OffCpuCollector().argv(ctx)
     assert argv[argv.index("-e") + 1] == "sched:sched_switch"
     assert "-a" in argv and "-p" not in argv
     assert argv[argv.index("--filter") + 1] == ("prev_pid==4242||prev_pid==4343||next_pid==4242||next_pid==4343")
@@ -138,7 +139,7 @@ def test_offcpu_argv_filters_a_system_wide_switch_event_on_the_targets(ctx: Capt
 
 
 def test_syscalls_argv(ctx: CaptureContext) -> None:
-    col = syscalls.Syscalls()
+    col = syscalls.SyscallsCollector()
     argv = col.argv(ctx)
     events = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
     filters = [argv[i + 1] for i, a in enumerate(argv) if a == "--filter"]
@@ -166,7 +167,7 @@ def test_offcpu_intervals_pair_switch_out_with_next_switch_in() -> None:
     out = io.StringIO()
     # A real capture: perf record -a -e sched:sched_switch --filter on a two-thread python ping-pong
     # (pid 11598, threads 11640 and 11641); other tasks appear only as the ones switched away from.
-    pairs = offcpu.IntervalWriter(out, pids={11598})
+    pairs = offcpu_intervals.IntervalWriter(out, pids={11598})
     for line in (SAMPLES / "perf-script-collectors" / "sched-switch-offcpu.txt").read_text().splitlines():
         pairs.feed(line)
     pairs.close()  # lines are paired in batches: close() writes the last one
@@ -187,22 +188,22 @@ def test_syscall_table_comes_from_the_kernel_uapi_header() -> None:
     table = syscalls.parse_unistd("#define __NR_read 0\n#define __NR_write 1\n#define __NR_syscalls 451\n")
     assert table == {0: "read", 1: "write"}
     assert syscalls.parse_ausyscall("Using x86_64 syscall table:\n0\tread\n1\twrite\n") == {0: "read", 1: "write"}
-    assert syscalls.syscall_name(999, {}) == "syscall_999"
+    assert syscall_pairs.syscall_name(999, {}) == "syscall_999"
 
 
 def test_syscall_line_parser_handles_spaces_in_comm() -> None:
-    got = syscalls.parse_line("  V8 Worker 123   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0)")
+    got = syscall_pairs.parse_line("  V8 Worker 123   625.752142: raw_syscalls:sys_enter: NR 110 (7fb5, 0)")
     assert got == ("V8 Worker", 123, 625.752142, True, 110)
-    assert syscalls.parse_line("  x 7   1.5:  raw_syscalls:sys_exit: NR 230 = 0") == ("x", 7, 1.5, False, 230)
-    assert syscalls.parse_line("garbage") is None
+    assert syscall_pairs.parse_line("  x 7   1.5:  raw_syscalls:sys_exit: NR 230 = 0") == ("x", 7, 1.5, False, 230)
+    assert syscall_pairs.parse_line("garbage") is None
 
 
 def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
     out = io.StringIO()
     lines = (SAMPLES / "perf-script-collectors" / "raw-syscalls-pairs.txt").read_text().splitlines()
-    first = syscalls.parse_line(lines[0])
+    first = syscall_pairs.parse_line(lines[0])
     assert first is not None
-    pairs = syscalls.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})
+    pairs = syscall_pairs.Pairing(out, t0=first[2], interval=0.001, names={230: "clock_nanosleep", 110: "getppid"})
     for line in lines:
         pairs.feed(line)
     pairs.close()
@@ -218,7 +219,7 @@ def test_syscall_pairing_per_interval_from_real_perf_script() -> None:
 
 def test_syscall_blocked_at_end_is_counted_up_to_the_last_event() -> None:
     out = io.StringIO()
-    pairs = syscalls.Pairing(out, t0=10.0, interval=1.0, names={232: "epoll_wait", 0: "read"})
+    pairs = syscall_pairs.Pairing(out, t0=10.0, interval=1.0, names={232: "epoll_wait", 0: "read"})
     pairs.feed("srv 5   10.100000: raw_syscalls:sys_enter: NR 232 (4, 0)")
     pairs.feed("srv 6   10.200000: raw_syscalls:sys_enter: NR 0 (3, 0)")
     pairs.feed("srv 6   12.200000:  raw_syscalls:sys_exit: NR 0 = 8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.collectors.base import CaptureContext, CaptureOptions, Target
-from profiler.collectors.perf.offcpu import OffCpu
+from profiler.collectors.perf.offcpu import OffCpuCollector
 
 from profiler.bundle import BundleWriter, Manifest
 
@@ -18,7 +18,7 @@ def _ctx(tmp_path: Path) -> CaptureContext:
 def test_delayacct_turned_on_for_the_capture_and_put_back(tmp_path: Path) -> None:
     knob = tmp_path / "task_delayacct"
     knob.write_text("0\n")
-    col = OffCpu(delayacct_path=str(knob))
+    col = OffCpuCollector(delayacct_path=str(knob))
     ctx = _ctx(tmp_path)
     col.prepare(ctx)
     assert knob.read_text().strip() == "1"
@@ -32,7 +32,7 @@ def test_delayacct_turned_on_for_the_capture_and_put_back(tmp_path: Path) -> Non
 def test_delayacct_already_on_is_left_alone(tmp_path: Path) -> None:
     knob = tmp_path / "task_delayacct"
     knob.write_text("1\n")
-    col = OffCpu(delayacct_path=str(knob))
+    col = OffCpuCollector(delayacct_path=str(knob))
     ctx = _ctx(tmp_path)
     col.prepare(ctx)
     col.cleanup(ctx)
@@ -40,7 +40,7 @@ def test_delayacct_already_on_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_delayacct_missing_knob_is_not_an_error(tmp_path: Path) -> None:
-    col = OffCpu(delayacct_path=str(tmp_path / "absent"))
+    col = OffCpuCollector(delayacct_path=str(tmp_path / "absent"))
     ctx = _ctx(tmp_path)
     col.prepare(ctx)
     col.cleanup(ctx)

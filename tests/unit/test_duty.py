@@ -21,6 +21,7 @@ from profiler.collectors.perf.duty import DutyCycle
 from profiler.bundle import Bundle, BundleWriter, Manifest
 from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
+from profiler.formats import offcpu_intervals, syscall_pairs
 
 
 @pytest.fixture
@@ -93,14 +94,14 @@ def test_duty_cycle_refuses_an_impossible_schedule() -> None:
 
 
 def test_default_argv_starts_disabled_under_control_and_full_trace_does_not(ctx: CaptureContext) -> None:
-    for col in (syscalls.Syscalls(), offcpu.OffCpu()):
+    for col in (syscalls.SyscallsCollector(), offcpu.OffCpuCollector()):
         argv = col.argv(ctx)
         assert argv[argv.index("-D") + 1] == "-1", col.name
         ctl = argv[argv.index("--control") + 1]
         assert ctl.startswith("fifo:")
         fifos = [Path(f) for f in ctl[5:].split(",")]
         assert [f.parent for f in fifos] == [ctx.writer.root] * 2 and fifos[1].name.endswith(".ack")
-    for col in (syscalls.Syscalls(full=True), offcpu.OffCpu(full=True)):
+    for col in (syscalls.SyscallsCollector(full=True), offcpu.OffCpuCollector(full=True)):
         argv = col.argv(ctx)
         assert "-D" not in argv and "--control" not in argv, col.name
 
@@ -111,14 +112,14 @@ def test_trace_names_swap_the_full_trace_into_the_default_set() -> None:
     got = registry.by_name(opts, ["syscalls-trace"])
     assert [c.name for c in got] == every  # same names, same files
     sc = next(c for c in got if c.name == "syscalls")
-    assert isinstance(sc, syscalls.Syscalls) and sc.duty is None
+    assert isinstance(sc, syscalls.SyscallsCollector) and sc.duty is None
     oc = next(c for c in got if c.name == "offcpu-stacks")
-    assert isinstance(oc, offcpu.OffCpu) and oc.duty is not None  # only what was asked for is traced in full
+    assert isinstance(oc, offcpu.OffCpuCollector) and oc.duty is not None  # only what was asked for is traced in full
     got = registry.by_name(opts, ["procfs", "offcpu-trace"])
     assert [c.name for c in got] == ["procfs", "offcpu-stacks"]
-    assert isinstance(got[1], offcpu.OffCpu) and got[1].duty is None
+    assert isinstance(got[1], offcpu.OffCpuCollector) and got[1].duty is None
     default = {c.name: c for c in registry.default_collectors(opts)}
-    assert isinstance(default["syscalls"], syscalls.Syscalls) and default["syscalls"].duty is not None
+    assert isinstance(default["syscalls"], syscalls.SyscallsCollector) and default["syscalls"].duty is not None
 
 
 def _ev(comm: str, tid: int, t: float, enter: bool, nr: int) -> str:
@@ -129,7 +130,7 @@ def _ev(comm: str, tid: int, t: float, enter: bool, nr: int) -> str:
 def test_pairing_closes_calls_at_their_window_end_and_counts_continued_time() -> None:
     out = io.StringIO()
     windows = [[10.0, 11.0], [20.0, 21.0]]
-    p = syscalls.Pairing(out, t0=10.0, interval=1.0, names={202: "futex", 0: "read"}, windows=windows)
+    p = syscall_pairs.Pairing(out, t0=10.0, interval=1.0, names={202: "futex", 0: "read"}, windows=windows)
     for line in (
         _ev("db", 7, 10.1, True, 0), _ev("db", 7, 10.2, False, 0),     # read: 100 ms, inside window 0
         _ev("db", 8, 10.9, True, 202),                                  # futex: still blocked at 11.0
@@ -151,7 +152,7 @@ def test_pairing_closes_calls_at_their_window_end_and_counts_continued_time() ->
 
 def test_interval_writer_cuts_threads_still_off_at_window_end() -> None:
     out = io.StringIO()
-    w = offcpu.IntervalWriter(out, windows=[[10.0, 11.0], [20.0, 21.0]])
+    w = offcpu_intervals.IntervalWriter(out, windows=[[10.0, 11.0], [20.0, 21.0]])
     sw = "sched:sched_switch: prev_comm={} prev_pid={} prev_prio=120 prev_state={} ==> next_comm={} next_pid={} next_prio=120"
     lines = [
         "   7/7     10.100000: " + sw.format("db", 7, "S", "swapper/0", 0),
@@ -176,7 +177,7 @@ def test_sampled_capture_traces_only_its_windows(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        cols = [syscalls.Syscalls(duty=DutyCycle(on=0.5, period=1.5)), offcpu.OffCpu(duty=DutyCycle(on=0.5, period=1.5))]
+        cols = [syscalls.SyscallsCollector(duty=DutyCycle(on=0.5, period=1.5)), offcpu.OffCpuCollector(duty=DutyCycle(on=0.5, period=1.5))]
         Session([target_from_pid(proc.pid)], tmp_path / "cap", CaptureOptions(duration=3.6, interval=0.25), cols).run()
     finally:
         proc.kill()

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
-from profiler.collectors.perf import offcpu, syscalls
+from profiler.collectors.perf import syscalls
 
+from profiler.formats import offcpu_intervals, syscall_pairs
 from profiler.formats import perfdata as pd
 from profiler.formats import perfdata_reduce as pr
 from tests.conftest import ROOT, have_perf, is_root, requires_perf, requires_root
@@ -93,8 +94,8 @@ def test_offcpu_intervals_from_perf_data_equal_those_from_perf_script(recordings
                                                                       windowed: bool) -> None:
     d, pid = recordings
     data = d / "switch.data"
-    text = _script(data, "-F", offcpu.PAIR_FIELDS).decode(errors="replace")
-    times = [float(m.group("time")) for m in map(offcpu._LINE.match, text.splitlines()) if m]
+    text = _script(data, "-F", offcpu_intervals.PAIR_FIELDS).decode(errors="replace")
+    times = [float(m.group("time")) for m in map(offcpu_intervals._LINE.match, text.splitlines()) if m]
     assert len(times) > 100, "the workload switched too little to compare"
     windows = None
     if windowed:  # two traced windows with a gap, as the duty cycle makes
@@ -102,19 +103,19 @@ def test_offcpu_intervals_from_perf_data_equal_those_from_perf_script(recordings
         span = t1 - t0
         windows = [[t0, t0 + span * 0.3], [t0 + span * 0.6, t1]]
     old = io.StringIO()
-    w = offcpu.IntervalWriter(old, windows, {pid})
+    w = offcpu_intervals.IntervalWriter(old, windows, {pid})
     for line in text.splitlines():
         w.feed(line)
     w.close()
     new = io.StringIO()
-    box: dict[str, offcpu.Intervals] = {}
+    box: dict[str, offcpu_intervals.SwitchPairs] = {}
 
     def consume(batch: np.ndarray, states: list[str], comms: list[str]) -> None:
         if "p" not in box:
-            box["p"] = offcpu.Intervals(new, windows, {pid}, states, comms)
+            box["p"] = offcpu_intervals.SwitchPairs(new, windows, {pid}, states, comms)
         box["p"].feed(batch)
 
-    offcpu.read_switches(data, consume)
+    offcpu_intervals.read_switches(data, consume)
     box["p"].close()
     assert w.intervals > 10
     assert sorted(new.getvalue().splitlines()) == sorted(old.getvalue().splitlines())
@@ -127,16 +128,16 @@ def test_offcpu_intervals_from_perf_data_equal_those_from_perf_script(recordings
 def test_syscall_pairs_from_perf_data_equal_those_from_perf_script(recordings: tuple[Path, int]) -> None:
     d, pid = recordings
     data = d / "sys.data"
-    text = _script(data, "-F", syscalls.PAIR_FIELDS, "--pid", str(pid)).decode(errors="replace")
-    first = next(p for p in map(syscalls.parse_line, text.splitlines()) if p is not None)
+    text = _script(data, "-F", syscall_pairs.PAIR_FIELDS, "--pid", str(pid)).decode(errors="replace")
+    first = next(p for p in map(syscall_pairs.parse_line, text.splitlines()) if p is not None)
     names = syscalls.syscall_names()
     old = io.StringIO()
-    p = syscalls.Pairing(old, first[2], 0.25, names)
+    p = syscall_pairs.Pairing(old, first[2], 0.25, names)
     for line in text.splitlines():
         p.feed(line)
     p.close()
     new = io.StringIO()
-    q, _lost = syscalls.read_direct(data, {pid}, lambda comm: syscalls.Pairs(new, first[2], 0.25, names, None, comm))
+    q, _lost = syscall_pairs.read_direct(data, {pid}, lambda comm: syscall_pairs.SyscallPairs(new, first[2], 0.25, names, None, comm))
     q.close()
     assert p.calls > 100 and q.calls == p.calls and q.rows == p.rows and q.unpaired_exits == p.unpaired_exits
 
@@ -215,13 +216,13 @@ def test_files_it_cannot_read_say_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize("batch", [1, 3, 1 << 16])
 def test_syscall_pairing_is_the_same_whatever_the_batch(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = (SAMPLES / "raw-syscalls-pairs.txt").read_text().splitlines()
-    first = syscalls.parse_line(lines[0])
+    first = syscall_pairs.parse_line(lines[0])
     assert first is not None
     outs = []
     for size in (batch, 1 << 20):
-        monkeypatch.setattr(syscalls.Pairing, "BATCH", size)
+        monkeypatch.setattr(syscall_pairs.Pairing, "BATCH", size)
         out = io.StringIO()
-        p = syscalls.Pairing(out, first[2], 0.001, {230: "clock_nanosleep", 110: "getppid"},
+        p = syscall_pairs.Pairing(out, first[2], 0.001, {230: "clock_nanosleep", 110: "getppid"},
                              windows=[[first[2], first[2] + 0.004], [first[2] + 0.006, first[2] + 1]])
         for line in lines:
             p.feed(line)
@@ -233,13 +234,13 @@ def test_syscall_pairing_is_the_same_whatever_the_batch(batch: int, monkeypatch:
 @pytest.mark.parametrize("batch", [1, 5, 1 << 16])
 def test_offcpu_pairing_is_the_same_whatever_the_batch(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = (SAMPLES / "sched-switch-offcpu.txt").read_text().splitlines()
-    times = [float(m.group("time")) for m in map(offcpu._LINE.match, lines) if m]
+    times = [float(m.group("time")) for m in map(offcpu_intervals._LINE.match, lines) if m]
     windows = [[times[0], times[len(times) // 3]], [times[len(times) // 2], times[-1]]]
     outs = []
     for size in (batch, 1 << 20):
-        monkeypatch.setattr(offcpu.IntervalWriter, "BATCH", size)
+        monkeypatch.setattr(offcpu_intervals.IntervalWriter, "BATCH", size)
         out = io.StringIO()
-        w = offcpu.IntervalWriter(out, windows, {11598})
+        w = offcpu_intervals.IntervalWriter(out, windows, {11598})
         for line in lines:
             w.feed(line)
         w.close()
@@ -265,12 +266,12 @@ def test_plain_python_pairing_agrees_with_numpy_batches() -> None:
     """Where numpy is missing (the cluster agent's bare python3) the line-by-line pairings run:
     same rows as the batched ones on real perf script text, windows and all."""
     lines = (SAMPLES / "raw-syscalls-pairs.txt").read_text().splitlines()
-    first = syscalls.parse_line(lines[0])
+    first = syscall_pairs.parse_line(lines[0])
     assert first is not None
     names = {230: "clock_nanosleep", 110: "getppid"}
     windows = [[first[2], first[2] + 0.004], [first[2] + 0.006, first[2] + 1]]
     got = []
-    for cls in (syscalls.Pairing, syscalls.PyPairing):
+    for cls in (syscall_pairs.Pairing, syscall_pairs.PyPairing):
         out = io.StringIO()
         p = cls(out, first[2], 0.001, names, windows)
         for line in lines:
@@ -280,10 +281,10 @@ def test_plain_python_pairing_agrees_with_numpy_batches() -> None:
     assert got[0] == got[1] and got[0][1] > 0
 
     lines = (SAMPLES / "sched-switch-offcpu.txt").read_text().splitlines()
-    times = [float(m.group("time")) for m in map(offcpu._LINE.match, lines) if m]
+    times = [float(m.group("time")) for m in map(offcpu_intervals._LINE.match, lines) if m]
     windows = [[times[0], times[len(times) // 3]], [times[len(times) // 2], times[-1]]]
     rows = []
-    for wcls in (offcpu.IntervalWriter, offcpu.PyIntervalWriter):
+    for wcls in (offcpu_intervals.IntervalWriter, offcpu_intervals.PyIntervalWriter):
         out = io.StringIO()
         w = wcls(out, windows, {11598})
         for line in lines:
@@ -297,9 +298,9 @@ def test_collectors_import_without_numpy(tmp_path: Path) -> None:
     """The cluster agent ships the collectors to hosts with nothing but python3: they import,
     and pick the plain-Python pairings."""
     code = ("import sys; sys.modules['numpy'] = None; "
-            "from profiler.collectors.perf import offcpu, syscalls, cpu_stacks; from profiler.formats import perfdata; "
-            "import io; assert isinstance(offcpu.interval_writer(io.StringIO()), offcpu.PyIntervalWriter); "
-            "assert isinstance(syscalls.pairing(io.StringIO(), 0.0, 1.0, {}), syscalls.PyPairing); "
+            "from profiler.collectors.perf import offcpu, syscalls, cpu_stacks; from profiler.formats import perfdata, offcpu_intervals, syscall_pairs; "
+            "import io; assert isinstance(offcpu_intervals.interval_writer(io.StringIO()), offcpu_intervals.PyIntervalWriter); "
+            "assert isinstance(syscall_pairs.pairing(io.StringIO(), 0.0, 1.0, {}), syscall_pairs.PyPairing); "
             "print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

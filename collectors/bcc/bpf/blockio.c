@@ -7,8 +7,8 @@
 //   - totals:  per time slot, device and op: count, bytes, latency sum and max;
 //   - tasks:   per device, op and issuing thread: count, bytes, latency sum (who issued the IO).
 // Tracepoint arguments and BPF helpers only: no kernel struct is read, so headers of another
-// kernel version compile it. Defines from the collector: SLOT_NS, MAX_INFLIGHT, HIST_ENTRIES,
-// TASK_ENTRIES.
+// kernel version compile it. Map sizes (MAX_INFLIGHT, HIST_ENTRIES, TASK_ENTRIES) are set when
+// the maps are created; the capture start and slot length are in cfg (common.h).
 
 #define SUB_BITS 4
 #define SUB (1 << SUB_BITS)
@@ -82,8 +82,6 @@ BPF_HASH(tasks, struct task_key, struct task_val, TASK_ENTRIES);
 // 3 inflight map full, 4 hist/totals map full, 5 tasks map full, 6 issue re-stamped (requeue),
 // 7 completion of a preflush-only request (never issued itself, not an IO)
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
-// cfg: 0 = capture start (ns, CLOCK_MONOTONIC), slots count from it
-BPF_ARRAY(cfg, u64, 1);
 
 #include "common.h"
 
@@ -170,12 +168,12 @@ int pf_rq_complete(struct tracepoint__block__block_rq_complete *args)
             bump(2);
         return PASS;
     }
+    struct pf_cfg *c = config();
+    if (!c)
+        return PASS;
     u64 now = bpf_ktime_get_ns();
     u64 delta = now > st->ts ? now - st->ts : 0;
-    u32 zero = 0;
-    u64 *t0 = cfg.lookup(&zero);
-    u64 start = t0 ? *t0 : 0;
-    u32 slot = now > start ? (u32)((now - start) / SLOT_NS) : 0;
+    u32 slot = slot_of(c, now);
     u32 op = op_of(args->rwbs[0]);
     // rwbs is "FWS" for a flush before a write: the first letter wins, which is what we want
     u32 bytes = st->bytes;

@@ -1,7 +1,24 @@
-// Helpers shared by the bcc programs. bcc_common.program_source() inlines this file where a
+// Helpers shared by the bcc programs. objects.program_source() inlines this file where a
 // program includes it (the common.h include line), after the program has declared its maps:
 //   counters  a BPF_PERCPU_ARRAY of u64 (every program), bumped by bump(index);
-//   targets   a BPF_HASH of u32 tgid, read by is_target() (programs that #define HAVE_TARGETS).
+//   targets   a BPF_HASH of u32 tgid, read by is_target() past PF_INLINE_TARGETS targets
+//             (programs that #define HAVE_TARGETS).
+// Everything that changes from one capture to the next (its start, the slot length, the
+// targets) is in the `cfg` array, written by the collector before it attaches: the compiled
+// program is the same for every capture, so it can be built once and loaded as it is
+// (collectors/bcc/objects.py). Map sizes are set when the maps are created, not here.
+
+#define PF_INLINE_TARGETS 16
+
+struct pf_cfg {
+    u64 t0;            // capture start (ns, CLOCK_MONOTONIC): slots count from it; 0 = not armed
+    u64 slot_ns;       // slot length (--interval), ns
+    u32 kstack_every;  // offcpu: walk a kernel stack every Nth switch-out (see offcpu.c)
+    u32 ntargets;      // targets below; more than PF_INLINE_TARGETS: the `targets` hash decides
+    u32 tgid[PF_INLINE_TARGETS];
+};
+
+BPF_ARRAY(cfg, struct pf_cfg, 1);
 
 static __always_inline void bump(u32 idx)
 {
@@ -10,15 +27,35 @@ static __always_inline void bump(u32 idx)
         (*v)++;
 }
 
-#ifdef HAVE_TARGETS
-// Is this process a target? A compare chain when the collector passes TARGET_TEST (a few
-// targets: about 80 ns cheaper per event than a hash lookup), else the `targets` hash.
-static __always_inline int is_target(u32 tgid)
+// The capture's settings (an array lookup: the verifier turns it into a pointer add).
+static __always_inline struct pf_cfg *config(void)
 {
-#ifdef TARGET_TEST
-    return TARGET_TEST(tgid);
-#else
-    return targets.lookup(&tgid) != 0;
-#endif
+    u32 zero = 0;
+    return cfg.lookup(&zero);
+}
+
+static __always_inline u32 slot_of(struct pf_cfg *c, u64 now)
+{
+    if (now <= c->t0 || c->slot_ns == 0)
+        return 0;
+    return (u32)((now - c->t0) / c->slot_ns);
+}
+
+#ifdef HAVE_TARGETS
+// Is this process a target? A compare chain over the few targets in cfg (about 80 ns cheaper
+// per event than a hash lookup), else the `targets` hash.
+static __always_inline int is_target(struct pf_cfg *c, u32 tgid)
+{
+    u32 n = c->ntargets;
+    if (n > PF_INLINE_TARGETS)
+        return targets.lookup(&tgid) != 0;
+#pragma unroll
+    for (int i = 0; i < PF_INLINE_TARGETS; i++) {
+        if (i >= n)
+            return 0;
+        if (c->tgid[i] == tgid)
+            return 1;
+    }
+    return 0;
 }
 #endif

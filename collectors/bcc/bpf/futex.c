@@ -3,10 +3,12 @@
 // syscalls:sys_enter_futex stamps a target thread entering a waiting futex operation
 // (FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_WAIT_REQUEUE_PI) with
 // the lock address and its user stack; syscalls:sys_exit_futex adds the time it waited to
-// waits[tgid, tid, stack] and to locks[tgid, uaddr]. Calls that returned at once (EAGAIN:
-// the value had already changed) count as attempts without a wait; ETIMEDOUT ends a timed
-// wait (idle pools) and is counted apart. Defines: MAX_THREADS, WAIT_ENTRIES, LOCK_ENTRIES,
-// USER_STACKS.
+// waits[slot, back, tgid, tid, stack] (`slot` the return's time slot, `back` how many slots
+// earlier the wait began, head_ns the part spent in that first slot) and to
+// locks[tgid, uaddr] (whole capture). Calls that returned at once (EAGAIN: the value had
+// already changed) count as attempts without a wait; ETIMEDOUT ends a timed wait (idle
+// pools) and is counted apart. Map sizes (MAX_THREADS, WAIT_ENTRIES, LOCK_ENTRIES,
+// USER_STACKS) are set when the maps are created; the rest is in cfg (common.h).
 
 #define FUTEX_CMD_MASK 0x7f  // ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
 
@@ -37,6 +39,8 @@ struct fstart_t {
 };
 
 struct wait_key {
+    u32 slot;
+    u32 back;
     u32 tgid;
     u32 tid;
     s32 ustack;
@@ -50,6 +54,7 @@ struct wait_val {
     u64 timeouts;  // ETIMEDOUT
     u64 eagain;    // returned at once
     u64 max_ns;
+    u64 head_ns;   // back > 0: the time spent in the slot the wait began in
 };
 
 struct lock_key {
@@ -79,9 +84,12 @@ BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot pat
 
 int pf_futex_enter(struct tracepoint__syscalls__sys_enter_futex *args)
 {
+    struct pf_cfg *c = config();
+    if (!c || c->t0 == 0)
+        return PASS;
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!is_target(tgid))
+    if (!is_target(c, tgid))
         return PASS;
     int cmd = args->op & FUTEX_CMD_MASK;
     // 0 WAIT, 6 LOCK_PI, 9 WAIT_BITSET, 11 WAIT_REQUEUE_PI, 13 LOCK_PI2
@@ -101,6 +109,9 @@ int pf_futex_enter(struct tracepoint__syscalls__sys_enter_futex *args)
 
 int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
 {
+    struct pf_cfg *c = config();
+    if (!c)
+        return PASS;
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
     struct fstart_t *st = fstart.lookup(&tid);
@@ -109,7 +120,15 @@ int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
     u64 now = bpf_ktime_get_ns();
     u64 delta = now > st->ts ? now - st->ts : 0;
     long ret = args->ret;
-    struct wait_key wk = {.tgid = st->tgid, .tid = tid, .ustack = st->ustack};
+    u32 s1 = slot_of(c, now);
+    u32 s0 = slot_of(c, st->ts);
+    u64 head = 0;
+    if (s1 > s0) {
+        u64 begin_end = c->t0 + (u64)(s0 + 1) * c->slot_ns;
+        head = begin_end > st->ts ? begin_end - st->ts : 0;
+    }
+    struct wait_key wk = {.slot = s1, .back = s1 > s0 ? s1 - s0 : 0, .tgid = st->tgid, .tid = tid,
+                          .ustack = st->ustack};
     bpf_get_current_comm(&wk.comm, sizeof(wk.comm));
     struct lock_key lk = {.tgid = st->tgid, .uaddr = st->uaddr};
     fstart.delete(&tid);
@@ -130,6 +149,8 @@ int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
     else
         __sync_fetch_and_add(&w->count, 1);
     __sync_fetch_and_add(&w->total_ns, delta);
+    if (head)
+        __sync_fetch_and_add(&w->head_ns, head);
     if (delta > w->max_ns)
         w->max_ns = delta;
 

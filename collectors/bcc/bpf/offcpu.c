@@ -1,20 +1,23 @@
-// Off-CPU (blocked) time by stack from sched:sched_switch (profiler bcc backend,
+// Off-CPU (blocked) time by stack from sched:sched_switch, per time slot (profiler bcc backend,
 // collectors/bcc/offcpu.py). No kprobe on finish_task_switch: the tracepoint fires in the
 // context of the thread switching out, so its user and kernel stacks can be taken there.
 //
 // On switch-out of a target thread: remember when, why (prev_state) and its two stack ids.
 // On switch-in of a remembered thread: add the time it was off the CPU to
-// blocked[tgid, tid, state, user stack, kernel stack]. Stack ids that failed are kept as the
-// negative error so that lost stacks are counted, not dropped: -EFAULT means no user stack
-// (kernel threads), -EEXIST a hash-bucket collision in a full-ish stack map, -ENOMEM no room.
+// blocked[slot, back, tgid, tid, state, user stack, kernel stack], `slot` the switch-in's time
+// slot and `back` how many slots earlier it left; with back > 0, head_ns keeps the part spent
+// in the slot it left, so the collector can give every slot between its exact share.
+// Stack ids that failed are kept as the negative error so that lost stacks are counted, not
+// dropped: -EFAULT means no user stack (kernel threads), -EEXIST a hash-bucket collision in a
+// full-ish stack map, -ENOMEM no room.
 // Kernel stacks cost most (the ORC unwinder: about 1.6 us a switch here, against 0.3 us for
 // everything else), and a thread blocking from the same user call site in the same state
-// takes the same kernel path nearly always. With KSTACK_EVERY > 1 the kernel stack is walked
-// the first time a (thread, user stack, state) is seen and then once every KSTACK_EVERY
-// switch-outs from it, reusing the last walked id in between (counter 9 counts reuses).
-// Threads without a user stack always have their kernel stack walked.
-// Defines from the collector: MAX_THREADS, BLOCKED_ENTRIES, USER_STACKS, KERNEL_STACKS,
-// KSTACK_EVERY.
+// takes the same kernel path nearly always. With cfg.kstack_every > 1 the kernel stack is
+// walked the first time a (thread, user stack, state) is seen and then once every
+// kstack_every switch-outs from it, reusing the last walked id in between (counter 9 counts
+// reuses). Threads without a user stack always have their kernel stack walked.
+// Map sizes (MAX_THREADS, BLOCKED_ENTRIES, USER_STACKS, KERNEL_STACKS) are set when the maps
+// are created; the rest is in cfg (common.h).
 
 // errno values (asm-generic, the same on every architecture we run on)
 #ifndef EAGAIN
@@ -45,6 +48,8 @@ struct off_t {
 };
 
 struct blocked_key {
+    u32 slot;  // the switch-in's slot
+    u32 back;  // slots between the switch-out's slot and the switch-in's (0: the same)
     u32 tgid;
     u32 tid;
     s32 ustack;
@@ -57,6 +62,7 @@ struct blocked_key {
 struct blocked_val {
     u64 total_ns;
     u64 count;
+    u64 head_ns;  // back > 0: the time spent in the slot the thread left
 };
 
 BPF_HASH(targets, u32, u8, 1024);
@@ -103,13 +109,13 @@ static __always_inline u32 state_class(s64 st)
     return 3;
 }
 
-static __always_inline s32 kernel_stack(void *ctx, u32 tid, s32 ustack, u32 state)
+static __always_inline s32 kernel_stack(void *ctx, u32 every, u32 tid, s32 ustack, u32 state)
 {
-    if (KSTACK_EVERY <= 1 || ustack < 0)
+    if (every <= 1 || ustack < 0)
         return kstacks.get_stackid(ctx, 0);
     struct kcache_key key = {.tid = tid, .ustack = ustack, .state = state};
     struct kcache_val *c = kcache.lookup(&key);
-    if (c && c->kstack >= 0 && c->uses % KSTACK_EVERY != 0) {
+    if (c && c->kstack >= 0 && c->uses % every != 0) {
         c->uses++;
         bump(9);
         return c->kstack;
@@ -127,15 +133,18 @@ static __always_inline s32 kernel_stack(void *ctx, u32 tid, s32 ustack, u32 stat
 
 int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
 {
+    struct pf_cfg *c = config();
+    if (!c || c->t0 == 0)
+        return PASS;
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
     u32 prev = args->prev_pid;
     u32 tgid = id >> 32;
     // switch-out: the current task is prev
-    if (prev != 0 && (u32)id == prev && is_target(tgid)) {
+    if (prev != 0 && (u32)id == prev && is_target(c, tgid)) {
         struct off_t o = {.ts = now, .state = args->prev_state, .tgid = tgid};
         o.ustack = ustacks.get_stackid(args, BPF_F_USER_STACK);
-        o.kstack = kernel_stack(args, prev, o.ustack, state_class(args->prev_state));
+        o.kstack = kernel_stack(args, c->kstack_every, prev, o.ustack, state_class(args->prev_state));
         if (o.ustack == -EEXIST) bump(4);
         else if (o.ustack == -EFAULT) bump(8);
         else if (o.ustack < 0) bump(5);
@@ -153,7 +162,11 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
     struct off_t *o = offstart.lookup(&next);
     if (!o)
         return PASS;
+    u32 s1 = slot_of(c, now);
+    u32 s0 = slot_of(c, o->ts);
     struct blocked_key key = {
+        .slot = s1,
+        .back = s1 > s0 ? s1 - s0 : 0,
         .tgid = o->tgid,
         .tid = next,
         .ustack = o->ustack,
@@ -162,6 +175,11 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
     };
     bpf_probe_read_kernel(&key.comm, sizeof(key.comm), args->next_comm);
     u64 delta = now > o->ts ? now - o->ts : 0;
+    u64 head = 0;
+    if (key.back) {
+        u64 left_end = c->t0 + (u64)(s0 + 1) * c->slot_ns;
+        head = left_end > o->ts ? left_end - o->ts : 0;
+    }
     offstart.delete(&next);
     struct blocked_val zv = {};
     struct blocked_val *v = blocked.lookup_or_try_init(&key, &zv);
@@ -171,6 +189,8 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
     }
     __sync_fetch_and_add(&v->total_ns, delta);
     __sync_fetch_and_add(&v->count, 1);
+    if (head)
+        __sync_fetch_and_add(&v->head_ns, head);
     bump(1);
     return PASS;
 }

@@ -8,7 +8,7 @@
 // the stop), so a count equals the number of sys_enter events in the window, as perf counts
 // them. A call that began before the capture is not counted (counter 4), as the perf backend
 // does not count an exit without its enter.
-// Defines from the collector: SLOT_NS, MAX_THREADS, COUNT_ENTRIES.
+// Map sizes (MAX_THREADS, COUNT_ENTRIES) are set when the maps are created; the rest is in cfg.
 
 // Every program returns PASS (1): a tracepoint BPF program that returns 0 makes the kernel drop
 // the event for every perf user of that tracepoint (perf stat/record, other tools) while it is
@@ -41,8 +41,6 @@ BPF_HASH(counts, struct count_key, struct count_val, COUNT_ENTRIES);
 // counters: 0 enters seen, 1 exits seen, 2 start map full, 3 counts map full,
 // 4 exits without an enter (call began before the capture)
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
-// cfg: 0 = capture start (ns, CLOCK_MONOTONIC)
-BPF_ARRAY(cfg, u64, 1);
 
 #define HAVE_TARGETS
 #include "common.h"
@@ -50,9 +48,12 @@ BPF_ARRAY(cfg, u64, 1);
 
 int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 {
+    struct pf_cfg *c = config();
+    if (!c)
+        return PASS;
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!is_target(tgid))
+    if (!is_target(c, tgid))
         return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
@@ -71,16 +72,16 @@ int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 
 int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
 {
+    struct pf_cfg *c = config();
+    if (!c)
+        return PASS;
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    if (!is_target(tgid))
+    if (!is_target(c, tgid))
         return PASS;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
-    u32 zero = 0;
-    u64 *t0 = cfg.lookup(&zero);
-    u64 begin = t0 ? *t0 : 0;
-    if (begin == 0 || now < begin)
+    if (c->t0 == 0 || now < c->t0)
         return PASS;  // not armed yet
     struct start_t *st = start.lookup(&tid);
     if (!st || !st->ts) {
@@ -91,7 +92,7 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     st->ts = 0;  // consumed; the entry stays for the thread's next call
     bump(1);
     struct count_key key = {
-        .slot = (u32)((now - begin) / SLOT_NS),
+        .slot = slot_of(c, now),
         .tid = tid,
         .nr = (u32)args->id,
         .tgid = tgid,

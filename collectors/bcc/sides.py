@@ -1,0 +1,251 @@
+"""The kernel side of each bcc collector (collectors layer): its maps read, drained and sent as rows.
+
+Runs in the bcc helper process (collectors/bcc/helper.py), never in the profiler's own: each
+``Side`` knows one program's maps byte for byte (struct layouts of collectors/bcc/bpf/*.c,
+checked against the sizes the kernel reports for each map), moves finished time slots out of
+them every interval, and at the stop adds what was still in flight. What it returns are plain
+JSON messages; the collector in the profiler's process turns them into bundle members
+(collectors/bcc/{syscalls,blockio,offcpu,futex}.py). Stack ids are sent with their addresses
+the first time they appear; naming them is the profiler's job (collectors/bcc/symbols.py).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+from profiler.collectors.bcc import bpfsys
+
+Msg = dict[str, Any]
+
+CFG = struct.Struct("<QQII16I")
+INLINE_TARGETS = 16
+U32 = struct.Struct("<I")
+STACK_DEPTH = 127
+
+
+def _comm(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _alive_comm(tgid: int, tid: int) -> str | None:
+    try:
+        with open(f"/proc/{tgid}/task/{tid}/comm", "rb") as fh:
+            return _comm(fh.read().strip())
+    except OSError:
+        return None
+
+
+class Side:
+    """One program's maps. ``layouts``: map name -> (key struct, value struct) as the C declares them."""
+
+    program = ""
+    counters: tuple[str, ...] = ()
+    layouts: dict[str, tuple[struct.Struct | None, struct.Struct | None]] = {}
+    sizes: dict[str, str] = {}  # settings key -> map name whose max_entries it sets
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.maps: dict[str, bpfsys.Map] = {}
+        self.t0 = 0
+        self.slot_ns = int(settings["slot_ns"])
+        self.sent: dict[str, set[int]] = {}
+
+    def entries(self) -> dict[str, int]:
+        return {m: int(self.settings[k]) for k, m in self.sizes.items() if k in self.settings}
+
+    def bind(self, maps: dict[str, bpfsys.Map]) -> None:
+        for name, (key, value) in self.layouts.items():
+            m = maps.get(name)
+            if m is None:
+                raise RuntimeError(f"{self.program}: the object has no map {name!r}")
+            if (key is not None and key.size != m.key_size) or (value is not None and value.size != m.value_size):
+                raise RuntimeError(f"{self.program}: map {name} is {m.key_size}/{m.value_size} bytes, "
+                                   f"the reader expects {key.size if key else '?'}/{value.size if value else '?'}")
+        self.maps = maps
+
+    def configure(self, t0: int, targets: list[int], kstack_every: int = 1) -> None:
+        """Write the capture's settings before attaching (t0 arms the programs)."""
+        self.t0 = t0
+        tg = [int(p) for p in targets]
+        if "targets" in self.maps:
+            for pid in tg:
+                self.maps["targets"].update(U32.pack(pid), b"\x01")
+        inline = (tg + [0] * INLINE_TARGETS)[:INLINE_TARGETS]
+        self.maps["cfg"].update(U32.pack(0), CFG.pack(t0, self.slot_ns, kstack_every, len(tg), *inline))
+
+    def read_counters(self) -> dict[str, int]:
+        m = self.maps["counters"]
+        return {name: m.percpu_sum(U32.pack(i)) for i, name in enumerate(self.counters) if name}
+
+    def take(self, name: str, cutoff: int | None) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """Entries of a slot-keyed map (slot first in the key) whose slot is before ``cutoff``
+        (every entry when None), deleted from the map once read."""
+        m = self.maps[name]
+        key_s, val_s = self.layouts[name]
+        assert key_s is not None and val_s is not None
+        out = []
+        for k in m.keys():
+            kk = key_s.unpack(k)
+            if cutoff is not None and kk[0] >= cutoff:
+                continue
+            v = m.lookup(k)
+            if v is None:
+                continue
+            out.append((kk, val_s.unpack(v)))
+            m.delete(k)
+        return out
+
+    def stacks(self, kind: str, table: str, ids: set[int]) -> dict[str, list[int]]:
+        """Addresses (innermost first) of the stack ids not sent before."""
+        sent = self.sent.setdefault(kind, set())
+        out: dict[str, list[int]] = {}
+        m = self.maps[table]
+        for sid in sorted(i for i in ids if i >= 0 and i not in sent):
+            sent.add(sid)
+            raw = m.lookup(U32.pack(sid))
+            if raw is None:
+                out[str(sid)] = []
+                continue
+            addrs = struct.unpack_from(f"<{len(raw) // 8}Q", raw)
+            out[str(sid)] = [a for a in addrs if a]
+        return out
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        return None
+
+    def final(self, end_ns: int) -> Msg:
+        return {}
+
+
+class SyscallsSide(Side):
+    program = "syscalls.c"
+    counters = ("enters", "exits", "start_full", "counts_full", "began_before")
+    layouts = {"counts": (struct.Struct("<IIII"), struct.Struct("<QQ16s")), "start": (U32, struct.Struct("<QQ"))}
+    sizes = {"max_threads": "start", "count_entries": "counts"}
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        rows = [[slot, tid, tgid, nr, _comm(comm), count, total]
+                for (slot, tid, nr, tgid), (count, total, comm) in self.take("counts", cutoff)]
+        return {"rows": rows, "counters": self.read_counters()}
+
+    def final(self, end_ns: int) -> Msg:
+        in_flight = []
+        for k, v in self.maps["start"].items():
+            (tid,), (ts, nr) = U32.unpack(k), self.layouts["start"][1].unpack(v)  # type: ignore[union-attr]
+            if self.t0 <= ts <= end_ns:
+                in_flight.append([tid, nr, ts, os.path.exists(f"/proc/{tid}")])
+        return {"in_flight": in_flight}
+
+
+class BlockSide(Side):
+    program = "blockio.c"
+    counters = ("issued", "completed", "unmatched_complete", "inflight_full", "hist_full", "tasks_full", "restamped",
+                "preflush_complete")
+    layouts = {"hist": (struct.Struct("<IIII"), struct.Struct("<Q")), "totals": (struct.Struct("<IIII"), struct.Struct("<QQQQ")),
+               "tasks": (struct.Struct("<IIII16s"), struct.Struct("<QQQ")), "inflight": (struct.Struct("<IIQ"), None)}
+    sizes = {"max_inflight": "inflight", "hist_entries": "hist", "task_entries": "tasks"}
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        groups: dict[tuple[int, int, int], dict[str, Any]] = {}
+        for (slot, dev, op, bucket), (count,) in self.take("hist", cutoff):
+            groups.setdefault((slot, dev, op), {"hist": []})["hist"].append([bucket, count])
+        for (slot, dev, op, _pad), (count, nbytes, sum_ns, max_ns) in self.take("totals", cutoff):
+            g = groups.setdefault((slot, dev, op), {"hist": []})
+            g.update(count=count, bytes=nbytes, sum_ns=sum_ns, max_ns=max_ns)
+        return {"groups": [[s, d, o, g] for (s, d, o), g in sorted(groups.items())], "counters": self.read_counters()}
+
+    def final(self, end_ns: int) -> Msg:
+        key_s, val_s = self.layouts["tasks"]
+        assert key_s is not None and val_s is not None
+        tasks = []
+        for k, v in self.maps["tasks"].items():
+            dev, op, tid, tgid, comm = key_s.unpack(k)
+            count, nbytes, sum_ns = val_s.unpack(v)
+            tasks.append([dev, op, tid, tgid, _comm(comm), count, nbytes, sum_ns])
+        return {"tasks": tasks, "in_flight_at_stop": len(self.maps["inflight"].keys())}
+
+
+class OffCpuSide(Side):
+    program = "offcpu.c"
+    counters = ("switch_out", "switch_in", "offstart_full", "blocked_full", "user_stack_collision", "user_stack_error",
+                "kernel_stack_collision", "kernel_stack_error", "no_user_stack", "kernel_stack_reused")
+    layouts = {"blocked": (struct.Struct("<IIIIiiII16s"), struct.Struct("<QQQ")),
+               "offstart": (U32, struct.Struct("<qqiiII"))}
+    sizes = {"user_stacks": "ustacks", "kernel_stacks": "kstacks", "blocked_entries": "blocked",
+             "max_threads": "offstart", "kcache_entries": "kcache"}
+
+    def _stacks(self, rows: list[list[Any]], ui: int, ki: int) -> Msg:
+        return {"ustacks": self.stacks("u", "ustacks", {r[ui] for r in rows}),
+                "kstacks": self.stacks("k", "kstacks", {r[ki] for r in rows})}
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        rows = [[slot, back, tgid, tid, _comm(comm), state, us, ks, total, count, head]
+                for (slot, back, tgid, tid, us, ks, state, _pad, comm), (total, count, head) in self.take("blocked", cutoff)]
+        msg: Msg = {"rows": rows, "counters": self.read_counters()}
+        if self.settings.get("ongoing"):
+            msg["ongoing"] = self.ongoing(None)
+        msg.update(self._stacks(rows + [[0, 0, 0, 0, "", 0, r[4], r[5]] for r in msg.get("ongoing", [])], 6, 7))
+        return msg
+
+    def ongoing(self, end_ns: int | None) -> list[list[Any]]:
+        """Threads switched out in the window and not back (yet): [tgid, tid, comm, prev_state, ustack, kstack, since]."""
+        out = []
+        val_s = self.layouts["offstart"][1]
+        assert val_s is not None
+        for k, v in self.maps["offstart"].items():
+            (tid,) = U32.unpack(k)
+            ts, state, us, ks, tgid, _pad = val_s.unpack(v)
+            if ts < self.t0 or (end_ns is not None and ts > end_ns):
+                continue
+            comm = _alive_comm(tgid, tid)
+            if comm is None:
+                continue  # the thread exited while off the CPU
+            out.append([tgid, tid, comm, state, us, ks, ts])
+        return out
+
+    def final(self, end_ns: int) -> Msg:
+        """Threads off the CPU when the capture stopped (their stacks not sent before, too)."""
+        still = self.ongoing(end_ns)
+        return {"still_off": still, **self._stacks([r[:2] + [0, 0, "", 0, r[4], r[5]] for r in still], 6, 7)}
+
+
+class FutexSide(Side):
+    program = "futex.c"
+    counters = ("entered", "paired", "fstart_full", "waits_full", "locks_full", "user_stack_collision", "user_stack_error")
+    layouts = {"waits": (struct.Struct("<IIIIiI16s"), struct.Struct("<QQQQQQ")),
+               "locks": (struct.Struct("<IIQ"), struct.Struct("<QQQ")), "fstart": (U32, struct.Struct("<QQiI"))}
+    sizes = {"user_stacks": "ustacks", "wait_entries": "waits", "lock_entries": "locks", "max_threads": "fstart"}
+    TOP_LOCKS = 200
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        rows = [[slot, back, tgid, tid, _comm(comm), us, total, count, timeouts, eagain, mx, head]
+                for (slot, back, tgid, tid, us, _pad, comm), (total, count, timeouts, eagain, mx, head)
+                in self.take("waits", cutoff)]
+        return {"rows": rows, "ustacks": self.stacks("u", "ustacks", {r[5] for r in rows}), "counters": self.read_counters()}
+
+    def final(self, end_ns: int) -> Msg:
+        key_s, val_s = self.layouts["locks"]
+        fval = self.layouts["fstart"][1]
+        assert key_s is not None and val_s is not None and fval is not None
+        locks = []
+        for k, v in self.maps["locks"].items():
+            tgid, _pad, uaddr = key_s.unpack(k)
+            total, count, mx = val_s.unpack(v)
+            locks.append([tgid, uaddr, total, count, mx])
+        locks.sort(key=lambda x: -x[2])
+        waiting = []
+        for k, v in self.maps["fstart"].items():
+            (tid,) = U32.unpack(k)
+            ts, uaddr, us, tgid = fval.unpack(v)
+            if not self.t0 <= ts <= end_ns:
+                continue
+            comm = _alive_comm(tgid, tid)
+            if comm is not None:
+                waiting.append([tgid, tid, comm, us, ts, uaddr])
+        return {"locks": locks[:self.TOP_LOCKS], "lock_addresses": len(locks), "waiting": waiting,
+                "ustacks": self.stacks("u", "ustacks", {w[3] for w in waiting})}
+
+
+SIDES: dict[str, type[Side]] = {s.program: s for s in (SyscallsSide, BlockSide, OffCpuSide, FutexSide)}

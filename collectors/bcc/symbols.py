@@ -1,0 +1,240 @@
+"""Naming the bcc collectors' stack addresses (collectors layer): kernel from kallsyms, user through libbcc apart.
+
+Kernel addresses are named here from /proc/kallsyms (text symbols, sorted, bisected). User
+addresses need each process's mappings and the symbol tables of its binaries; bcc's symbolizer
+does that (ELF symtab and dynsym, debuglink and build-id debug files, perf maps of JITs,
+containers' mount namespaces), but it is C++ inside libbcc, and a fault there would take the
+process with it. So it runs in a process of its own, ``python -m profiler.collectors.bcc.symbols``
+(one per capture, shared by the collectors; JSON lines on stdin and stdout: ``{"pid": P,
+"addrs": [...]}`` in, ``{"names": [...]}`` out). If that process dies it is started again once;
+if it dies again, or bcc is not installed, user frames are named by their binary from
+/proc/PID/maps (``[libc.so.6]``), and ``fallback`` says why.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from profiler.collectors import host
+from profiler.collectors import process as _proc
+
+KERNEL_SUFFIX = "_[k]"
+ASK_TIMEOUT = 60.0  # seconds for one batch of addresses (a large binary's tables are read once)
+
+
+def clean(frame: str) -> str:
+    """Folded stacks use ';' between frames and a space before the value: keep frames safe."""
+    return frame.replace(";", ":").replace("\n", " ").strip() or "[unknown]"
+
+
+class Kallsyms:
+    def __init__(self) -> None:
+        self.addrs: list[int] = []
+        self.names: list[str] = []
+        self._loaded = False
+
+    def _load(self) -> None:
+        self._loaded = True
+        pairs = []
+        text = host.read_text("/proc/kallsyms") or ""
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] in "tTwW":
+                with contextlib.suppress(ValueError):
+                    pairs.append((int(parts[0], 16), parts[2]))
+        pairs.sort()
+        self.addrs = [a for a, _ in pairs]
+        self.names = [n for _, n in pairs]
+
+    def name(self, addr: int) -> str:
+        if not self._loaded:
+            self._load()
+        i = bisect.bisect_right(self.addrs, addr) - 1
+        if i < 0 or not self.addrs or self.addrs[i] == 0:
+            return "[unknown]"
+        return self.names[i]
+
+
+def modules_of(pid: int, addrs: list[int]) -> list[str]:
+    """[binary] of the mapping that holds each address, from /proc/PID/maps; [unknown] if none does."""
+    maps: list[tuple[int, int, str]] = []
+    for line in (host.read_text(f"/proc/{pid}/maps") or "").splitlines():
+        parts = line.split(None, 5)
+        lo, _, hi = parts[0].partition("-") if parts else ("", "", "")
+        with contextlib.suppress(ValueError):
+            if len(parts) == 6:
+                maps.append((int(lo, 16), int(hi, 16), f"[{os.path.basename(parts[5].strip())}]"))
+    return [next((n for lo, hi, n in maps if lo <= a < hi), "[unknown]") for a in addrs]
+
+
+class Symbols:
+    """Names for (pid, address) pairs, cached; thread-safe (the collectors' readers share one)."""
+
+    def __init__(self) -> None:
+        self.kallsyms = Kallsyms()
+        self._kernel: dict[int, str] = {}
+        self._user: dict[tuple[int, int], str] = {}
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.fallback: str | None = None  # why user frames are named by binary only
+        self.cpu_seconds = 0.0
+
+    def kernel(self, addr: int) -> str:
+        name = self._kernel.get(addr)
+        if name is None:
+            name = self._kernel[addr] = clean(self.kallsyms.name(addr)) + KERNEL_SUFFIX
+        return name
+
+    def user(self, pid: int, addrs: list[int]) -> list[str]:
+        with self._lock:
+            todo = sorted({a for a in addrs if (pid, a) not in self._user})
+            if todo:
+                for a, n in zip(todo, self._ask(pid, todo), strict=True):
+                    self._user[(pid, a)] = clean(n)
+            return [self._user[(pid, a)] for a in addrs]
+
+    def _ask(self, pid: int, addrs: list[int]) -> list[str]:
+        while self.fallback is None:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                if proc is not None:
+                    self._reap(proc)
+                if self.starts >= 2:
+                    self.fallback = f"the symbolizer process died twice ({self._why(proc)}): user frames named by binary"
+                    break
+                proc = self._start()
+                if proc is None:
+                    break
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write((json.dumps({"pid": pid, "addrs": addrs}) + "\n").encode())
+                proc.stdin.flush()
+                ready = _readline(proc, ASK_TIMEOUT)
+                names = json.loads(ready)["names"] if ready else None
+                if isinstance(names, list) and len(names) == len(addrs):
+                    return [str(n) for n in names]
+            except (OSError, ValueError, KeyError):
+                pass
+            with contextlib.suppress(OSError):
+                proc.kill()
+        return modules_of(pid, addrs)
+
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        self.starts += 1
+        try:
+            self._proc = _proc.spawn([sys.executable, "-m", "profiler.collectors.bcc.symbols"],
+                                     stdin_pipe=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            self.fallback = f"the symbolizer could not start ({exc.strerror or exc}): user frames named by binary"
+            return None
+        return self._proc
+
+    @staticmethod
+    def _why(proc: subprocess.Popen[bytes] | None) -> str:
+        rc = proc.returncode if proc is not None else None
+        if rc is not None and rc < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-rc).name}"
+        return f"exit code {rc}"
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        _proc.reap(proc, self._add_cpu)
+        _proc.forget(proc)
+
+    def _add_cpu(self, s: float) -> None:
+        self.cpu_seconds += s
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            self._reap(proc)
+
+
+def _readline(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
+    import select
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf = b""
+    while not buf.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+_SHARED: Symbols | None = None
+_USERS = 0
+_SHARED_LOCK = threading.Lock()
+
+
+def acquire() -> Symbols:
+    """The capture's symbolizer (one per process while any collector holds it)."""
+    global _SHARED, _USERS
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = Symbols()
+        _USERS += 1
+        return _SHARED
+
+
+def release(sym: Symbols) -> None:
+    global _SHARED, _USERS
+    with _SHARED_LOCK:
+        _USERS -= 1
+        if _USERS > 0 or _SHARED is not sym:
+            return
+        _SHARED = None
+    sym.close()
+
+
+def serve() -> int:  # pragma: no cover - runs in the symbolizer process
+    """The symbolizer process: bcc's symbol cache per pid, one answer line per request line."""
+    try:
+        from bcc import BPF
+    except Exception:
+        return 3
+    for line in sys.stdin:
+        req: dict[str, Any] = json.loads(line)
+        pid = int(req["pid"])
+        names = []
+        cache = BPF._sym_cache(pid)
+        for addr in req["addrs"]:
+            try:
+                sym, _off, module = cache.resolve(int(addr), True)
+            except Exception:
+                sym, module = None, None
+            if sym:
+                names.append(sym.decode("utf-8", "replace"))
+            elif module:
+                names.append(f"[{os.path.basename(module.decode('utf-8', 'replace'))}]")
+            else:
+                names.append("[unknown]")
+        sys.stdout.write(json.dumps({"names": names}) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve())
