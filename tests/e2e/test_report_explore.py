@@ -271,7 +271,7 @@ def test_the_io_heatmap_is_log_scaled_and_selects(browser: Browser, page: Path) 
     browser.open(page)
     assert browser.js("document.querySelector('#io_heatmap button.mode.on').dataset.scale") == "log"
     labels = browser.js("[...document.querySelectorAll('#io-heatmap svg text')].map(t => t.textContent)")
-    assert any(l.endswith("us") for l in labels) and any(l.endswith("ms") for l in labels)  # decades
+    assert any(x.endswith("us") for x in labels) and any(x.endswith("ms") for x in labels)  # decades
     x, y, w, h = browser.box("#io-heatmap svg .hit")
     browser.drag(x + w * 0.2, y + h / 2, x + w * 0.5, y + h / 2)
     lo, hi = browser.js("window.profilerReport.state.range")
