@@ -10,15 +10,16 @@ module builds what it needs for that, once, as models (the renderer only seriali
 - the goroutine snapshots (one bucket per snapshot: the page shows the one nearest the range);
 - syscalls per timeline bucket, thread and syscall (syscalls.csv);
 - block IOs by time, latency, device/op and thread (analyzers.io.ranges);
-- CPU samples by second, 20 ms row and thread (the sub-second heatmap, narrowed by the filter);
-- where the duty-cycled collectors measured (off-CPU, syscalls): the page draws the rest of a
-  range as "not measured", never as zero.
+- CPU samples by second, 20 ms row and thread (the sub-second heatmap, narrowed by the filter).
+
+Where the duty-cycled collectors measured (off-CPU, syscalls) is the timeline's ``coverage``:
+the page draws the rest of a range as "not measured", never as zero.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,14 +77,12 @@ class Explore:
     io: ioranges.IoRanges | None = None
     cpu_cells: CpuCells | None = None
     goroutines: ranges.RangeStacks | None = None
-    coverage: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # measured windows, timeline s
     cli_offset: float = 0.0  # timeline 0 minus the capture's start: what --from/--to count from
 
     def to_json(self) -> dict[str, Any]:
         th = self.threads.to_json(self.kinds)
         n = len(self.threads.tid)
-        out: dict[str, Any] = {"threads": th, "targets": {str(k): v for k, v in self.targets.items()},
-                               "coverage": {k: [[round(a, 3), round(b, 3)] for a, b in v] for k, v in self.coverage.items()}}
+        out: dict[str, Any] = {"threads": th, "targets": {str(k): v for k, v in self.targets.items()}}
         if self.tracks is not None:
             tr = self.tracks
             out["tracks"] = {"on": tr.on + [""] * (n - len(tr.on)), "runq": tr.runq + [""] * (n - len(tr.runq)),
@@ -93,26 +92,6 @@ class Explore:
             if part is not None:
                 out[key] = part.to_json()
         return out
-
-
-def windows(raw: list[Any]) -> list[tuple[float, float]]:
-    """A collector's traced windows from its manifest stats ([start, end] monotonic), the
-    malformed ones left out."""
-    return [(float(w[0]), float(w[1])) for w in raw
-            if isinstance(w, list | tuple) and len(w) == 2 and all(isinstance(x, int | float) and not isinstance(x, bool)
-                                                                    for x in w) and w[1] > w[0]]
-
-
-def _windows(v: BundleViews, collector: str, t0: float) -> list[tuple[float, float]] | None:
-    """Where a duty-cycled collector traced, on the timeline axis; None when it traced throughout."""
-    rec = v.manifest.collector(collector)
-    if rec is None:
-        return None
-    st = rec.stats or {}
-    wins = st.get("windows")
-    if not st.get("sampled") or not isinstance(wins, list):
-        return None
-    return [(a - t0, b - t0) for a, b in windows(wins)]
 
 
 def _syscalls(v: BundleViews, edges: np.ndarray, thread_of: Callable[[int], int]) -> Syscalls | None:
@@ -276,10 +255,6 @@ def add(v: BundleViews, a: Analysis) -> None:
                                      a.devices)
     elif v.io is not None and v.io.hist is not None:
         ex.io = ioranges.from_hist(v.io.hist, t0, t1, a.devices)
-    for name, collector in (("offcpu", "offcpu-stacks"), ("syscalls", "syscalls")):
-        wins = _windows(v, collector, t0)
-        if wins is not None:
-            ex.coverage[name] = wins
     if pd is not None and edges is not None:
         ex.tracks = trk.tracks(pd, table, edges)
     a.artifacts["explore"] = ex

@@ -188,7 +188,7 @@
   // ------------------------------------------------------------------ coverage of duty-cycled evidence
   // where a collector measured inside [a, b): {measured, span, windows}; no windows: throughout
   R.coverage = function (name, r) {
-    var a = r ? r[0] : 0, b = r ? r[1] : T_END, wins = (EX.coverage || {})[name];
+    var a = r ? r[0] : 0, b = r ? r[1] : T_END, wins = ((TL.coverage || {})[name] || {}).windows;
     if (!wins) return {measured: b - a, span: b - a, windows: null};
     var m = 0;
     wins.forEach(function (w) { m += Math.max(0, Math.min(b, w[1]) - Math.max(a, w[0])); });
@@ -443,7 +443,7 @@
       el("title", {}, r).textContent = m.label;
     });
     // not measured: a duty-cycled collector's panel outside its windows is a gap, not a zero
-    var wins = this.key === "syscalls" ? (EX.coverage || {}).syscalls : null;
+    var wins = this.key === "syscalls" ? ((TL.coverage || {}).syscalls || {}).windows : null;
     if (wins) {
       var last = 0;
       wins.concat([[T_END, T_END]]).forEach(function (w) {
