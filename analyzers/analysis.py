@@ -106,6 +106,7 @@ def _manifest_summary(m: Manifest) -> dict[str, Any]:
                  "memory_bytes": m.host.memory_bytes, "perf_version": m.host.perf_version},
         "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind, "exe": t.exe, "threads": len(t.threads),
                      "container": t.container, "runtime": t.runtime,
+                     "container_info": dataclasses.asdict(t.container_info) if t.container_info is not None else None,
                      "runtime_info": dataclasses.asdict(t.runtime_info) if t.runtime_info is not None else None}
                     for t in m.targets],
         "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None),

@@ -130,7 +130,8 @@ class Lab:
         return ref
 
     def run(self, image: str, argv: list[str], *, cpuset: str | None = None, cpus: float | None = None,
-            memory: str | None = None, env: dict[str, str] | None = None, lifetime: int = 300) -> Running:
+            memory: str | None = None, env: dict[str, str] | None = None, lifetime: int = 300,
+            extra: list[str] | None = None) -> Running:
         name = f"{self.tag}-c{len(self.containers)}"
         limits: list[str] = []
         if cpuset is not None:
@@ -141,6 +142,7 @@ class Lab:
             limits += ["--memory", memory]
         for k, v in (env or {}).items():
             limits += ["--env", f"{k}={v}"]
+        limits += extra or []
         p = self.podman("run", "-d", "--name", name, "--network", "none", "--timeout", str(lifetime),
                         *_ulimits(), *limits, image, *argv)
         cid = p.stdout.strip().splitlines()[-1]
