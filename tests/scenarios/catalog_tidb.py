@@ -15,11 +15,13 @@ TiKV's locks points at TiKV (docs/verdict.md#request-time).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.scenarios.catalog import cg, cpu_quota_checks
-from tests.scenarios.catalog_go import gctrace_totals
 from tests.scenarios.model import Check, Ctx, Scenario, Started
 from tests.scenarios.sampler import Observation, process_counters
 from tests.scenarios.tidb import Cluster, TiDB, missing
@@ -180,8 +182,8 @@ def token_checks(obs: Observation, st: Started) -> list[Check]:
     return [
         Check("sessions waiting for a token (get-token request-s/s)", token / secs, ">=", st.workers / 4,
               "TiDB's /metrics: tidb_server_get_token_duration_seconds_sum (microseconds) delta / window"),
-        Check("token wait share of (token wait + statement) time", token / max(token + stmt, 1e-6), ">=", 0.5,
-              "TiDB's /metrics"),
+        Check("token wait share of the statements' time", token / max(stmt, 1e-6), ">=", 0.5,
+              "TiDB's /metrics: the statement duration's timer starts before the token wait (pkg/server/conn.go)"),
         Check("goroutines in TokenLimiter.Get/getToken at the window's end", obs.extra.get("goroutines_waiting", 0.0),
               ">=", st.workers / 4, "tidb-server's own goroutine dump (?debug=2)"),
     ]
@@ -229,23 +231,47 @@ def tidb_gc_memlimit(ctx: Ctx) -> Started:
         "oltp_read_only", "--tables=1", "--table-size=20000", "--range_size=1000", "--skip_trx=on", "--threads=8",
         f"--time={ctx.load_seconds}", "run"))
     log = ctx.procs.logdir / "tidb-server.log"
+    calls = [0]
 
     def probe() -> dict[str, float]:
-        cycles, gc_s = gctrace_totals(log)
+        cycles, gc_s = gctrace_work(log)
         m = _metrics(db, "go_memstats_heap_inuse_bytes", "tidb_server_query_total")
-        return {"gc_cycles": float(cycles), "gc_cpu_seconds": gc_s, **m}
+        # the heap is a level: reported at the window's end only (the runner subtracts the start's 0)
+        heap = m.pop("go_memstats_heap_inuse_bytes") if calls[0] else 0.0
+        calls[0] += 1
+        return {"gc_cycles": float(cycles), "gc_cpu_seconds": gc_s, "heap_inuse": heap, **m}
 
     return Started(pid, probe=probe, workers=8)
+
+
+_GCTRACE_CPU = re.compile(r"^gc \d+ @[\d.]+s \d+%: [\d.+]+ ms clock, ([\d.]+)\+([\d.]+)/([\d.]+)/([\d.]+)\+([\d.]+) ms cpu")
+
+
+def gctrace_work(log: Path) -> tuple[int, float]:
+    """GC cycles and the CPU seconds the collector took from the program in a GODEBUG=gctrace=1 log:
+    stop-the-world, mark assists and dedicated background marking; idle-time marking (the runtime
+    marks on Ps that have nothing else to run) is left out, as it takes nothing from the work."""
+    cycles, ms = 0, 0.0
+    with contextlib.suppress(OSError), log.open(errors="replace") as f:
+        for line in f:
+            m = _GCTRACE_CPU.match(line)
+            if m:
+                stw1, assist, background, _idle, stw2 = (float(x) for x in m.groups())
+                cycles += 1
+                ms += stw1 + assist + background + stw2
+    return cycles, ms / 1000
 
 
 def gc_checks(obs: Observation, st: Started) -> list[Check]:
     secs = max(obs.seconds, 1e-6)
     gc = obs.extra.get("gc_cpu_seconds", 0.0) / max(obs.cpu_cores * secs, 1e-6)
     return [
-        Check("GC CPU / tidb-server CPU", gc, ">=", 0.25,
-              "tidb-server's own GODEBUG=gctrace=1 (per-cycle CPU ms, summed over the window) / /proc CPU"),
-        Check("GC cycles/s", obs.extra.get("gc_cycles", 0.0) / secs, ">=", 5.0, "gctrace lines in the window"),
-        Check("tidb-server CPU cores (it works)", obs.cpu_cores, ">=", 0.4, "/proc/PID/stat"),
+        Check("GC CPU (idle-time marking left out) / tidb-server CPU", gc, ">=", 0.25,
+              "tidb-server's own GODEBUG=gctrace=1 (stop-the-world + assist + background ms per cycle, summed over "
+              "the window) / /proc CPU"),
+        Check("heap in use / GOMEMLIMIT at the window's end", obs.extra.get("heap_inuse", 0.0) / GC_LIMIT, ">=", 0.8,
+              "TiDB's /metrics: go_memstats_heap_inuse_bytes"),
+        Check("GC cycles/s", obs.extra.get("gc_cycles", 0.0) / secs, ">=", 1.0, "gctrace lines in the window"),
         Check("target major faults/s", obs.majflt_per_s, "<=", 10.0, "not paging: the pressure is the Go heap's"),
     ]
 
