@@ -207,15 +207,24 @@ def test_go_tpc_summary_missing_an_error_row() -> None:
 
 
 def test_go_tpc_current_blocks_and_summary() -> None:
-    p = parse("go-tpc-current-summary-prefixed.constructed.txt")
-    assert p.tool == "go-tpc" and p.unknown == 0 and len(p.intervals) == 2
-    one, two = p.intervals
-    assert (one.end, two.end) == (10.0, 20.0)
-    assert one.tps == pytest.approx((83 + 1014 + 91 + 980 + 96) / 10.0)
-    assert one.errors == pytest.approx(2 / 10.0) and two.errors == 0.0
+    # go-tpc v1.0.7 against tidb-server v8.5.3 here: three [Current] blocks, Finished, [Summary] with *_ERR rows
+    p = parse("go-tpc-tpcc-current-blocks-err-rows-efficiency.txt")
+    assert p.tool == "go-tpc" and p.unknown == 0 and len(p.intervals) == 3
+    one, two, three = p.intervals
+    assert (one.end, two.end, three.end) == (9.9, 19.9, 29.9)
+    assert one.tps == pytest.approx((18 + 235 + 11 + 162 + 14) / 9.9)
+    assert two.latency_ms["p99"] == 1275.1  # NEW_ORDER's, the largest of the block
     s = p.summary
-    assert s is not None and s.extra == {"tpmC": 6036.0, "tpmTotal": 13584.3, "efficiency": 586.6}
-    assert s.transactions == 164 + 2012 + 181 + 1955 + 191
+    assert s is not None and s.extra == {"tpmC": 1115.1, "efficiency": 8671.2}  # no tpmTotal in v1.0.7
+    assert s.transactions == 47 + 648 + 38 + 550 + 55 and s.seconds == 34.9
+    assert s.errors == pytest.approx((2 + 1) / 34.9)
+    assert [o.name for o in s.ops if o.error] == ["NEW_ORDER_ERR", "PAYMENT_ERR"]
+
+
+def test_go_tpc_prepare_progress_is_known_in_lower_case() -> None:
+    # v1.0.7's prepare writes "creating table warehouse" (not "Creating table"): go-tpc's, not unknown lines
+    p = parse("go-tpc-tpcc-prepare-lowercase-creating-table.txt")
+    assert p.tool == "go-tpc" and p.unknown == 0 and not p.intervals and p.summary is None
 
 
 # ------------------------------------------------------------------------------- detection
