@@ -177,6 +177,34 @@ def test_go_ycsb_cumulative_reports_become_intervals() -> None:
     assert s is not None and s.transactions == 1000000 and s.seconds == 611.7
 
 
+def test_go_ycsb_v1_0_3_total_row_gives_the_combined_percentiles() -> None:
+    # go-ycsb v1.0.3 against tidb-server v8.5.3 here: banner, TOTAL sorted between READ and UPDATE
+    p = parse("go-ycsb-v1.0.3-total-row-properties-banner.txt")
+    assert p.tool == "go-ycsb" and p.unknown == 0 and not p.intervals
+    s = p.summary
+    assert s is not None and s.transactions == 20000 and s.seconds == pytest.approx(9.060063186)
+    # the TOTAL row's own figures, not the largest of READ's and UPDATE's (UPDATE p99 45695 us)
+    assert s.latency_ms["p99"] == pytest.approx(35.455) and s.latency_ms["p50"] == pytest.approx(1.832)
+    assert not any("upper bound" in n for n in p.notes)
+
+
+def test_go_ycsb_cumulative_reports_every_2s_with_read_modify_write() -> None:
+    p = parse("go-ycsb-interval-2-cumulative-read-modify-write.txt")
+    assert p.tool == "go-ycsb" and p.unknown == 0 and len(p.intervals) == 2
+    one, two = p.intervals
+    assert (one.end, two.end) == (2.0, 4.0)
+    assert one.tps == pytest.approx(3773 / 2.0) and two.tps == pytest.approx((9532 - 3773) / 2.0)  # TOTAL's counts
+    s = p.summary
+    assert s is not None and s.transactions == 12043  # TOTAL: READ 8000 + READ_MODIFY_WRITE 4043 (its UPDATEs inside)
+    assert {o.name for o in s.ops} == {"READ", "READ_MODIFY_WRITE", "TOTAL", "UPDATE"}
+    assert any("since the run started" in n for n in p.notes)
+
+
+def test_go_ycsb_load_run() -> None:
+    s = parse("go-ycsb-load-insert-dotransactions-false.txt").summary
+    assert s is not None and s.transactions == 2000 and [o.name for o in s.ops] == ["INSERT", "TOTAL"]
+
+
 # ------------------------------------------------------------------------------- go-tpc
 
 
