@@ -31,7 +31,6 @@ from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, p
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
-from profiler.renderers.registry import EXPORTS
 from profiler.tolerant import ReadLog
 
 Warn = Callable[[str], None]
@@ -307,13 +306,22 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
 # --------------------------------------------------------------------------- stacks for other tools
 
 _UNIT_NAMES = {"ns": "nanoseconds", "us": "microseconds", "samples": "count"}
-EXPORT_FORMATS = tuple(f for r in EXPORTS for f in r.formats)
+
+
+def export_formats() -> tuple[str, ...]:
+    """The formats of the stack exports (pprof, speedscope): the renderer registry is imported
+    only when one is asked for (it imports every renderer, the report's among them)."""
+    from profiler.renderers.registry import EXPORTS
+
+    return tuple(f for r in EXPORTS for f in r.formats)
 
 
 def export_format(fmt: str | None, output: str | None) -> str | None:
     """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    from profiler.renderers.registry import EXPORTS
+
     if fmt:
-        return fmt if fmt in EXPORT_FORMATS else None
+        return fmt if fmt in export_formats() else None
     if output:
         low = output.lower()
         for r in EXPORTS:
@@ -342,5 +350,7 @@ def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, pro
     """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
     _check(stacks, opts, warn)
+    from profiler.renderers.registry import EXPORTS
+
     writer = EXPORTS.pick(StackProfile, fmt)
     return writer.render(stack_profile(stacks, offcpu)), stacks
