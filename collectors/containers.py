@@ -30,8 +30,10 @@ Names come from what the runtimes keep on disk (root may read all of it):
   name a Kubernetes container and its pod (``io.kubernetes.cri.container-name``,
   ``...sandbox-name``, ``...sandbox-namespace``, ``...sandbox-uid``).
 
-Everything is read with bounded sizes and any file may be missing or unreadable: a container
-without a known name is still found by its id.
+A daemon in another mount namespace (kind: a node's containerd runs inside the node's own
+container) has its paths read through ``/proc/PID/root``. Everything is read with bounded sizes
+and any file may be missing or unreadable: a container without a known name is still found by
+its id.
 """
 
 from __future__ import annotations
@@ -234,7 +236,7 @@ def runtime_state(ids: set[str] | None = None, proc: str = "/proc") -> dict[str,
     for root in _docker_roots(proc):
         for st in _docker(root, ids, budget):
             out.setdefault(st.id, st)
-    for pattern in CONTAINERD_TASKS + _containerd_states(proc):
+    for pattern in dict.fromkeys(CONTAINERD_TASKS + _containerd_states(proc)):
         for d in sorted(glob.glob(pattern)):
             cid = os.path.basename(d)
             if not ID_RE.fullmatch(cid) or (ids is not None and cid not in ids) or not _spend(budget):
@@ -257,49 +259,58 @@ def _podman_roots(proc: str) -> list[str]:
     roots: list[str] = []
     for pattern in PODMAN_ROOTS:
         roots += sorted(glob.glob(pattern))
-    for argv in _daemon_argvs(proc, ("conmon",)):
+    for where, argv in _daemons(proc, ("conmon",)):
         # podman passes its storage root on to conmon's exit command: --exit-command-arg --root --exit-command-arg DIR
         vals = [a for a in argv if a != "--exit-command-arg"]
         for i, a in enumerate(vals[:-1]):
             if a == "--root":
-                roots.append(vals[i + 1])
+                roots.append(where + vals[i + 1])
     return list(dict.fromkeys(os.path.normpath(r) for r in roots))
 
 
 def _docker_roots(proc: str) -> list[str]:
     roots = list(DOCKER_ROOTS)
-    for argv in _daemon_argvs(proc, ("dockerd",)):
+    for where, argv in _daemons(proc, ("dockerd",)):
+        found = where + "/var/lib/docker" if where else ""
         for i, a in enumerate(argv):
             if a in ("--data-root", "-g", "--graph") and i + 1 < len(argv):
-                roots.append(argv[i + 1])
+                found = where + argv[i + 1]
             elif a.startswith("--data-root="):
-                roots.append(a.split("=", 1)[1])
+                found = where + a.split("=", 1)[1]
+        roots.append(found)
     return list(dict.fromkeys(os.path.normpath(r) for r in roots if r))
 
 
 def _containerd_states(proc: str) -> tuple[str, ...]:
-    """Task bundle globs of running containerds with their own state directory (``--state DIR``,
-    or ``state = "DIR"`` in their ``--config`` file: dockerd's own containerd keeps it under its
-    exec root)."""
+    """Task bundle globs of running containerds: their ``--state DIR``, or ``state = "DIR"`` in
+    their config file (``--config``, else /etc/containerd/config.toml; dockerd's own containerd
+    keeps it under its exec root), else /run/containerd; read through the daemon's own root when
+    it runs in another mount namespace (a kind node's containerd, inside the node's container)."""
     out: list[str] = []
-    for argv in _daemon_argvs(proc, ("containerd",)):
+    for where, argv in _daemons(proc, ("containerd",)):
+        state, config = "", "/etc/containerd/config.toml"
         for i, a in enumerate(argv[:-1]):
             if a == "--state":
-                out.append(argv[i + 1])
+                state = argv[i + 1]
             elif a in ("--config", "-c"):
-                m = re.search(r'^state\s*=\s*"([^"]+)"', _read(argv[i + 1], 64 << 10) or "", re.M)
-                if m:
-                    out.append(m.group(1))
-    return tuple(f"{os.path.normpath(d)}/io.containerd.runtime.v2.task/*/*" for d in dict.fromkeys(out)
-                 if d.startswith("/"))
+                config = argv[i + 1]
+        if not state:
+            m = re.search(r'^state\s*=\s*"([^"]+)"', _read(where + config, 64 << 10) or "", re.M)
+            state = m.group(1) if m else "/run/containerd"
+        if state.startswith("/"):
+            out.append(where + os.path.normpath(state))
+    return tuple(f"{d}/io.containerd.runtime.v2.task/*/*" for d in dict.fromkeys(out))
 
 
-def _daemon_argvs(proc: str, comms: tuple[str, ...]) -> list[list[str]]:
-    out: list[list[str]] = []
+def _daemons(proc: str, comms: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """(root, argv) of each running process named one of ``comms``: root is "" when it shares our
+    mount namespace, else ``/proc/PID/root``, through which the paths it was given are read."""
+    out: list[tuple[str, list[str]]] = []
     try:
         entries = os.listdir(proc)
     except OSError:
         return out
+    mine = _mnt_ns(f"{proc}/self")
     for e in entries:
         if not e.isdigit():
             continue
@@ -308,8 +319,17 @@ def _daemon_argvs(proc: str, comms: tuple[str, ...]) -> list[list[str]]:
             continue
         raw = _read_bytes(f"{proc}/{e}/cmdline", 64 << 10)
         if raw:
-            out.append([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+            theirs = _mnt_ns(f"{proc}/{e}")
+            where = "" if theirs is None or theirs == mine else f"{proc}/{e}/root"
+            out.append((where, [a.decode(errors="replace") for a in raw.split(b"\0") if a]))
     return out
+
+
+def _mnt_ns(path: str) -> str | None:
+    try:
+        return os.readlink(f"{path}/ns/mnt")
+    except OSError:
+        return None
 
 
 def _containers_storage(root: str, ids: set[str] | None, budget: list[int]) -> list[State]:

@@ -242,6 +242,11 @@ def resolve_container(query: str, running: list[ctr.Container]) -> list[Target]:
     """Every process of the container ``query`` names (collectors/containers.py's rules)."""
     rule, found = ctr.match(query, running)
     if not found:
+        stopped = [st for st in ctr.runtime_state().values() if query in (st.name, st.id) and st.id not in
+                   {c.id for c in running}]
+        if stopped:
+            st = stopped[0]
+            raise TargetError(f"container {st.name or st.id[:12]} ({st.runtime} {st.id[:12]}) is not running")
         names = ", ".join(c.label() for c in running[:6]) + (", ..." if len(running) > 6 else "")
         hint = f"; running: {names}" if running else \
             "; no container runs on this host (docker, podman, containerd and Kubernetes containers are found by their cgroups)"
