@@ -46,12 +46,16 @@ class Timeline:
     t0: float | None
     panels: dict[str, Panel] = field(default_factory=dict)
     marks: list[Mark] = field(default_factory=list)
+    # per evidence source (syscalls, offcpu): the windows it traced and where it lost events, in
+    # seconds since t0: {"windows": [[from, to], ...], "lost": [[t, events], ...]}. A duty-cycled
+    # perf trace covers a second in ten: the seconds outside its windows are gaps, not zeros
+    coverage: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"t": self.t, "step": self.step, "t0": self.t0,
                 "panels": {k: {"title": p.title, "unit": p.unit, "stacked": p.stacked, "series": p.series}
                            for k, p in self.panels.items()},
-                "marks": [vars(m) for m in self.marks]}
+                "marks": [vars(m) for m in self.marks], "coverage": self.coverage}
 
     def edges(self) -> np.ndarray | None:
         """The buckets' edges on the monotonic clock (None for an empty timeline)."""
@@ -108,6 +112,41 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
     return out
 
 
+def _interval_rate(ends: np.ndarray, rates: np.ndarray, start: float, edges: np.ndarray) -> np.ndarray:
+    """Per bucket, the time-weighted mean of interval rates (interval i runs from the previous
+    end, the first from ``start``, to ``ends[i]``); NaN where intervals cover under half the
+    bucket. A row that arrives a little late still covers the bucket it belongs to (its end
+    alone fell in the next one, leaving a gap in the line)."""
+    out = np.full(len(edges) - 1, np.nan)
+    if not len(ends):
+        return out
+    lo = np.concatenate([[start], ends[:-1]])
+    num = np.zeros(len(out))
+    cov = np.zeros(len(out))
+    for a, b, r in zip(lo, ends, rates, strict=True):
+        if not (b > a) or not np.isfinite(r):
+            continue
+        i0 = max(0, int(np.searchsorted(edges, a, side="right")) - 1)
+        i1 = min(len(out) - 1, int(np.searchsorted(edges, b, side="left")) - 1)
+        for i in range(i0, i1 + 1):
+            part = min(b, edges[i + 1]) - max(a, edges[i])
+            if part > 0:
+                num[i] += r * part
+                cov[i] += part
+    ok = cov >= 0.5 * np.diff(edges)
+    out[ok] = num[ok] / cov[ok]
+    return out
+
+
+def covered_per_bucket(windows: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
+    """Seconds of each bucket inside the windows (monotonic)."""
+    out = np.zeros(len(edges) - 1)
+    for a, b in windows:
+        lo, hi = np.maximum(edges[:-1], a), np.minimum(edges[1:], b)
+        out += np.clip(hi - lo, 0, None)
+    return out
+
+
 def _syscall_counts(syscalls: SyscallsView | None) -> tuple[np.ndarray, np.ndarray] | None:
     """(interval start, calls) of the syscalls.csv rows, every thread together; None when there are
     none, or when an older bundle's syscalls-rate.csv gives the rate itself."""
@@ -122,10 +161,13 @@ def _syscall_counts(syscalls: SyscallsView | None) -> tuple[np.ndarray, np.ndarr
 def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float | None, t1: float | None,
           io: IOEvents | None = None, stat: perfstat.PerfStatSeries | None = None, stat_start: float | None = None,
           syscalls: SyscallsView | None = None, syscall_start: float | None = None,
-          io_hist: histograms.BlockHist | None = None) -> Timeline:
+          io_hist: histograms.BlockHist | None = None,
+          coverage: dict[str, tuple[list[tuple[float, float]], list[tuple[float, int]]]] | None = None) -> Timeline:
     """The timeline panels. ``io_hist``: the bcc backend's block IO histograms, drawn when there
     are no per-IO events; ``syscalls``: an older bundle's syscalls-rate.csv rate when there is
-    one, else the syscalls.csv counts of every thread."""
+    one, else the syscalls.csv counts of every thread. ``coverage``: per source, the windows it
+    traced and its lost events (monotonic); the syscall rate is per traced second of each
+    bucket, None (a gap) in a bucket it did not trace."""
     syscall_rate = syscalls.rate if syscalls is not None else None
     syscall_counts = _syscall_counts(syscalls)
     if t0 is None or t1 is None or t1 <= t0:
@@ -136,6 +178,9 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
     if len(edges) < 2:
         edges = np.array([t0, t0 + step])
     tl = Timeline(t=[round(float(e - t0), 3) for e in edges[:-1]], step=step, t0=t0)
+    for src, (wins, lost) in (coverage or {}).items():
+        tl.coverage[src] = {"windows": [[round(a - t0, 3), round(b - t0, 3)] for a, b in wins],
+                            "lost": [[round(t - t0, 3), float(n)] for t, n in lost]}
     labels = {t.pid: f"{t.comm} ({t.pid})" for t in targets}
     if pd is not None:
         cpu = Panel("CPU used by each target", "cores")
@@ -212,8 +257,8 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             mem = Panel("Memory pressure (PSI some)", "%")
             for res in ("memory", "io", "cpu"):
                 v = st.get(f"psi.{res}.some_total")
-                if v is not None:
-                    mem.series[res] = _clean(_rate_per_bucket(st.t, v / 1e4, edges))
+                if v is not None:  # a share of time: the sampler's and the kernel's clocks disagree by a little
+                    mem.series[res] = _clean(np.clip(_rate_per_bucket(st.t, v / 1e4, edges), 0, 100))
             if mem.series:
                 mem.title = "Pressure stall (PSI some)"
                 tl.panels["psi"] = mem
@@ -254,7 +299,15 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
     if "syscalls" not in tl.panels and syscall_counts is not None and len(syscall_counts[0]):
         calls_t, calls_n = syscall_counts
         idx = np.clip(np.searchsorted(edges, calls_t, side="right") - 1, 0, len(edges) - 2)
-        rate = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1) / step
+        calls = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1)
+        sys_cov = (coverage or {}).get("syscalls")
+        if sys_cov is not None and sys_cov[0]:
+            traced = covered_per_bucket(sys_cov[0], edges)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                # a bucket traced for less than a tenth of itself says too little: a gap
+                rate = np.where(traced >= 0.1 * np.diff(edges), calls / np.maximum(traced, 1e-9), np.nan)
+        else:
+            rate = calls / step
         tl.panels["syscalls"] = Panel("Syscalls (syscalls.csv counts, the targets)", "calls/s", {"calls": _clean(rate)})
     if stat is not None and stat_start is not None:
         tc = stat.series("task-clock")
@@ -263,13 +316,14 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             ends = stat_start + cs[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             p = Panel("Context switches (perf stat)", "per s",
-                      {"context-switches": _clean(_level_per_bucket(ends, cs[1] / np.maximum(dur, 1e-9), edges))})
+                      {"context-switches": _clean(_interval_rate(ends, cs[1] / np.maximum(dur, 1e-9), stat_start, edges))})
             tl.panels["ctxsw"] = p
         if tc is not None and "cpu" not in tl.panels:
             ends = stat_start + tc[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             tl.panels["cpu"] = Panel("CPU used (perf stat task-clock)", "cores",
-                                     {"targets": _clean(_level_per_bucket(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), edges))})
+                                     {"targets": _clean(_interval_rate(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), stat_start,
+                                                                       edges))})
     return tl
 
 

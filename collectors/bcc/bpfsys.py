@@ -21,14 +21,16 @@ import struct
 _NR = {"x86_64": (321, 298), "aarch64": (280, 241)}
 
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM = 0, 1, 2, 3
-BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD = 4, 5, 15
+BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_RAW_TRACEPOINT_OPEN = 4, 5, 15, 17
 
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, MAP_STACK_TRACE, MAP_LRU_HASH = 1, 2, 5, 6, 7, 9
 PERCPU_MAPS = (MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, 10)  # 10: LRU_PERCPU_HASH
-PROG_TRACEPOINT = 5
+PROG_TRACEPOINT, PROG_RAW_TRACEPOINT, PROG_PERF_EVENT = 5, 17, 7
 BPF_ANY, BPF_NOEXIST = 0, 1
 
-_PERF_TYPE_TRACEPOINT = 2
+_PERF_TYPE_SOFTWARE, _PERF_TYPE_TRACEPOINT = 1, 2
+_PERF_COUNT_SW_CPU_CLOCK = 0
+_ATTR_FREQ = 1 << 10
 _PERF_SAMPLE_RAW = 1 << 10
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
 _IOC_ENABLE = 0x2400
@@ -268,6 +270,51 @@ def attach_tracepoint(prog_fd: int, tp_id: int) -> int:
             if _libc.ioctl(fd, req, arg) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"attaching to tracepoint {tp_id}: {os.strerror(err)}")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def attach_raw_tracepoint(prog_fd: int, name: str) -> int:
+    """Run a raw tracepoint program on every hit of the tracepoint ``name`` (the event's name,
+    no category); returns the fd whose closing detaches it."""
+    tp = ctypes.create_string_buffer(name.encode())
+    a = _attr(16)
+    struct.pack_into("<QI", a, 0, ctypes.addressof(tp), prog_fd)
+    try:
+        return _bpf(BPF_RAW_TRACEPOINT_OPEN, a)
+    except OSError as exc:
+        raise OSError(exc.errno, f"attaching to raw tracepoint {name}: {exc.strerror}") from None
+
+
+def online_cpus() -> list[int]:
+    try:
+        with open("/sys/devices/system/cpu/online") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return list(range(os.cpu_count() or 1))
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def attach_cpu_clock(prog_fd: int, cpu: int, freq: int) -> int:
+    """Run a perf_event program ``freq`` times a second on one CPU (cpu-clock, every task);
+    returns the event's fd, whose closing detaches it."""
+    attr = ctypes.create_string_buffer(112)
+    struct.pack_into("<IIQQQQQ", attr, 0, _PERF_TYPE_SOFTWARE, 112, _PERF_COUNT_SW_CPU_CLOCK, freq, 0, 0, _ATTR_FREQ)
+    fd = int(_libc.syscall(_nr(1), ctypes.byref(attr), -1, cpu, -1, _PERF_FLAG_FD_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"perf_event_open cpu-clock on CPU {cpu}: {os.strerror(err)}")
+    try:
+        for req, arg in ((_IOC_SET_BPF, prog_fd), (_IOC_ENABLE, 0)):
+            if _libc.ioctl(fd, req, arg) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"attaching to cpu-clock on CPU {cpu}: {os.strerror(err)}")
     except OSError:
         os.close(fd)
         raise

@@ -172,7 +172,7 @@ class OffCpuSide(Side):
     counters = ("switch_out", "switch_in", "offstart_full", "blocked_full", "user_stack_collision", "user_stack_error",
                 "kernel_stack_collision", "kernel_stack_error", "no_user_stack", "kernel_stack_reused")
     layouts = {"blocked": (struct.Struct("<IIIIiiII16s"), struct.Struct("<QQQ")),
-               "offstart": (U32, struct.Struct("<qqiiII"))}
+               "offstart": (struct.Struct("<Q"), struct.Struct("<qqiiII16s"))}
     sizes = {"user_stacks": "ustacks", "kernel_stacks": "kstacks", "blocked_entries": "blocked",
              "max_threads": "offstart", "kcache_entries": "kcache"}
 
@@ -194,15 +194,13 @@ class OffCpuSide(Side):
         out = []
         val_s = self.layouts["offstart"][1]
         assert val_s is not None
-        for k, v in self.maps["offstart"].items():
-            (tid,) = U32.unpack(k)
-            ts, state, us, ks, tgid, _pad = val_s.unpack(v)
+        for _k, v in self.maps["offstart"].items():
+            ts, state, us, ks, tgid, tid, raw_comm = val_s.unpack(v)
             if ts < self.t0 or (end_ns is not None and ts > end_ns):
                 continue
-            comm = _alive_comm(tgid, tid)
-            if comm is None:
+            if _alive_comm(tgid, tid) is None:
                 continue  # the thread exited while off the CPU
-            out.append([tgid, tid, comm, state, us, ks, ts])
+            out.append([tgid, tid, _comm(raw_comm), state, us, ks, ts])
         return out
 
     def final(self, end_ns: int) -> Msg:
@@ -248,4 +246,19 @@ class FutexSide(Side):
                 "ustacks": self.stacks("u", "ustacks", {w[3] for w in waiting})}
 
 
-SIDES: dict[str, type[Side]] = {s.program: s for s in (SyscallsSide, BlockSide, OffCpuSide, FutexSide)}
+class OnCpuSide(Side):
+    """The live view's sampler (oncpu.c): samples per slot, thread and stack pair."""
+
+    program = "oncpu.c"
+    counters = ("samples", "counts_full", "user_stack_lost", "kernel_stack_lost")
+    layouts = {"counts": (struct.Struct("<IIIiiI16s"), struct.Struct("<Q"))}
+    sizes = {"count_entries": "counts", "user_stacks": "ustacks", "kernel_stacks": "kstacks"}
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        rows = [[slot, tgid, tid, _comm(comm), us, ks, n]
+                for (slot, tgid, tid, us, ks, _pad, comm), (n,) in self.take("counts", cutoff)]
+        return {"rows": rows, "ustacks": self.stacks("u", "ustacks", {r[4] for r in rows}),
+                "kstacks": self.stacks("k", "kstacks", {r[5] for r in rows}), "counters": self.read_counters()}
+
+
+SIDES: dict[str, type[Side]] = {s.program: s for s in (SyscallsSide, BlockSide, OffCpuSide, FutexSide, OnCpuSide)}

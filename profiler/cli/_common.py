@@ -6,11 +6,14 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler import files
 from profiler.errors import UsageError
-from profiler.inputs.window import TimeWindow
 from profiler.untrusted import sanitize
+
+if TYPE_CHECKING:
+    from profiler.inputs.window import TimeWindow
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 MAX_DURATION = 366 * 86400.0  # s: a year and a day; anything longer is a typo, and no timer holds 10^400
@@ -73,6 +76,7 @@ def parse_window(t_from: str | None, t_to: str | None) -> TimeWindow:
     """--from/--to: '12.5s' is relative to the capture start (a bundle's clock, else the first
     sample), '@12345.678' an absolute perf timestamp; both of one kind. The use case rebases a
     relative window once it knows the origin."""
+    from profiler.inputs.window import TimeWindow  # here: the inputs package imports every reader
 
     def one(text: str | None) -> tuple[float | None, bool]:
         if text is None:

@@ -31,7 +31,6 @@ from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, p
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
-from profiler.renderers.registry import EXPORTS
 from profiler.tolerant import ReadLog
 
 Warn = Callable[[str], None]
@@ -120,6 +119,8 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
     bundle = src.bundle() if src.format is bundles.FORMAT else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))
+    if opts.group_by and src.format is not pprof.FORMAT:
+        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
     if opts.window.bounded and src.format in (folded.FORMAT, pprof.FORMAT):
         raise UsageError("--from/--to need timestamps: " + ("folded stacks have none" if src.format is folded.FORMAT
                                                             else "a pprof profile has none"))
@@ -196,14 +197,18 @@ def _pprof(src: Source, opts: FoldOptions) -> Stacks:
     i = profile.index(opts.event_filter)
     st = profile.sample_types[i]
     if opts.count_samples:
-        counts = fold_stacks((frames, 1) for frames, _ in profile.stacks(i))
+        counts = fold_stacks((frames, 1) for frames, _ in profile.stacks(i, opts.group_by))
         unit = "samples"
     else:
-        counts = fold_stacks(profile.stacks(i))
+        counts = fold_stacks(profile.stacks(i, opts.group_by))
         unit = _UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
     samples = sum(1 for _ in profile.stacks(i))
+    keys = profile.label_keys()
+    unlabeled = [f"{src.name}: no sample carries the label {k!r}" + (f" (its labels: {', '.join(keys)})" if keys else
+                                                                     " (it has no labels)")
+                 for k in opts.group_by if k not in keys]
     return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
-                  warnings=profile.warnings + _log_warnings(src.log))
+                  warnings=profile.warnings + unlabeled + _log_warnings(src.log))
 
 
 def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
@@ -307,13 +312,22 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
 # --------------------------------------------------------------------------- stacks for other tools
 
 _UNIT_NAMES = {"ns": "nanoseconds", "us": "microseconds", "samples": "count"}
-EXPORT_FORMATS = tuple(f for r in EXPORTS for f in r.formats)
+
+
+def export_formats() -> tuple[str, ...]:
+    """The formats of the stack exports (pprof, speedscope): the renderer registry is imported
+    only when one is asked for (it imports every renderer, the report's among them)."""
+    from profiler.renderers.registry import EXPORTS
+
+    return tuple(f for r in EXPORTS for f in r.formats)
 
 
 def export_format(fmt: str | None, output: str | None) -> str | None:
     """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    from profiler.renderers.registry import EXPORTS
+
     if fmt:
-        return fmt if fmt in EXPORT_FORMATS else None
+        return fmt if fmt in export_formats() else None
     if output:
         low = output.lower()
         for r in EXPORTS:
@@ -339,8 +353,8 @@ def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
 
 def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
            warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
-    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
-    stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
-    _check(stacks, opts, warn)
-    writer = EXPORTS.pick(StackProfile, fmt)
-    return writer.render(stack_profile(stacks, offcpu)), stacks
+    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format,
+    with their labels, times and binaries (profiler/usecases/export.py)."""
+    from profiler.usecases import export as exporting
+
+    return exporting.export(input, opts, fmt, offcpu=offcpu, progress=progress, warn=warn, stdin=stdin)
