@@ -10,7 +10,7 @@ Rules, in order, for each ``--pid`` value:
 
 ``--container NAME|ID`` (and a ``--pid`` name no process has) takes every process of a running
 container: docker, podman, containerd or a Kubernetes pod's, found through the processes' cgroup
-paths and named by the runtime's state on disk (collectors/containers.py), by its name, a
+paths and named by the runtime's state on disk (collectors/containers/), by its name, a
 Kubernetes ``[NAMESPACE/]POD[/CONTAINER]``, its id or a unique id prefix.
 
 The profiler itself and its ancestors (the shell, sudo) never match: their command lines
@@ -239,7 +239,7 @@ def resolve(queries: list[str], containers: list[str] | None = None) -> list[Tar
 
 
 def resolve_container(query: str, running: list[ctr.Container]) -> list[Target]:
-    """Every process of the container ``query`` names (collectors/containers.py's rules)."""
+    """Every process of the container ``query`` names (collectors/containers/: its rules)."""
     rule, found = ctr.match(query, running)
     if not found:
         stopped = [st for st in ctr.runtime_state().values() if query in (st.name, st.id) and st.id not in
