@@ -62,7 +62,7 @@
     if (!(v > 0) || !isFinite(v)) return 1;
     if (unit === "%" && v <= 100) return v > 50 ? 100 : niceMax(v);
     var e = Math.pow(10, Math.floor(Math.log10(v)));
-    var ms = [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10];
+    var ms = [1, 1.2, 2, 3, 4, 6, 8, 10];  // each divides into round quarters (the grid lines)
     for (var i = 0; i < ms.length; i++) if (ms[i] * e >= v * 0.999) return ms[i] * e;
     return 10 * e;
   }
@@ -724,7 +724,9 @@
     toolbar();  // last: its summary reads what the views computed for the range
     document.querySelectorAll(".pick-range").forEach(function (b) {
       b.addEventListener("click", function () {
-        R.setRange([+b.getAttribute("data-from"), +b.getAttribute("data-to")]);
+        // the load's times count from the capture's start, the timeline's from its first sample
+        var off = (PAGE.cli || {}).offset || 0;
+        R.setRange([+b.getAttribute("data-from") - off, +b.getAttribute("data-to") - off]);
         var t = document.getElementById("explore-bar"); if (t) t.scrollIntoView({block: "start"});
       });
     });

@@ -201,7 +201,7 @@
       groups.forEach(function (gi) { total += by[gi].n; });
       h("div", "muted small", stats, (r ? "The range (widened to whole " + io.column + " s columns: " + R.fmtSec(Math.max(0, io.t0 + c0 * io.column)) + " to " +
         R.fmtSec(io.t0 + c1 * io.column) + ")" : "The whole capture") + (R.mask ? ", IOs issued by " + R.filterName() : "") +
-        ": the block trace covers it whole. Percentiles are known to a latency row (\u00b126%).");
+        ": the " + (io.source === "histograms" ? "in-kernel histograms cover" : "block trace covers") + " it whole. Percentiles are known to a latency row (\u00b126%).");
       var wide = h("div", "wide", stats), tb = h("table", "small", wide), hr = h("tr", null, tb);
       ["device, op", "IOs", "IO/s", "p50", "p99", "largest"].forEach(function (t, k) { h("th", k ? "num" : null, hr, t); });
       groups.forEach(function (gi) {
