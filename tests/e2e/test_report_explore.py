@@ -305,3 +305,30 @@ def test_nothing_overflows(width: int, tmp_path: Path) -> None:
             assert ticks and min(ticks) >= 10  # tick labels stay readable (they shrank to 7 px)
             assert b.errors() == []
             b.screenshot(shots(tmp_path) / f"explore-{p.stem}-{width}.png", full_page=True)
+
+
+def test_screenshot_defects_stay_fixed(browser: Browser, page: Path) -> None:
+    """The page-side defects of issue 28: the sticky bar covered the flame graph's search box; a
+    3.13-5.75 s selection lit whole heatmap columns 3-6 s; the last time label was clipped."""
+    browser.open(page)
+    browser.js("window.profilerReport.setRange([3.13, 5.75])")
+    # the bar's link to the on-CPU graph scrolls it below the bar, search box in sight
+    browser.click(*browser.center("#explore-bar .eb-sum a[href='#cpu-flame-section']", scroll=False))
+    bar = browser.box("#explore-bar", scroll=False)
+    search = browser.box("#flame-cpu .flame-search", scroll=False)
+    assert search[1] >= bar[1] + bar[3] and search[1] + search[3] <= 1000
+    # the heatmap lights the range's own cells: from 3.13 s's row to 5.75 s's
+    cells = _page(browser)["explore"]["cpu_cells"]
+    off, rows = cells["offset"], cells["rows"]
+    lit = browser.js("[...document.querySelectorAll('#cpu-heatmap .hm-sel')].filter(r => r.getAttribute('visibility') === 'visible')"
+                     ".map(r => [+r.getAttribute('x'), +r.getAttribute('y'), +r.getAttribute('width'), +r.getAttribute('height')])")
+    cw = browser.js("+document.querySelector('#cpu-heatmap rect[data-c=\"1\"]').getAttribute('x')")
+    first_row = math.floor(((3.13 - off) % 1) * rows)
+    last_row = math.floor(((5.75 - off - 1e-9) % 1) * rows)
+    assert lit[0][0] == math.floor(3.13 - off) * cw and lit[0][1] == first_row * 6
+    assert lit[-1][0] == math.floor(5.75 - off) * cw and lit[-1][3] == (last_row + 1) * 6
+    # every time label inside its chart
+    out = browser.js("""[...document.querySelectorAll('svg.chart')].flatMap(s => { const r = s.getBoundingClientRect();
+        return [...s.querySelectorAll('text.tick')].filter(t => { const b = t.getBoundingClientRect();
+          return b.right > r.right + 0.5 || b.left < r.left - 0.5; }).map(t => t.textContent); })""")
+    assert out == []
