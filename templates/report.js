@@ -62,7 +62,7 @@
     if (!(v > 0) || !isFinite(v)) return 1;
     if (unit === "%" && v <= 100) return v > 50 ? 100 : niceMax(v);
     var e = Math.pow(10, Math.floor(Math.log10(v)));
-    var ms = [1, 1.2, 2, 3, 4, 6, 8, 10];  // each divides into round quarters (the grid lines)
+    var ms = [1, 1.2, 2, 3, 4, 6, 8, 10];  // each divides into round quarters or thirds (the grid lines)
     for (var i = 0; i < ms.length; i++) if (ms[i] * e >= v * 0.999) return ms[i] * e;
     return 10 * e;
   }
@@ -422,13 +422,15 @@
     });
     if (p.stacked) for (var j = i0; j < i1; j++) if (acc[j] > top) top = acc[j];
     var ymax = niceMax(top, p.unit);
+    var lead = ymax / Math.pow(10, Math.floor(Math.log10(ymax) + 1e-9));
+    var div = Math.abs(lead - 3) < 1e-6 || Math.abs(lead - 6) < 1e-6 ? 3 : 4;  // round grid values
     function x(t) { return PL + pw * (t - v[0]) / (v[1] - v[0]); }
     function y(val) { return PT + ph - ph * Math.min(val, ymax) / ymax; }
     this.x = x;
     var clipId = "clip-" + this.key.replace(/[^\w-]/g, "_");
     el("rect", {x: PL, y: 0, width: pw, height: H}, el("clipPath", {id: clipId}, el("defs", {}, svg)));
-    for (var g = 0; g <= 4; g++) {
-      var gv = ymax * g / 4;
+    for (var g = 0; g <= div; g++) {
+      var gv = ymax * g / div;
       el("line", {x1: PL, x2: PL + pw, y1: y(gv), y2: y(gv), "class": "grid"}, svg);
       el("text", {x: PL - 6, y: y(gv) + 4, "class": "tick", "text-anchor": "end"}, svg).textContent = fmtNum(gv);
     }
