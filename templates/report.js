@@ -547,12 +547,29 @@
       if (Object.keys(panels[k].series || {}).length && T.length) charts.push(new Chart(holder, k, panels[k]));
     });
     R.charts = charts;
+    wheelZoom(holder, PL);
     R.on("cursor", function () { charts.forEach(function (c) { c.showCursor(state.cursor); }); });
     R.on("range", function () { charts.forEach(function (c) { c.showRange(state.range, c.sel); c.showRange(state.compare, c.cmp); }); });
     R.on("view", function () { charts.forEach(function (c) { c.draw(); }); });
     R.on("filter", function () { charts.forEach(function (c) { c.draw(); }); });
     R.onResize(function () { charts.forEach(function (c) { c.draw(); }); });
   }
+  // Ctrl (or Cmd) + wheel over a chart or the tracks zooms around the pointer; Shift + wheel pans
+  function wheelZoom(holder, left) {
+    holder.addEventListener("wheel", function (evt) {
+      var svg = evt.target.closest && evt.target.closest("svg");
+      if (!svg || !(evt.ctrlKey || evt.metaKey || evt.shiftKey)) return;
+      evt.preventDefault();
+      var r = svg.getBoundingClientRect(), v = state.view, w = v[1] - v[0];
+      var f = Math.max(0, Math.min(1, (evt.clientX - r.left - left * r.width / svg.viewBox.baseVal.width) /
+        ((r.width) * (1 - (left + PR) / svg.viewBox.baseVal.width))));
+      var d = evt.deltaY || evt.deltaX;
+      if (evt.shiftKey && !(evt.ctrlKey || evt.metaKey)) { R.setView([v[0] + w * 0.1 * Math.sign(d), v[1] + w * 0.1 * Math.sign(d)]); return; }
+      var nw = w * (d > 0 ? 1.25 : 0.8), t = v[0] + f * w;
+      R.setView([t - f * nw, t + (1 - f) * nw]);
+    }, {passive: false});
+  }
+  R.wheelZoom = wheelZoom;
   var resizers = [], resizeTimer = null;
   R.onResize = function (f) { resizers.push(f); };
   window.addEventListener("resize", function () {
@@ -707,6 +724,7 @@
     R.on("range", function () { if (svg && svg._place) svg._place(); });
     R.on("cursor", function () { if (svg && svg._cursor) svg._cursor(state.cursor); });
     R.on("view", draw); R.on("filter", draw); R.onResize(draw);
+    wheelZoom(holder, LW);
     draw();
   }
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,7 +213,6 @@ def test_the_url_restores_a_view(browser: Browser, page: Path) -> None:
     browser.js(f"(() => {{ const R = window.profilerReport; R.setRange([1.5, 4.25]); R.setFilter('{LOCKER}');"
                " R.setView([1, 6]); R.flames.cpu.setMode('inverted');"
                " const s = document.querySelector('#flame-cpu .flame-search'); s.value = 'futex'; s.dispatchEvent(new Event('input')); })()")
-    import time
     time.sleep(0.2)  # the fragment is written a moment after the last change
     url = browser.js("location.href")
     before = _views(browser)
@@ -332,3 +332,25 @@ def test_screenshot_defects_stay_fixed(browser: Browser, page: Path) -> None:
         return [...s.querySelectorAll('text.tick')].filter(t => { const b = t.getBoundingClientRect();
           return b.right > r.right + 0.5 || b.left < r.left - 0.5; }).map(t => t.textContent); })""")
     assert out == []
+
+
+def test_the_timeline_zooms_and_pans(browser: Browser, page: Path) -> None:
+    browser.open(page)
+    end = browser.js("window.profilerReport.T_END")
+    x, y, w, h = browser.box('#charts .panel[data-panel="cpu"] svg.chart')
+    # Ctrl + wheel zooms in around the pointer; the charts redraw the window, ticks and all
+    browser.call("Input.dispatchMouseEvent", type="mouseWheel", x=x + w / 2, y=y + h / 2, deltaX=0, deltaY=-120, modifiers=2)
+    v = browser.js("window.profilerReport.state.view")
+    assert 0 < v[0] < v[1] < end and v[1] - v[0] == pytest.approx(0.8 * end, rel=0.01)
+    # the buttons: pan right, zoom to a selected range, back to the whole capture
+    browser.click(*browser.center('#explore-bar button[data-zoom="right"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view")[0] > v[0]
+    browser.js("window.profilerReport.setRange([2, 3])")
+    browser.click(*browser.center('#explore-bar button[data-zoom="sel"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view") == pytest.approx([1.9, 3.1])
+    ticks = browser.js("[...document.querySelectorAll('[data-panel=cpu] svg.chart text.tick')].map(t => t.textContent).filter(t => t.endsWith('s'))")
+    assert "2s" in ticks and "3s" in ticks and "8s" not in ticks
+    time.sleep(0.2)  # the fragment is written a moment after the last change
+    assert "zoom=1.9-3.1" in browser.js("location.hash")
+    browser.click(*browser.center('#explore-bar button[data-zoom="reset"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view") == [0, end]
