@@ -1,29 +1,30 @@
-#!/usr/bin/env python3
-"""Start-up of the verbs: what a user pays before any work (bench, not a test).
+"""From `profiler attach` to every collector's first events, on a busy 2-CPU host: the default backend vs perf.
 
-Runs, interleaved (A B C ... A B C ...), and prints medians of wall and CPU seconds (user +
-system, children included) with ratios to the reference of each group:
+    sudo .venv/bin/python bench/startup.py [--rounds 5] [--burners 2] [--backend auto --backend perf]
 
-  python3 -c pass                        the interpreter alone: the floor of any Python tool
-  perf --version     | profiler --version
-  perf script -i T   | profiler flamegraph T --folded, profiler flamegraph T -o x.svg
-                                         T: a tiny perf.data recorded here (perf record of
-                                         `sleep 0.2` with call chains), so the work is nothing
-                                         and what is measured is start-up
-  profiler --help, profiler flamegraph --help
+Starts a target (tests/bcc/workload.py contend: 4 threads on one lock, syscalls, switches, small
+fsync'd writes) and ``--burners`` CPU burners (stress-ng --cpu, normal priority: both CPUs of
+this host kept busy, as a saturated server keeps them), then runs ``profiler attach --pid
+TARGET -d 3s --no-report`` per backend, interleaved, ``--rounds`` times. For each run it takes
+the time the attach command was launched (CLOCK_MONOTONIC, just before the exec) and, for
+every collector that ran, when its first events flowed:
 
-and the modules the tiny flame graph imports, slowest first (python -X importtime), so a
-regression names its cause.
+- bcc collectors: when their programs were attached (``started`` in the manifest: from then on
+  every event is counted in the kernel);
+- cpu-stacks: its first sample (the first sample time in cpu.perf.txt.gz: perf is running and
+  sampling);
+- the others (perf-stat, procfs, syscalls and offcpu-stacks of the perf backend): ``started``.
 
-    sudo .venv/bin/python bench/startup.py [--reps 15]
-
-Wall time on a shared host follows its load; read the CPU columns and the ratios.
+Prints, per backend, the median over rounds of the last collector's first events (all
+attached) and of each collector's, with the load average around each run.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import gzip
+import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -32,92 +33,96 @@ import tempfile
 import time
 from pathlib import Path
 
-PY = sys.executable
-PROFILER = [PY, "-m", "profiler"] if os.environ.get("BENCH_MODULE") else [str(Path(PY).parent / "profiler")]
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT / "tests" / "bcc" / "workload.py"
+_SAMPLE_TIME = re.compile(rb"^\S.*?\s(\d+\.\d+):\s", re.M)
 
 
-def run(argv: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds (user + system of the process and its children) of one run."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: S603
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(argv)}\n{err[-400:]}")
-    return wall, ru.ru_utime + ru.ru_stime
+def first_sample(path: Path) -> float | None:
+    """The first sample's time in a perf script text member (CLOCK_MONOTONIC seconds)."""
+    try:
+        with gzip.open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    m = _SAMPLE_TIME.search(head)
+    return float(m.group(1)) if m else None
 
 
-def tiny_perf_data(where: Path) -> Path:
-    data = where / "tiny.perf.data"
-    subprocess.run(["perf", "record", "-q", "-N", "-g", "-F", "999", "-o", str(data), "--", "sleep", "0.2"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return data
-
-
-def imports(argv: list[str], top: int = 12) -> list[tuple[float, str]]:
-    """(cumulative ms, module) of the slowest top-level imports of one run."""
-    err = subprocess.run([PY, "-X", "importtime", "-m", "profiler", *argv[1:]], capture_output=True, text=True).stderr
-    rows = []
-    for line in err.splitlines():
-        if not line.startswith("import time:") or "|" not in line:
+def first_events(out: Path, launched: float) -> dict[str, float]:
+    m = json.loads((out / "manifest.json").read_text())
+    got: dict[str, float] = {}
+    for c in m["collectors"]:
+        if c["status"] not in ("ok", "partial") or c.get("started") is None:
             continue
-        _, cum, name = line.split("|", 2)
-        if name.startswith("  ") or not cum.strip().isdigit():
-            continue  # only the modules the program itself imports (depth 0)
-        rows.append((int(cum) / 1000, name.strip()))
-    return sorted(rows, reverse=True)[:top]
+        t = float(c["started"])
+        if c["name"] == "cpu-stacks":
+            t = first_sample(out / "cpu.perf.txt.gz") or t
+        got[c["name"]] = round(t - launched, 3)
+    return got
 
 
-def main() -> int:
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=15)
-    args = ap.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("bench: perf is not installed")
-    with tempfile.TemporaryDirectory(prefix="profiler-bench-startup-") as tmp:
-        work = Path(tmp)
-        tiny = tiny_perf_data(work)
-        svg = work / "x.svg"
-        groups: list[tuple[str, dict[str, list[str]]]] = [
-            ("interpreter", {"python3 -c pass": [PY, "-c", "pass"]}),
-            ("version", {"perf --version": ["perf", "--version"],
-                         "profiler --version": [*PROFILER, "--version"]}),
-            ("help", {"python3 -c pass": [PY, "-c", "pass"],
-                      "profiler --help": [*PROFILER, "--help"],
-                      "profiler flamegraph --help": [*PROFILER, "flamegraph", "--help"]}),
-            ("tiny perf.data", {"perf script -i tiny": ["perf", "script", "-i", str(tiny)],
-                                "profiler flamegraph tiny --folded": [*PROFILER, "flamegraph", str(tiny), "--folded"],
-                                "profiler flamegraph tiny -o x.svg": [*PROFILER, "flamegraph", str(tiny), "-o",
-                                                                      str(svg), "--force"]}),
-        ]
-        cases = {name: argv for _, g in groups for name, argv in g.items()}
-        walls: dict[str, list[float]] = {k: [] for k in cases}
-        cpus: dict[str, list[float]] = {k: [] for k in cases}
-        for name, argv in cases.items():  # warm the page cache and the .pyc files once
-            run(argv)
-        load0 = os.getloadavg()[0]
-        for _ in range(args.reps):
-            for name, argv in cases.items():
-                w, c = run(argv)
-                walls[name].append(w)
-                cpus[name].append(c)
-        load1 = os.getloadavg()[0]
-        print(f"# start-up: medians of {args.reps} interleaved runs; {os.cpu_count()} CPUs, "
-              f"load average {load0:.1f} -> {load1:.1f}")
-        print(f"{'':38} {'wall s':>8} {'x ref':>7} {'CPU s':>8} {'x ref':>7}")
-        for title, g in groups:
-            print(f"## {title}")
-            ref = next(iter(g))
-            rw, rc = statistics.median(walls[ref]), statistics.median(cpus[ref])
-            for name in g:
-                w, c = statistics.median(walls[name]), statistics.median(cpus[name])
-                print(f"{name:38} {w:8.3f} {w / rw:7.2f} {c:8.3f} {c / max(rc, 1e-3):7.2f}")
-        print("\n## slowest imports of `profiler flamegraph tiny --folded` (cumulative ms, python -X importtime)")
-        for ms, mod in imports([*PROFILER, "flamegraph", str(tiny), "--folded"]):
-            print(f"{ms:8.1f}  {mod}")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--burners", type=int, default=2, help="stress-ng CPU burners beside the target (0: none)")
+    ap.add_argument("--backend", action="append", help="backends, interleaved (default: auto, perf)")
+    args = ap.parse_args(argv)
+    backends = args.backend or ["auto", "perf"]
+    target = subprocess.Popen([sys.executable, str(WORKLOAD), "contend", "4", "3600"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, text=True)
+    burners = None
+    results: dict[str, list[dict[str, float]]] = {b: [] for b in backends}
+    loads: list[float] = []
+    try:
+        assert target.stdout is not None
+        pid = int(target.stdout.readline().split()[1])
+        if args.burners:
+            burners = subprocess.Popen(["stress-ng", "--cpu", str(args.burners), "--cpu-method", "matrixprod",
+                                        "--timeout", "3600s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(5)  # the load average follows
+        with tempfile.TemporaryDirectory(prefix="profiler-startup-") as tmp:
+            for r in range(args.rounds):
+                order = backends if r % 2 == 0 else list(reversed(backends))
+                for b in order:
+                    out = Path(tmp) / f"cap-{b}-{r}"
+                    load = loadavg()
+                    launched = time.monotonic()
+                    p = subprocess.run([sys.executable, "-m", "profiler", "attach", "--backend", b, "--pid", str(pid),
+                                        "-d", "3s", "-o", str(out), "--no-report"], capture_output=True, text=True,
+                                       timeout=300)
+                    if p.returncode not in (0, 6):
+                        print(f"startup: attach --backend {b} failed ({p.returncode}): {p.stderr.strip()[-300:]}")
+                        continue
+                    got = first_events(out, launched)
+                    loads.append(load)
+                    results[b].append(got)
+                    print(f"round {r} {b:5s} load {load:5.2f}: all attached {max(got.values()):.2f}s  "
+                          + "  ".join(f"{k} {v:.2f}" for k, v in sorted(got.items(), key=lambda kv: kv[1])), flush=True)
+                    shutil.rmtree(out, ignore_errors=True)
+    finally:
+        for p in (burners, target):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    print(f"\nload average (1 min) at the runs: {min(loads, default=0):.1f}-{max(loads, default=0):.1f}, "
+          f"median {statistics.median(loads) if loads else 0:.1f}; {args.burners} CPU burners beside the target")
+    for b, runs in results.items():
+        if not runs:
+            continue
+        names = sorted({k for r in runs for k in r})
+        alls = [max(r.values()) for r in runs]
+        print(f"--backend {b}: all collectors' first events {statistics.median(alls):.2f}s after the launch "
+              f"(median of {len(alls)}; {min(alls):.2f}-{max(alls):.2f})")
+        for n in names:
+            vals = [r[n] for r in runs if n in r]
+            print(f"    {n:14s} {statistics.median(vals):.2f}s ({min(vals):.2f}-{max(vals):.2f})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -61,6 +61,7 @@ class FoldOptions:
     pid_filter: frozenset[int] | None = None
     tid_filter: frozenset[int] | None = None
     compat: str = "ours"  # ours | inferno | perl
+    group_by: tuple[str, ...] = ()  # pprof inputs: label keys whose values root the stacks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,9 +97,10 @@ class Collapser:
         """``on_sample`` sees each counted sample: (time, folded stack, count). ``keep_times``:
         also keep the time, tid and comm of every sample that has a time (``times``, ``tids``,
         ``comms``; what the sub-second heatmap draws), read from the headers this pass parses
-        anyway."""
+        anyway. While ``on_sample`` runs, ``ids`` is the sample's (comm, pid, tid) as printed."""
         self.opts = opts or FoldOptions()
         self.on_sample = on_sample
+        self.ids: tuple[str, str | None, str] = ("", None, "0")
         self.times: list[float] | None = [] if keep_times else None
         self.tids: list[int] = []
         self.comms: list[str] = []
@@ -319,6 +321,7 @@ class Collapser:
         counts[stack] = counts.get(stack, 0) + count
         self.samples += 1
         if self.on_sample is not None:
+            self.ids = pkey
             self.on_sample(float(t) if t is not None else None, stack, count)
 
     def _fold_ids(self, ids: list[int], table: list[str], java: bool) -> str:
@@ -337,6 +340,19 @@ class Collapser:
                     r = cache[ln] = ";".join(namer.name(ln, java))
                 names[i] = r
         return ";".join(filter(None, [names[i] for i in reversed(ids)]))
+
+    def frame_modules(self) -> dict[str, str]:
+        """Function name -> the binary (perf's dso) it was first read in: for exports' mappings."""
+        out: dict[str, str] = {}
+        for cache in (self._namer.cache, self._namer.cache_java):
+            for line, names in cache.items():
+                i = line.rfind(" (")
+                if i < 0 or not line.endswith(")") or not names:
+                    continue
+                module = line[i + 2 : -1]
+                for n in names.split(";"):
+                    out.setdefault(n, module)
+        return out
 
     def _resplit(self, header: str, body: str) -> None:
         # whitespace-only lines end a sample too (the reference trims lines before testing)

@@ -19,8 +19,10 @@ from profiler.analyzers.verdict.findings import (
     ramp,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
+from profiler.analyzers.verdict.rules_requests import requests_of
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE
+from profiler.knowledge import requests as kr
 from profiler.knowledge.waits import BY_KEY
 
 
@@ -154,12 +156,38 @@ def rule_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
     return Finding("memory", "memory_pressure", score, "memory pressure", sub, ev, rec, t.label)
 
 
+def condition_wait_weight(t: TargetMetrics) -> tuple[float, str]:
+    """How much of the busy threads' futex time counts as waiting on a lock, and why ("" when all of it).
+
+    A futex wait is a lock acquire (a mutex or rwlock: the off-CPU stacks name it) or a condition
+    wait: a thread waiting for another to signal it. Unnamed, a condition wait may be a request
+    waiting for a row lock (InnoDB's, in request code) or a pool thread waiting for its next task
+    (TiKV's read pool, raftstore and apply threads between tasks, thousands of times a second
+    under load): the OS alone cannot tell them apart, and reads both as lock waits. A server that
+    times its own lock waits can: when its histograms are there (TiKV's lock manager and scheduler
+    latches), its condition waits count only as much as its requests wait on locks, lock acquires
+    in full. Without off-CPU stacks or such a server, all of it counts, as before."""
+    acquire = t.stacks.lock_acquire_share
+    rt = requests_of(t)
+    if acquire is None or rt is None or not rt.reports(kr.LOCK):
+        return 1.0, ""
+    waiting = max((p.waiting for p in rt.of_kind(kr.LOCK)), default=0.0)
+    said = ramp(waiting, "req.lock_waiting")
+    weight = acquire + (1.0 - acquire) * said
+    return weight, (f"{_pct(acquire)} lock acquires (off-CPU stacks), the condition waits counted as much as the "
+                    f"server's own histograms say its requests wait on locks ({waiting:.2f} waiting on average: "
+                    f"{', '.join(kr.BY_KEY[k].title for k in rt.present if kr.BY_KEY[k].kind == kr.LOCK)})")
+
+
 def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
     if not t.time.active_states:
         return None
     fut = t.time.active_states.get("futex", 0.0)
     ev = [evidence("futex_wait_share", fut, "lock.futex", f"{t.time.active_threads} busy threads")]
-    score = ramp(fut, "lock.futex")
+    weight, why = condition_wait_weight(t)
+    if why:
+        ev.append(evidence("lock_share_of_futex_time", weight, None, why, unit="of futex time"))
+    score = ramp(fut * weight, "lock.futex")
     if t.time.busy_vcsw_rate is not None:
         # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
         # makes its waiters block and wake constantly.

@@ -154,6 +154,10 @@ def test_unknown_container_is_one_line_with_what_runs(lab: tuple[lab_mod.Lab, st
     assert "no running container matches 'no-such-container-here'" in err and "running: " in err
     assert r.name in err or ", ..." in err  # the running ones are named (the first six)
     assert not (tmp_path / "x").exists()
+    lab_.podman("stop", "-t", "0", r.id)
+    rc = main(["attach", "--container", r.name, "-d", "1s", "-o", str(tmp_path / "y")])
+    err = capsys.readouterr().err
+    assert rc == 3 and f"container {r.name} (podman {r.id[:12]}) is not running" in err, err
 
 
 @pytest.mark.skipif(lab_mod.docker_why_not() is not None, reason=lab_mod.docker_why_not() or "")
