@@ -166,16 +166,20 @@ def condition_wait_weight(t: TargetMetrics) -> tuple[float, str]:
     under load): the OS alone cannot tell them apart, and reads both as lock waits. A server that
     times its own lock waits can: when its histograms are there (TiKV's lock manager and scheduler
     latches), its condition waits count only as much as its requests wait on locks, lock acquires
-    in full. Without off-CPU stacks or such a server, all of it counts, as before."""
-    acquire = t.stacks.lock_acquire_share
+    in full; without off-CPU stacks that name lock acquires (the bcc backend's user stacks are
+    not symbolized), the server's timings decide alone. Without such a server, all of it counts,
+    as before."""
     rt = requests_of(t)
-    if acquire is None or rt is None or not rt.reports(kr.LOCK):
+    if rt is None or not rt.reports(kr.LOCK):
         return 1.0, ""
+    acquire = t.stacks.lock_acquire_share
     waiting = max((p.waiting for p in rt.of_kind(kr.LOCK)), default=0.0)
     said = ramp(waiting, "req.lock_waiting")
-    weight = acquire + (1.0 - acquire) * said
-    return weight, (f"{_pct(acquire)} lock acquires (off-CPU stacks), the condition waits counted as much as the "
-                    f"server's own histograms say its requests wait on locks ({waiting:.2f} waiting on average: "
+    weight = (acquire or 0.0) + (1.0 - (acquire or 0.0)) * said
+    named = ("no off-CPU stacks name lock acquires: " if acquire is None
+             else f"{_pct(acquire)} lock acquires (off-CPU stacks), ")
+    return weight, (f"{named}the condition waits counted as much as the server's own histograms say its requests "
+                    f"wait on locks ({waiting:.2f} waiting on average: "
                     f"{', '.join(kr.BY_KEY[k].title for k in rt.present if kr.BY_KEY[k].kind == kr.LOCK)})")
 
 
