@@ -308,7 +308,7 @@
         parts.sort(function (a, b) { return b[1] - a[1]; });
         td.className = "range-val num";
         td.textContent = parts.length ? parts.slice(0, 3).map(function (x) { return (parts.length > 1 ? x[0] + ": " : "") + R.fmtNum(x[1]) + " " + p.unit; }).join(", ") +
-          " (" + measured + " of " + (b1 - b0) + " buckets scraped)" : "no scrape in the range";
+          " (" + R.fmtNum(measured * STEP) + "/" + R.fmtNum((b1 - b0) * STEP) + " s scraped)" : "no scrape in the range";
       });
     }
     R.on("range", draw); R.on("filter", draw);
