@@ -30,14 +30,23 @@ from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views import blockio as _blockio
-from profiler.analyzers.views.blockio import BlockIoView, IOEvents, read_block_io
+from profiler.analyzers.views.blockio import (
+    BlockIoView,
+    IOEvents,
+    block_member,
+    read_block_hist,
+    read_block_io,
+    read_block_trace,
+)
 from profiler.analyzers.views.counters import SyscallRow, SyscallsView, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
 from profiler.analyzers.views.stacks import (
     OFFCPU_MAX_SWITCHES,
     CpuStacksView,
     OffCpuView,
+    fold_cpu_stacks,
     read_cpu_stacks,
+    read_cpu_times,
     read_offcpu,
 )
 
@@ -212,5 +221,6 @@ def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifes
 
 __all__ = [
     "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIoView", "BundleViews", "CpuStacksView", "IOEvents", "LoadLog", "OffCpuView",
-    "SyscallRow", "SyscallsView", "WaitTotals", "install_taps", "read_views", "start_early_reads",
+    "SyscallRow", "SyscallsView", "WaitTotals", "block_member", "fold_cpu_stacks", "install_taps", "read_block_hist",
+    "read_block_trace", "read_cpu_times", "read_offcpu", "read_views", "start_early_reads",
 ]
