@@ -2,7 +2,7 @@
 # Set up profiler on a fresh Debian 12 host, as root: system packages, a venv in .venv, `profiler` on PATH.
 #   bash install.sh          what profiling needs (perf, tracefs, bcc where possible)
 #   bash install.sh --dev    also the test workloads (stress-ng, sysbench, fio, mariadb, redis, db_bench, postgresql,
-#                            etcd, nginx, memcached, wrk, sshd for the cluster tests' namespaces, podman and runc
+#                            etcd, nginx, memcached, wrk, sshd for the cluster tests' namespaces, podman, runc, docker.io
 #                            for the container tests, Go if absent),
 #                            headless chromium for report checks, and the test tools
 # Output: one line per step; the tools' own output goes to install.log, shown only when a step fails.
@@ -37,7 +37,7 @@ pkgs=(linux-perf linux-libc-dev python3-venv python3-pip procps util-linux coreu
 bcc_pkgs=(python3-bpfcc bpfcc-tools linux-headers-amd64)
 dev_pkgs=(stress-ng sysbench fio mariadb-server mariadb-client redis-server redis-tools rocksdb-tools chromium bpftool
           postgresql postgresql-contrib etcd-server etcd-client nginx memcached libmemcached-tools wrk
-          openssh-server openssh-client iproute2 git podman runc)
+          openssh-server openssh-client iproute2 git podman runc docker.io)
 # the Go test workloads are built with the host's Go toolchain; Debian's when there is none
 if [ $dev -eq 1 ] && ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   dev_pkgs+=(golang-go)

@@ -129,6 +129,27 @@ def _cpu_flame(v: BundleViews) -> flame.FlameGraph | None:
                             unit="samples")
 
 
+def _coverage(m: Manifest) -> dict[str, tuple[list[tuple[float, float]], list[tuple[float, int]]]]:
+    """Per evidence source, the windows its collector traced (a duty-cycled perf trace: its
+    windows; else from its start to its end, or to its last data if it died) and where it lost
+    events (``stats.lost_at``), for the timeline's gaps and each range's traced share."""
+    out: dict[str, tuple[list[tuple[float, float]], list[tuple[float, int]]]] = {}
+    for name, key in (("syscalls", "syscalls"), ("offcpu-stacks", "offcpu")):
+        r = m.collector(name)
+        if r is None or r.status in ("skipped", "failed"):
+            continue
+        wins = r.stats.get("windows")
+        if isinstance(wins, list):
+            w = [(float(a), float(b)) for a, b in wins]
+        elif r.started is not None and r.ended is not None:
+            w = [(float(r.started), float(r.ended))]
+        else:
+            continue
+        lost = r.stats.get("lost_at")
+        out[key] = (w, [(float(t), int(n)) for t, n in lost if t >= 0] if isinstance(lost, list) else [])
+    return out
+
+
 def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
     """Off-CPU flame graph: blocked time by wait reason, then thread pool, then stack."""
     off = v.offcpu
@@ -142,7 +163,9 @@ def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
     if off.bcc:
         return flame.FlameGraph(root=root, title="Off-CPU", unit="us",
                                 subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
-                                notes=["bcc off-CPU stacks are totals over the capture: no per-switch times"])
+                                notes=["bcc off-CPU stacks are summed per second in the kernel: every second of the "
+                                       "capture, no per-switch times"] if off.timed else
+                                ["bcc off-CPU stacks are totals over the capture: no per-switch times"])
     notes = []
     part = ""
     if off.sampled is not None:
@@ -344,7 +367,8 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
         t0 = pd.t0  # the timeline shows the whole capture, warm-up included
     step(2)
     tl = tlmod.build(pd, m.targets, t0=t0, t1=t1, io=events, stat=v.stat, stat_start=rec.started if rec else None,
-                     syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist)
+                     syscalls=v.syscalls, syscall_start=srec.started if srec else None, io_hist=hist,
+                     coverage=_coverage(m))
     if la is not None:
         _load_panels(tl, la)
         _per_transaction(v, la, met)

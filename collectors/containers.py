@@ -25,7 +25,8 @@ Names come from what the runtimes keep on disk (root may read all of it):
 - docker: ``DATA_ROOT/containers/ID/config.v2.json`` (``Name``, ``Config.Image``), the data root
   being ``/var/lib/docker`` or a running dockerd's ``--data-root``;
 - containerd (CRI, nerdctl, docker's own containerd): each running task's OCI bundle
-  ``/run/containerd/io.containerd.runtime.v2.task/NAMESPACE/ID/config.json``, whose annotations
+  ``STATE/io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`` (STATE: ``/run/containerd``,
+  or a running containerd's ``--state`` or its config file's ``state``), whose annotations
   name a Kubernetes container and its pod (``io.kubernetes.cri.container-name``,
   ``...sandbox-name``, ``...sandbox-namespace``, ``...sandbox-uid``).
 
@@ -233,7 +234,7 @@ def runtime_state(ids: set[str] | None = None, proc: str = "/proc") -> dict[str,
     for root in _docker_roots(proc):
         for st in _docker(root, ids, budget):
             out.setdefault(st.id, st)
-    for pattern in CONTAINERD_TASKS:
+    for pattern in CONTAINERD_TASKS + _containerd_states(proc):
         for d in sorted(glob.glob(pattern)):
             cid = os.path.basename(d)
             if not ID_RE.fullmatch(cid) or (ids is not None and cid not in ids) or not _spend(budget):
@@ -274,6 +275,23 @@ def _docker_roots(proc: str) -> list[str]:
             elif a.startswith("--data-root="):
                 roots.append(a.split("=", 1)[1])
     return list(dict.fromkeys(os.path.normpath(r) for r in roots if r))
+
+
+def _containerd_states(proc: str) -> tuple[str, ...]:
+    """Task bundle globs of running containerds with their own state directory (``--state DIR``,
+    or ``state = "DIR"`` in their ``--config`` file: dockerd's own containerd keeps it under its
+    exec root)."""
+    out: list[str] = []
+    for argv in _daemon_argvs(proc, ("containerd",)):
+        for i, a in enumerate(argv[:-1]):
+            if a == "--state":
+                out.append(argv[i + 1])
+            elif a in ("--config", "-c"):
+                m = re.search(r'^state\s*=\s*"([^"]+)"', _read(argv[i + 1], 64 << 10) or "", re.M)
+                if m:
+                    out.append(m.group(1))
+    return tuple(f"{os.path.normpath(d)}/io.containerd.runtime.v2.task/*/*" for d in dict.fromkeys(out)
+                 if d.startswith("/"))
 
 
 def _daemon_argvs(proc: str, comms: tuple[str, ...]) -> list[list[str]]:

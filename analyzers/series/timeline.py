@@ -46,12 +46,16 @@ class Timeline:
     t0: float | None
     panels: dict[str, Panel] = field(default_factory=dict)
     marks: list[Mark] = field(default_factory=list)
+    # per evidence source (syscalls, offcpu): the windows it traced and where it lost events, in
+    # seconds since t0: {"windows": [[from, to], ...], "lost": [[t, events], ...]}. A duty-cycled
+    # perf trace covers a second in ten: the seconds outside its windows are gaps, not zeros
+    coverage: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"t": self.t, "step": self.step, "t0": self.t0,
                 "panels": {k: {"title": p.title, "unit": p.unit, "stacked": p.stacked, "series": p.series}
                            for k, p in self.panels.items()},
-                "marks": [vars(m) for m in self.marks]}
+                "marks": [vars(m) for m in self.marks], "coverage": self.coverage}
 
     def edges(self) -> np.ndarray | None:
         """The buckets' edges on the monotonic clock (None for an empty timeline)."""
@@ -108,6 +112,15 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
     return out
 
 
+def covered_per_bucket(windows: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
+    """Seconds of each bucket inside the windows (monotonic)."""
+    out = np.zeros(len(edges) - 1)
+    for a, b in windows:
+        lo, hi = np.maximum(edges[:-1], a), np.minimum(edges[1:], b)
+        out += np.clip(hi - lo, 0, None)
+    return out
+
+
 def _syscall_counts(syscalls: SyscallsView | None) -> tuple[np.ndarray, np.ndarray] | None:
     """(interval start, calls) of the syscalls.csv rows, every thread together; None when there are
     none, or when an older bundle's syscalls-rate.csv gives the rate itself."""
@@ -122,10 +135,13 @@ def _syscall_counts(syscalls: SyscallsView | None) -> tuple[np.ndarray, np.ndarr
 def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float | None, t1: float | None,
           io: IOEvents | None = None, stat: perfstat.PerfStatSeries | None = None, stat_start: float | None = None,
           syscalls: SyscallsView | None = None, syscall_start: float | None = None,
-          io_hist: histograms.BlockHist | None = None) -> Timeline:
+          io_hist: histograms.BlockHist | None = None,
+          coverage: dict[str, tuple[list[tuple[float, float]], list[tuple[float, int]]]] | None = None) -> Timeline:
     """The timeline panels. ``io_hist``: the bcc backend's block IO histograms, drawn when there
     are no per-IO events; ``syscalls``: an older bundle's syscalls-rate.csv rate when there is
-    one, else the syscalls.csv counts of every thread."""
+    one, else the syscalls.csv counts of every thread. ``coverage``: per source, the windows it
+    traced and its lost events (monotonic); the syscall rate is per traced second of each
+    bucket, None (a gap) in a bucket it did not trace."""
     syscall_rate = syscalls.rate if syscalls is not None else None
     syscall_counts = _syscall_counts(syscalls)
     if t0 is None or t1 is None or t1 <= t0:
@@ -136,6 +152,9 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
     if len(edges) < 2:
         edges = np.array([t0, t0 + step])
     tl = Timeline(t=[round(float(e - t0), 3) for e in edges[:-1]], step=step, t0=t0)
+    for src, (wins, lost) in (coverage or {}).items():
+        tl.coverage[src] = {"windows": [[round(a - t0, 3), round(b - t0, 3)] for a, b in wins],
+                            "lost": [[round(t - t0, 3), float(n)] for t, n in lost]}
     labels = {t.pid: f"{t.comm} ({t.pid})" for t in targets}
     if pd is not None:
         cpu = Panel("CPU used by each target", "cores")
@@ -254,7 +273,15 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
     if "syscalls" not in tl.panels and syscall_counts is not None and len(syscall_counts[0]):
         calls_t, calls_n = syscall_counts
         idx = np.clip(np.searchsorted(edges, calls_t, side="right") - 1, 0, len(edges) - 2)
-        rate = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1) / step
+        calls = np.bincount(idx, weights=calls_n, minlength=len(edges) - 1)
+        sys_cov = (coverage or {}).get("syscalls")
+        if sys_cov is not None and sys_cov[0]:
+            traced = covered_per_bucket(sys_cov[0], edges)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                # a bucket traced for less than a tenth of itself says too little: a gap
+                rate = np.where(traced >= 0.1 * np.diff(edges), calls / np.maximum(traced, 1e-9), np.nan)
+        else:
+            rate = calls / step
         tl.panels["syscalls"] = Panel("Syscalls (syscalls.csv counts, the targets)", "calls/s", {"calls": _clean(rate)})
     if stat is not None and stat_start is not None:
         tc = stat.series("task-clock")

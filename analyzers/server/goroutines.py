@@ -33,10 +33,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from profiler.inputs.pprof import Profile
+from profiler.knowledge import goroutines as kg
 
 LOCK, IO, SYSCALL, CHAN, SELECT, WAIT, SLEEP, RUNTIME, RUN, OTHER = (
     "lock", "io", "syscall", "chan", "select", "wait", "sleep", "runtime", "run", "other")
-KINDS = (LOCK, IO, SYSCALL, CHAN, SELECT, WAIT, SLEEP, RUNTIME, RUN, OTHER)
+# what the program's own frames say a parked goroutine waits for (profiler.knowledge.goroutines)
+QUEUE, RPC, COMMIT, BACKOFF = kg.QUEUE, kg.RPC, kg.COMMIT, kg.BACKOFF
+KINDS = (LOCK, IO, SYSCALL, CHAN, SELECT, WAIT, SLEEP, RUNTIME, RUN, OTHER, QUEUE, RPC, COMMIT, BACKOFF)
+# runtime kinds of a parked goroutine whose wait the program's frames may name better
+_PARKED = frozenset({LOCK, IO, CHAN, SELECT, WAIT, SLEEP, OTHER})
 UNKNOWN_FRAME = "[unknown]"  # what profiler.inputs.pprof names a sample with no location
 NO_STACK = "(no stack: running on another thread)"
 MAX_FRAMES = 256  # frames kept of one goroutine's stack
@@ -129,7 +134,33 @@ def is_own_code(frame: str) -> bool:
 
 
 def classify(frames_leaf_first: list[str]) -> tuple[str, str, str, str]:
-    """(state, kind, op, caller) of one goroutine's stack, leaf first."""
+    """(state, kind, op, caller) of one goroutine's stack, leaf first.
+
+    The state is the runtime's (how it is parked); the kind, op and caller say what it waits
+    for: the program's own frames above the wait when the table of profiler.knowledge.goroutines
+    names one (a lock waiter, a token queue, an RPC to another tier), else the runtime's wait
+    (``sync.(*Mutex).Lock``, ``chan receive``...)."""
+    state, kind, op, caller = _runtime_wait(frames_leaf_first)
+    if kind in _PARKED:
+        app = app_wait(frames_leaf_first)
+        if app is not None:
+            w, i = app
+            rest = frames_leaf_first[i + 1:]
+            return state, w.kind, frames_leaf_first[i], next((f for f in rest if is_own_code(f)), "")
+    return state, kind, op, caller
+
+
+def app_wait(frames_leaf_first: list[str]) -> tuple[kg.GoWait, int] | None:
+    """The table entry (profiler.knowledge.goroutines) the innermost program frames name, and
+    the index of the frame that matched, or None."""
+    for i, f in enumerate(frames_leaf_first[:kg.DEPTH]):
+        w = kg.match_frame(f)
+        if w is not None:
+            return w, i
+    return None
+
+
+def _runtime_wait(frames_leaf_first: list[str]) -> tuple[str, str, str, str]:
     if all(f in ("", UNKNOWN_FRAME) for f in frames_leaf_first):
         # the profile leaves out the stack of a goroutine running on another thread when it
         # is taken (one sample with no location: seen from Go 1.19 to 1.26)
@@ -171,6 +202,7 @@ class GoroutineGroup:
     caller: str  # e.g. main.lockedWork
     count: int
     stack: tuple[str, ...] = ()  # one example, root first
+    wait: str = ""  # the profiler.knowledge.goroutines key that named the wait, if one did
 
     @property
     def site(self) -> str:
@@ -210,7 +242,8 @@ def summarize(stacks: Iterable[tuple[tuple[str, ...], int]], t: float, source: s
             continue
         leaf_first = list(reversed(frames[-MAX_FRAMES:]))
         state, kind, op, caller = classify(leaf_first)
-        if header and (kind == OTHER or state in ("running", "semacquire")):
+        named = app_wait(leaf_first) if kind in kg.KINDS else None
+        if header and named is None and (kind == OTHER or state in ("running", "semacquire")):
             base = header.split(",", 1)[0].strip()
             if base in _TEXT_STATES:
                 state, kind = base, _TEXT_STATES[base]
@@ -220,7 +253,8 @@ def summarize(stacks: Iterable[tuple[tuple[str, ...], int]], t: float, source: s
         key = (state, op, caller)
         g = groups.get(key)
         if g is None:
-            groups[key] = GoroutineGroup(state, kind, op, caller, n, tuple(frames[-MAX_FRAMES:]))
+            groups[key] = GoroutineGroup(state, kind, op, caller, n, tuple(frames[-MAX_FRAMES:]),
+                                         named[0].key if named is not None else "")
         else:
             g.count += n
         shown = (op,) if op == NO_STACK else frames[-MAX_FRAMES:]

@@ -25,7 +25,8 @@ from profiler.knowledge.servers import SERVER_NAMES
 
 KIND_TITLES = {"lock": "queued on a lock", "io": "IO wait (network)", "syscall": "in a syscall", "chan": "channel",
                "select": "select", "wait": "WaitGroup/Cond", "sleep": "sleep", "runtime": "runtime (idle)",
-               "run": "running or runnable", "other": "other wait"}
+               "run": "running or runnable", "other": "other wait", "queue": "queued for a slot (tokens, semaphore)",
+               "rpc": "waiting for another tier (RPC)", "commit": "waiting for raft commit", "backoff": "backoff before a retry"}
 UNITS = {"s": "ms", "bytes": "MiB"}  # how the timeline shows a unit
 _SCALE = {"s": 1000.0, "bytes": 1 / 1048576}
 

@@ -311,6 +311,10 @@ def _cluster_verdict(results: list[NodeResult], roles: list[RoleResult], imb: li
         return ClusterVerdict("not_saturated", "no node could be analyzed", None, None, 0.0,
                               reasons or ["no node bundle"])
     tier = limiting_tier(roles)
+    pointed = _pointed_tier(judged, roles, tier)
+    if pointed is not None:
+        tier, symptom = pointed
+        reasons.append(symptom)
     cpu_imb = [i for i in imb if i.metric == "cpu_cores"]
     if tier is None:
         headline = (f"no tier is saturated ({len(judged)} nodes): the limit is elsewhere "
@@ -338,6 +342,26 @@ def _cluster_verdict(results: list[NodeResult], roles: list[RoleResult], imb: li
             reasons.append(f"also saturated, less: {', '.join(busy_roles)}")
     reasons.extend(i.note for i in imb if i.role == tier.role)
     return ClusterVerdict(node.verdict.category, headline, tier.role, node.name, node.verdict.score, reasons)
+
+
+def _pointed_tier(judged: list[NodeResult], roles: list[RoleResult],
+                  tier: RoleResult | None) -> tuple[RoleResult, str] | None:
+    """A limiting node whose cause lies in another tier (``Finding.tier``: a TiDB whose sessions wait on
+    locks held in TiKV) gives the limit to that tier when it was captured with a verdict of the same
+    category: the symptom seen at one tier points at the other, and the cluster verdict says so."""
+    if tier is None:
+        return None
+    node = max((r for r in judged if r.role == tier.role and r.verdict is not None
+                and r.verdict.category != "not_saturated"), key=lambda r: r.verdict.score if r.verdict else 0.0)
+    v = node.verdict
+    if v is None or not v.primary.tier or v.primary.tier == tier.role:
+        return None
+    there = next((r for r in roles if r.role == v.primary.tier and r.saturated and r.category == v.category), None)
+    if there is None:
+        return None
+    symptom = (f"{node.name} ({tier.role}) points at the {there.role} tier: "
+               f"{v.primary.sub_cause.split('; the locks are held')[0]}")
+    return there, symptom
 
 
 def _what(v: Verdict) -> str:

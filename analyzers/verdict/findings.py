@@ -44,6 +44,12 @@ THRESHOLDS: dict[str, Threshold] = {
                             "cores the threads wanted (running + run-queue time) / cores the target may use"),
     "cpu.thread_demand": Threshold(0.90, 0.98, "of one thread's time", "our rule: a thread running or runnable nearly all the time is CPU-bound, whoever takes its CPU",
                                    "the busiest work thread's running + runnable share of its time"),
+    "cpu.host": Threshold(0.90, 0.98, "of the host's CPUs", "USE method (utilization of the host's CPUs); "
+                          "issue 29: a 2-CPU host 97-99% busy with TiDB, TiKV and the client",
+                          "busy share of all the host's CPUs (/proc/stat)"),
+    "cpu.capture_share": Threshold(0.5, 0.8, "of the host's CPUs", "our rule: the workload the capture "
+                                   "attached to, not someone else's, fills the host",
+                                   "cores the capture's targets used together / the host's CPUs"),
     "cpu.pool": Threshold(0.80, 0.95, "of pool size", "PingCAP TiKV inspection: thread pool CPU > 80-90% of its thread count",
                           "a pool's cores used / its thread count"),
     # IO
@@ -95,6 +101,29 @@ THRESHOLDS: dict[str, Threshold] = {
     "go.heap_limit": Threshold(
         0.9, 1.0, "of GOMEMLIMIT", "Go runtime (GOMEMLIMIT): near the soft limit the GC runs as often as it must",
         "heap in use / GOMEMLIMIT"),
+    # Where the requests' time goes, by the servers' own latency histograms (rules_requests.py)
+    "req.lock_waiting": Threshold(
+        2.0, 8.0, "requests waiting",
+        "our rule, as go.lock_wait: a couple of requests always waiting for a lock is contention",
+        "requests waiting for a lock or latch on average: the rate of the phase histogram's _sum (request-seconds "
+        "per second, Little's law)"),
+    "req.lock_share": Threshold(
+        0.3, 0.7, "of request time", "our rule, as go.lock_share; PingCAP latency-breakdown.md reads lock waits "
+        "against the statement's duration",
+        "the requests' time in lock and latch waits / their whole time (rates of the histograms' _sum)"),
+    "req.queue_waiting": Threshold(
+        2.0, 8.0, "requests waiting", "our rule, as req.lock_waiting",
+        "requests waiting for a slot (execution tokens) on average"),
+    "req.queue_share": Threshold(
+        0.3, 0.7, "of request time", "our rule, as req.lock_share",
+        "the requests' time waiting for a slot / their whole time"),
+    "req.io_busy": Threshold(
+        0.5, 0.9, "of the window", "our rule: a log written one sync at a time that syncs half the time makes "
+        "every write wait; etcd's guidance: WAL fsync p99 under 10 ms",
+        "share of the window a serial IO phase was in progress (WAL fsync, backend commit): the rate of its _sum"),
+    "req.io_share": Threshold(
+        0.3, 0.7, "of request time", "our rule, as req.lock_share",
+        "the requests' time in disk writes (Raft log append, apply) / their whole time"),
 }
 
 
@@ -127,6 +156,7 @@ class Evidence:
     unit: str
     note: str = ""
     crossed: bool | None = None  # past its threshold (in the threshold's direction); None: no threshold
+    panel: str | None = None  # for a server metric: the Grafana panel users know it from
 
 
 @dataclass
@@ -139,6 +169,7 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     recommendation: str = ""
     target: str | None = None
+    tier: str | None = None  # the tier where the cause lies, when not the target's own (a TiDB waiting on TiKV's locks)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -191,7 +222,8 @@ class Verdict:
         }
 
 
-def evidence(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "") -> Evidence:
+def evidence(metric: str, value: float | None, key: str | None, note: str = "", unit: str = "",
+             panel: str | None = None) -> Evidence:
     """One piece of evidence against the named threshold (None: a figure shown without one): its
     threshold, unit, and whether it is past it in the threshold's direction."""
     th = THRESHOLDS[key] if key else None
@@ -200,4 +232,4 @@ def evidence(metric: str, value: float | None, key: str | None, note: str = "", 
         # most thresholds are floors (worse above); a few are ceilings (idle.cpu: worse below)
         crossed = bool(value <= th.value) if th.full < th.value else bool(value >= th.value)
     return Evidence(metric=metric, value=None if value is None else float(value), threshold=th.value if th else None,
-                    unit=th.unit if th else unit, note=note, crossed=crossed)
+                    unit=th.unit if th else unit, note=note, crossed=crossed, panel=panel)

@@ -144,6 +144,17 @@ class ThreadEvidence:
         st = self.active_states
         return (st.get("cpu", 0.0) + st.get("runnable", 0.0)) if st else 0.0
 
+    @property
+    def busy_when_working(self) -> float:
+        """How much of the time they are not idle by design (parked, polling, sleeping) the work
+        threads want a CPU: near 1 for a server whose threads run or queue whenever they have
+        work, low for threads that block on locks or IO."""
+        st = self.active_states
+        if not st:
+            return 0.0
+        working = 1.0 - st.get("idle", 0.0) - st.get("sleep", 0.0)
+        return self.busy / working if working > 0 else 0.0
+
 
 @dataclass(frozen=True)
 class ProcessEvidence:

@@ -211,6 +211,22 @@ class CaptureVerdict:
         return d
 
 
+def served_by_peer(v: Verdict, per: list[Verdict], m: Metrics) -> Verdict | None:
+    """When a target's cause lies in another tier (a TiDB whose sessions wait on locks held in TiKV:
+    ``Finding.tier``) and the capture holds a target of that tier with the same category, that
+    target's verdict is the capture's: the symptom points at it."""
+    tier = v.primary.tier
+    if not tier:
+        return None
+    kinds = {t.label: t.kind for t in m.targets}
+    there = [o for o in per if o is not v and kinds.get(o.target or "") == tier and o.category == v.category]
+    if not there:
+        return None
+    best = max(there, key=lambda o: (o.score, o.confidence))
+    headline = f"{best.headline} (what {v.target} waits on: {v.primary.sub_cause.split(';')[0]})"
+    return Verdict(**{**best.__dict__, "headline": headline})
+
+
 def judge(m: Metrics) -> CaptureVerdict:
     """Per-target verdicts, the capture's verdict (the most severe target), and the imbalances."""
     per = [target_verdict(t, m) for t in m.targets]
@@ -222,6 +238,7 @@ def judge(m: Metrics) -> CaptureVerdict:
     bottlenecked = [v for v in per if v.category != "not_saturated"]
     if bottlenecked:
         top = max(bottlenecked, key=lambda v: (v.score, v.confidence))
+        top = served_by_peer(top, per, m) or top
         overall = Verdict(**{**top.__dict__})
         others = [v for v in per if v is not top]
         if others and len(m.targets) > 1:

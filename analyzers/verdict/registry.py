@@ -19,6 +19,11 @@ from profiler.analyzers.verdict.findings import Finding
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
 from profiler.analyzers.verdict.rules import rule_io_wait, rule_lock, rule_memory
 from profiler.analyzers.verdict.rules_cpu import rule_cpu
+from profiler.analyzers.verdict.rules_requests import (
+    rule_request_io,
+    rule_request_locks,
+    rule_request_queue,
+)
 from profiler.analyzers.verdict.rules_server import rule_go_locks, rule_go_memory
 
 Rule = Callable[[TargetMetrics, Metrics], Finding | None]
@@ -28,6 +33,9 @@ RULES: tuple[Rule, ...] = (
     rule_io_wait,  # the work path blocked on storage
     rule_memory,  # paging, cgroup limit, PSI, swap
     rule_lock,  # the work path asleep in futex or kernel locks, waking often
+    rule_request_locks,  # the servers' requests wait for locks and latches (their own histograms)
+    rule_request_queue,  # ... for a slot (execution tokens)
+    rule_request_io,  # ... for their log's disk (WAL fsync, backend commit)
     rule_go_locks,  # goroutines queued on Go locks (status port)
     rule_go_memory,  # the Go GC's share of the process's CPU, the heap at GOMEMLIMIT
 )

@@ -11,8 +11,9 @@ Two steps, each small:
    finding's score being the strongest;
 2. the sub-cause rules (:data:`SUB_CAUSES`), tried in order, most specific first: the first
    that applies names what keeps more CPU from the target, with its advice: the cgroup quota,
-   a pin or quota below what it wants (a container's limits), a named pool at its size,
-   neighbours on the host, all of its cores busy, one hot thread.
+   a pin or quota below what it wants (a container's limits: ``LimitsEvidence``), a named pool at
+   its size, neighbours on the host, the host's CPUs saturated by the capture's targets together,
+   all of its cores busy, one hot thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from profiler.analyzers.verdict.findings import PRIMARY, Evidence, Finding, evidence, ramp
+from profiler.analyzers.verdict.findings import (
+    PRIMARY,
+    THRESHOLDS,
+    Evidence,
+    Finding,
+    evidence,
+    ramp,
+)
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
 from profiler.analyzers.verdict.target import cpu_list
 
@@ -66,11 +74,12 @@ class CpuScores:
     throttle: float = 0.0
     pool: PoolCause | None = None
     evidence: list[Evidence] = field(default_factory=list)
+    host: float = 0.0  # the host's CPUs saturated by the capture's targets, this one queueing for them
 
     @property
     def score(self) -> float:
         return min(1.0, max(self.util, self.demand, self.thread, self.throttle,
-                            self.pool.score if self.pool else 0.0, self.starved))
+                            self.pool.score if self.pool else 0.0, self.starved, self.host))
 
 
 def _pool_cause(t: TargetMetrics, ev: list[Evidence]) -> PoolCause | None:
@@ -137,9 +146,57 @@ def cpu_scores(t: TargetMetrics, m: Metrics) -> CpuScores | None:
         ev.append(evidence("cgroup_throttled_periods", lim.cpu_throttled_share, "cpu.throttled",
                            f"throttled {lim.cpu_throttled_time_share or 0:.2f} s per s"))
     pool = _pool_cause(t, ev)
+    host_s = _host(t, m, ev)
     if not ev:
         return None
-    return CpuScores(util_s, demand_s, thread_s, starved_s, throttle_s, pool, ev)
+    return CpuScores(util_s, demand_s, thread_s, starved_s, throttle_s, pool, ev, host_s)
+
+
+CALM_AT, CALM_FULL = THRESHOLDS["idle.cpu"].value, THRESHOLDS["idle.cpu"].full
+
+
+def calm_weight(busy: float | None) -> float:
+    """How much a figure of the target's own counts by how much of its cores it wants: 0 for a calm
+    target (a fifth of its cores or less, the not-saturated rule's bound), 1 from half, linear
+    between; 1 when unknown."""
+    if busy is None:
+        return 1.0
+    return min(1.0, max(0.0, (busy - CALM_FULL) / (CALM_AT - CALM_FULL)))
+
+
+def capture_cores(m: Metrics) -> float:
+    """Cores the capture's targets used together."""
+    return sum(t.process.cpu_cores or 0.0 for t in m.targets)
+
+
+def _host(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
+    """The host's CPUs saturated by the workload the capture attached to (a cluster's tiers on one
+    host: TiDB, TiKV, PD), this target queueing for them whenever it works.
+
+    Each tier alone may use a fraction of the cores and want little more (a Go or Rust server's
+    threads wait on each other's tiers between bursts), so neither its own use nor its demand
+    reaches a threshold; together they fill the host, and every one of them queues. Counted when
+    the host is busy, the capture's targets take most of it (not someone else's work: a light
+    target on a busy host stays calm), and this target's threads, whenever they are not idle by
+    design, run or queue (not block on locks or IO), weighted by their run-queue share."""
+    sysm = m.system
+    tt = t.time
+    if sysm is None or sysm.cpu_util is None or not sysm.ncpu or tt.runq_share is None:
+        return 0.0
+    share = capture_cores(m) / sysm.ncpu
+    working = tt.busy_when_working
+    s = min(ramp(sysm.cpu_util, "cpu.host"), ramp(share, "cpu.capture_share"), ramp(tt.runq_share, "cpu.runq"))
+    # as much as it works when it works, and as much as it wants a real part of its cores (the
+    # not-saturated rule's bounds: none at a fifth, in full from half)
+    s *= wants_cpu(working) * calm_weight(tt.demand_util)
+    if s > 0:
+        ev.append(evidence("host_cpu_busy", sysm.cpu_util, "cpu.host", f"{sysm.ncpu} CPUs (/proc/stat)"))
+        ev.append(evidence("capture_cpu_share", share, "cpu.capture_share",
+                           f"the capture's {len(m.targets)} targets use {capture_cores(m):.2f} of {sysm.ncpu} CPUs"))
+        ev.append(evidence("busy_when_working", working, None,
+                           "share of the work threads' time, idle-by-design waits left out, spent running or "
+                           "queued for a CPU (not blocked on locks or IO)", unit="of working time"))
+    return s
 
 
 # --------------------------------------------------------------------------- the sub-causes
@@ -229,6 +286,25 @@ def starvation(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     return sub, rec, s.score
 
 
+def host_saturated(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
+    """The capture's targets together fill the host's CPUs, and this one queues for them."""
+    if s.host < PRIMARY or s.host < max(s.util, s.demand, s.thread) - 0.05:
+        return None
+    sysm = m.system
+    assert sysm is not None and sysm.cpu_util is not None
+    ours = ", ".join(f"{o.label} {o.process.cpu_cores or 0:.2f}" for o in
+                     sorted(m.targets, key=lambda o: -(o.process.cpu_cores or 0.0)))
+    others, names = others_on_host(m)
+    sub = (f"the host's CPUs are saturated: {sysm.ncpu} CPUs {_pct(sysm.cpu_util)} busy, the capture's targets take "
+           f"{capture_cores(m):.2f} cores ({ours})")
+    if others is not None and others >= 0.05:
+        sub += f", other processes {others:.2f}" + (f" ({names})" if names else "")
+    sub += f"; {_pct(t.time.runq_share)} of what {t.comm} asks for is run-queue delay"
+    rec = ("the tiers on this host take all of its CPUs: give them more cores (or separate hosts), or lower the load; "
+           "the on-CPU flame graph of each shows where its share goes")
+    return sub, rec, s.score
+
+
 def all_cores(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     """It uses, or wants, every core it may use."""
     if s.util < PRIMARY and s.demand < PRIMARY:
@@ -262,8 +338,8 @@ def not_the_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
 
 
 # Most specific first: the first that applies names the sub-cause.
-SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, all_cores, one_thread,
-                                    not_the_limit)
+SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, host_saturated, all_cores,
+                                    one_thread, not_the_limit)
 
 
 def rule_cpu(t: TargetMetrics, m: Metrics) -> Finding | None:

@@ -26,21 +26,12 @@ other rules'.
 from __future__ import annotations
 
 from profiler.analyzers.server import goroutines as G
-from profiler.analyzers.verdict.findings import THRESHOLDS, Evidence, Finding, evidence, ramp
+from profiler.analyzers.verdict.findings import Evidence, Finding, evidence, ramp
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
+from profiler.analyzers.verdict.rules_cpu import CALM_AT, CALM_FULL, calm_weight
 from profiler.analyzers.verdict.server import ServerEvidence
 
-# The not-saturated rule's bounds: a target that wants half of its cores or more may be held back;
-# one that wants a fifth or less is calm.
-CALM_AT, CALM_FULL = THRESHOLDS["idle.cpu"].value, THRESHOLDS["idle.cpu"].full
-
-
-def calm_weight(busy: float | None) -> float:
-    """How much a share of the process's own CPU counts: 0 for a calm target (it wants a fifth of its
-    cores or less), 1 from half, linear between; 1 when how busy it is is unknown."""
-    if busy is None:
-        return 1.0
-    return min(1.0, max(0.0, (busy - CALM_FULL) / (CALM_AT - CALM_FULL)))
+from profiler.knowledge import goroutines as kg
 
 
 def _pct(x: float | None) -> str:
@@ -55,7 +46,16 @@ def _idle_threads(t: TargetMetrics) -> str:
     return f"; the OS sees {st.threads} threads {_pct(parked)} of the time asleep (the Go scheduler parks them)"
 
 
+def short_site(site: str) -> str:
+    """A wait site with each function named after its import path's last element
+    (``select: lockwaiter.(*Waiter).Wait <- tikv.(*Server).KvPessimisticLock``)."""
+    state, sep, rest = site.rpartition(": ")
+    return state + sep + " <- ".join(f.rsplit("/", 1)[-1] for f in rest.split(" <- "))
+
+
 def rule_go_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
+    """Goroutines pile up on a lock: a Go sync lock, or a lock or slot the program's own frames
+    name (a row lock waiter, execution tokens: profiler.knowledge.goroutines)."""
     ev: ServerEvidence | None = t.server
     if ev is None or (ev.lock_wait is None and not ev.snapshots):
         return None
@@ -63,22 +63,30 @@ def rule_go_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
     wait = ev.lock_wait
     out = [evidence("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source)]
     if share is not None:
+        queued = ev.by_kind.get(G.LOCK, 0) + ev.by_kind.get(G.QUEUE, 0)
         out.append(evidence("lock_share_of_working_goroutines", share, "go.lock_share",
-                            f"{ev.by_kind.get(G.LOCK, 0):.1f} queued on locks of {ev.working:.1f} working goroutines"))
+                            f"{queued:.1f} queued on locks of {ev.working:.1f} working goroutines"))
     score = min(ramp(wait, "go.lock_wait"), ramp(share, "go.lock_share") if share is not None else ramp(wait, "go.lock_wait"))
     if score <= 0:
         return None
-    site = ev.lock_site or "a Go lock"
-    sub = (f"goroutines queue on a Go lock: {wait or 0:.1f} wait on average ({ev.lock_wait_source}); "
+    site = short_site(ev.lock_site) if ev.lock_site else "a Go lock"
+    what = "a Go lock" if not ev.lock_what else "locks"
+    sub = (f"goroutines queue on {what}: {wait or 0:.1f} wait on average ({ev.lock_wait_source}); "
            f"the largest wait: {ev.lock_site_goroutines:.0f} goroutines in {site}")
+    if ev.lock_what:
+        sub += f" ({ev.lock_what})"
     if ev.lock_holder:
         sub += f"; the lock is held by {ev.lock_holder}"
     sub += _idle_threads(t)
-    rec = (f"shorten the critical section behind {site.split(': ', 1)[-1]} (no IO or slow calls while holding the "
-           "lock), shard the lock, or use a sync.RWMutex/atomic where reads dominate; the mutex profile in the "
-           "bundle (server-PID-mutex-end.pb.gz; `profiler flamegraph` draws it) shows where the lock is held")
-    if ev.server == "tidb":
-        rec += "; in TiDB, report the stacks with the TiDB version: internal lock contention is a TiDB issue"
+    entry = kg.BY_KEY.get(ev.lock_wait_key)
+    if entry is not None and entry.advice:
+        rec = entry.advice
+    else:
+        rec = (f"shorten the critical section behind {site.split(': ', 1)[-1]} (no IO or slow calls while holding "
+               "the lock), shard the lock, or use a sync.RWMutex/atomic where reads dominate; the mutex profile in "
+               "the bundle (server-PID-mutex-end.pb.gz; `profiler flamegraph` draws it) shows where the lock is held")
+        if ev.server == "tidb":
+            rec += "; in TiDB, report the stacks with the TiDB version: internal lock contention is a TiDB issue"
     return Finding("lock_contention", "go_lock_contention", score, "lock contention between goroutines", sub,
                    out, rec, t.label)
 

@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass, field
 
 from profiler.analyzers.server import goroutines as G
+from profiler.analyzers.server.requests import RequestTime, request_time
 from profiler.analyzers.server.view import ServerStatusView, TargetStatus
 from profiler.analyzers.views.stacks import CpuStacksView
 
+from profiler.knowledge import goroutines as kg
 from profiler.knowledge import pool_of
 
 # On-CPU frames of the Go garbage collector: its background mark workers, mark assists
@@ -44,6 +46,10 @@ class ServerEvidence:
     by_kind: dict[str, float] = field(default_factory=dict)  # mean goroutines per kind
     lock_site: str = ""  # the largest lock wait site (state, op <- caller)
     lock_site_goroutines: float = 0.0
+    lock_wait_key: str = ""  # the profiler.knowledge.goroutines entry naming that wait, "" for a Go sync lock
+    lock_what: str = ""  # what that wait is, as the entry says it
+    app_lock_waits: float = 0.0  # goroutines in lock or slot waits the program's own frames name, on average
+    rpc_by_tier: dict[str, float] = field(default_factory=dict)  # tier -> goroutines waiting for its answer
     top_sites: list[tuple[str, str, float]] = field(default_factory=list)  # (kind, site, mean goroutines)
     lock_wait: float | None = None  # goroutines waiting on Go locks, on average (s/s)
     lock_wait_source: str = ""
@@ -54,16 +60,17 @@ class ServerEvidence:
     memory_limit: float | None = None  # GOMEMLIMIT when set
     heap_goal: float | None = None
     notes: dict[str, str] = field(default_factory=dict)  # metric key -> "title: value" (Grafana metrics)
+    requests: RequestTime | None = None  # where its requests' time goes, by its own histograms
 
     @property
     def working(self) -> float:
-        """Goroutines that are not idle by design: running, in syscalls, or queued on locks."""
-        return sum(self.by_kind.get(k, 0.0) for k in (G.LOCK, G.RUN, G.SYSCALL))
+        """Goroutines that are not idle by design: running, in syscalls, or queued on locks or for slots."""
+        return sum(self.by_kind.get(k, 0.0) for k in (G.LOCK, G.QUEUE, G.RUN, G.SYSCALL))
 
     @property
     def lock_share(self) -> float | None:
         w = self.working
-        return self.by_kind.get(G.LOCK, 0.0) / w if w > 0 else None
+        return (self.by_kind.get(G.LOCK, 0.0) + self.by_kind.get(G.QUEUE, 0.0)) / w if w > 0 else None
 
     @property
     def heap_limit_share(self) -> float | None:
@@ -104,6 +111,7 @@ def _goroutine_evidence(ev: ServerEvidence, ts: TargetStatus) -> None:
     ev.goroutines = sum(s.total for s in snaps) / len(snaps)
     kinds: dict[str, float] = {}
     sites: dict[tuple[str, str], float] = {}
+    whats: dict[str, str] = {}
     for s in snaps:
         for k, n in s.by_kind.items():
             kinds[k] = kinds.get(k, 0.0) + n / len(snaps)
@@ -112,15 +120,23 @@ def _goroutine_evidence(ev: ServerEvidence, ts: TargetStatus) -> None:
                 continue
             key = (g.kind, f"{g.state}: {g.site}" if g.site else g.state)
             sites[key] = sites.get(key, 0.0) + g.count / len(snaps)
+            w = kg.BY_KEY.get(g.wait)
+            if w is not None and g.kind in (G.LOCK, G.QUEUE):
+                ev.app_lock_waits += g.count / len(snaps)
+                whats[key[1]] = w.key
+            if w is not None and g.kind == G.RPC and w.tier:
+                ev.rpc_by_tier[w.tier] = ev.rpc_by_tier.get(w.tier, 0.0) + g.count / len(snaps)
     # the profile request itself runs a goroutine: not part of the server's work
     selfrun = sum(g.count for s in snaps for g in s.groups if g.state.startswith("running (this profile)")) / len(snaps)
     if selfrun:
         kinds[G.RUN] = max(0.0, kinds.get(G.RUN, 0.0) - selfrun)
     ev.by_kind = kinds
     ev.top_sites = sorted(((k, site, n) for (k, site), n in sites.items()), key=lambda x: (-x[2], x[1]))[:8]
-    locks = [(site, n) for (k, site), n in sites.items() if k == G.LOCK]
+    locks = [(site, n) for (k, site), n in sites.items() if k in (G.LOCK, G.QUEUE)]
     if locks:
         ev.lock_site, ev.lock_site_goroutines = max(locks, key=lambda x: (x[1], x[0]))
+        ev.lock_wait_key = whats.get(ev.lock_site, "")
+        ev.lock_what = kg.BY_KEY[ev.lock_wait_key].what if ev.lock_wait_key else ""
 
 
 def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
@@ -135,7 +151,13 @@ def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
         if kv is not None and kv.total is not None:
             ev.lock_wait, ev.lock_wait_source = kv.total, "runtime metric /sync/mutex/wait/total"
     if ev.lock_wait is None and ev.snapshots:
-        ev.lock_wait, ev.lock_wait_source = ev.by_kind.get(G.LOCK, 0.0), "goroutine snapshots"
+        ev.lock_wait = ev.by_kind.get(G.LOCK, 0.0) + ev.by_kind.get(G.QUEUE, 0.0)
+        ev.lock_wait_source = "goroutine snapshots"
+    elif ev.lock_wait is not None and ev.app_lock_waits > 0:
+        # the profiles and the runtime metric count sync.Mutex/RWMutex waits only; the lock and slot
+        # waits the program's own frames name (a row lock waiter in select) come from the snapshots
+        ev.lock_wait += ev.app_lock_waits
+        ev.lock_wait_source += f" + {ev.app_lock_waits:.1f} in lock waits the program names (goroutine snapshots)"
     if ts.mutex is not None and ts.mutex.top:
         top = ts.mutex.top[0]
         ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"
@@ -177,6 +199,7 @@ def server_evidence(view: ServerStatusView | None, cpu: CpuStacksView | None, pi
         ev.endpoint = ts.metrics_url or ts.pprof_url
         _goroutine_evidence(ev, ts)
         _lock_wait(ev, ts)
+        ev.requests = request_time(ts.server, ts.scrapes)
         for kv in ts.keys:
             if kv.info.server == "go" or kv.total is None or math.isnan(kv.total):
                 continue

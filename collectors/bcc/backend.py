@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from profiler.collectors import host
 from profiler.collectors.bcc.common import bcc_status
 
 from profiler.errors import CapabilityError, UsageError
@@ -35,6 +36,11 @@ def choose(requested: str) -> tuple[str, str]:
         raise UsageError(f"--backend {requested!r}: use one of {', '.join(BACKENDS)}")
     if requested == "perf":
         return "perf", "asked for --backend perf"
+    if host.nested_pid_namespace():
+        why = "the profiler runs in a nested PID namespace, where BPF programs see the host's thread ids"
+        if requested == "bcc":
+            raise CapabilityError(f"--backend bcc: {why}; use --backend perf (or auto) here")
+        return "perf", f"auto: perf, {why}"
     ok, reason, fix = bcc_status()
     if requested == "bcc":
         if not ok:

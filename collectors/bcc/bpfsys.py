@@ -21,11 +21,11 @@ import struct
 _NR = {"x86_64": (321, 298), "aarch64": (280, 241)}
 
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM = 0, 1, 2, 3
-BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD = 4, 5, 15
+BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_RAW_TRACEPOINT_OPEN = 4, 5, 15, 17
 
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, MAP_STACK_TRACE, MAP_LRU_HASH = 1, 2, 5, 6, 7, 9
 PERCPU_MAPS = (MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, 10)  # 10: LRU_PERCPU_HASH
-PROG_TRACEPOINT = 5
+PROG_TRACEPOINT, PROG_RAW_TRACEPOINT = 5, 17
 BPF_ANY, BPF_NOEXIST = 0, 1
 
 _PERF_TYPE_TRACEPOINT = 2
@@ -272,3 +272,15 @@ def attach_tracepoint(prog_fd: int, tp_id: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def attach_raw_tracepoint(prog_fd: int, name: str) -> int:
+    """Run a raw tracepoint program on every hit of the tracepoint ``name`` (the event's name,
+    no category); returns the fd whose closing detaches it."""
+    tp = ctypes.create_string_buffer(name.encode())
+    a = _attr(16)
+    struct.pack_into("<QI", a, 0, ctypes.addressof(tp), prog_fd)
+    try:
+        return _bpf(BPF_RAW_TRACEPOINT_OPEN, a)
+    except OSError as exc:
+        raise OSError(exc.errno, f"attaching to raw tracepoint {name}: {exc.strerror}") from None

@@ -37,7 +37,7 @@ from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
 from profiler.collectors.bcc import bpfsys, objects
-from profiler.collectors.bcc.symbols import KERNEL_SUFFIX, clean
+from profiler.collectors.bcc.symbols import KERNEL_SUFFIX, clean, reap_within
 
 from profiler.bundle import FAILED, OK, PARTIAL, RUNNING, CollectorRecord
 from profiler.errors import CapabilityError
@@ -110,9 +110,10 @@ def _check() -> tuple[bool, str, str | None]:
     shipped = objects.shipped()
     unusable = []
     for source in sorted(objects.PROGRAMS):
-        obj = shipped.get(source)
+        name = objects.preferred(source)
+        obj = shipped.get(name)
         if obj is None:
-            unusable.append(f"no prebuilt {source}")
+            unusable.append(f"no prebuilt {name}")
             continue
         try:
             objects.check(obj, tracefs)
@@ -248,6 +249,7 @@ class BccCollector(CollectorBase):
         self.ended = False  # the helper sent its last message
         self.misses: int | None = None
         self.messages = 0
+        self.last_data_ns = 0
         self.counters: dict[str, int] = {}
         self.helper_cpu: float | None = None
         self._reader: threading.Thread | None = None
@@ -406,6 +408,7 @@ class BccCollector(CollectorBase):
                 self.attached.set()
             elif kind == "data":
                 self.messages += 1
+                self.last_data_ns = time.monotonic_ns()
                 self.counters = dict(msg.get("counters") or self.counters)
                 try:
                     with self.lock:
@@ -427,15 +430,13 @@ class BccCollector(CollectorBase):
                 self._stderr.append(text[:300])
 
     def _reap(self) -> int | None:
-        proc = self.proc
-        if proc is None:
+        """Wait for the helper (killed after STOP_WAIT) and take its CPU time from the kernel's
+        accounting of the reaped child (stats.helper_cpu_seconds)."""
+        if self.proc is None:
             return None
-        try:
-            proc.wait(STOP_WAIT if proc.returncode is None else 0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        rc = _proc.reap(proc, self._cpu)
-        _proc.forget(proc)
+        rc, cpu = reap_within(self.proc, STOP_WAIT)
+        if cpu is not None:
+            self._cpu(cpu)
         return rc
 
     def _cpu(self, seconds: float) -> None:
@@ -461,6 +462,8 @@ class BccCollector(CollectorBase):
         if not self.ended:
             # the helper died (or was killed) before its last message: what it sent is kept
             rec.stats["died"] = True
+            if self.t0_ns and self.last_data_ns:  # what the slots it sent cover (the timeline's gaps)
+                rec.stats["windows"] = [[round(self.t0_ns / 1e9, 6), round(self.last_data_ns / 1e9, 6)]]
             secs = (self.end_ns - self.t0_ns) / 1e9 if self.t0_ns else 0.0
             rec.status = PARTIAL if self.messages else FAILED
             rec.reason = (f"{self._failure()} during the capture" + (f" (attached {secs:.1f}s before the stop)"

@@ -38,23 +38,20 @@ def emit(msg: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def get_object(program: str, tracefs: str, prefer: str) -> tuple[objects.BpfObject, str, str]:
-    """(object, "prebuilt" | "compiled", why) for this kernel."""
-    why = ""
-    if prefer != "compile":
-        obj = objects.shipped().get(program)
-        if obj is None:
-            why = f"no prebuilt object for {program}"
-        else:
-            try:
-                objects.check(obj, tracefs)
-                return obj, "prebuilt", f"prebuilt object (built with bcc {obj.built.get('bcc', '?')})"
-            except objects.ObjectUnusable as exc:
-                why = str(exc)
-    else:
-        why = "asked to compile"
-    obj = objects.compile_object(program, tracefs)
-    return obj, "compiled", f"compiled with bcc ({why})"
+def candidates(program: str, prefer: str) -> list[tuple[str, str]]:
+    """(object name, "prebuilt" | "compiled") to try in order: the raw-tracepoint build where this
+    kernel gives the raw arguments it reads (objects.preferred), then the classic one; each
+    prebuilt first, compiled by bcc after."""
+    names = list(dict.fromkeys([objects.preferred(program), program]))
+    ways = ["compiled"] if prefer == "compile" else ["prebuilt", "compiled"]
+    return [(n, w) for n in names for w in ways]
+
+
+def describe(name: str, how: str, obj: objects.BpfObject) -> str:
+    kind = "raw tracepoints" if name.endswith(objects.RAW) else "tracepoints"
+    if how == "prebuilt":
+        return f"prebuilt object, {kind} (built with bcc {obj.built.get('bcc', '?')})"
+    return f"compiled with bcc, {kind}"
 
 
 class Run:
@@ -67,21 +64,38 @@ class Run:
 
     def start(self) -> None:
         t = time.monotonic()
-        obj, how, why = get_object(self.side.program, self.tracefs, str(self.settings.get("prefer", "prebuilt")))
+        failed: list[str] = []
+        for name, how in candidates(self.side.program, str(self.settings.get("prefer", "prebuilt"))):
+            try:
+                self._try(name, how)
+            except (objects.ObjectUnusable, OSError, RuntimeError, ImportError) as exc:
+                failed.append(f"{name} {how}: {exc}")
+                continue
+            assert self.obj is not None
+            why = describe(name, how, self.obj) + (f" ({failed[0]})" if failed else "")
+            emit({"kind": "attached", "t0": self.side.t0, "attached": time.monotonic_ns(), "how": how, "why": why,
+                  "load_seconds": round(time.monotonic() - t, 4)})
+            return
+        raise RuntimeError("; ".join(failed) or "nothing to load")
+
+    def _try(self, name: str, how: str) -> None:
+        """Load and attach one object (OSError, ObjectUnusable: nothing is left loaded)."""
+        if how == "prebuilt":
+            obj = objects.shipped().get(name)
+            if obj is None:
+                raise objects.ObjectUnusable("not shipped")
+        else:
+            obj = objects.compile_object(name, self.tracefs)
+        loaded = objects.load(obj, self.side.entries(), self.tracefs)
         try:
-            loaded = objects.load(obj, self.side.entries(), self.tracefs)
-        except objects.ObjectUnusable as exc:
-            if how != "prebuilt":
-                raise
-            obj, how, why = objects.compile_object(self.side.program, self.tracefs), "compiled", f"compiled with bcc ({exc})"
-            loaded = objects.load(obj, self.side.entries(), self.tracefs)
+            self.side.bind(loaded.maps)
+            self.side.configure(time.monotonic_ns(), list(self.settings.get("targets") or []),
+                                int(self.settings.get("kstack_every", 1)))
+            objects.attach(obj, loaded, self.tracefs)
+        except BaseException:
+            loaded.close()
+            raise
         self.obj, self.loaded = obj, loaded
-        self.side.bind(loaded.maps)
-        t0 = time.monotonic_ns()
-        self.side.configure(t0, list(self.settings.get("targets") or []), int(self.settings.get("kstack_every", 1)))
-        objects.attach(obj, loaded, self.tracefs)
-        emit({"kind": "attached", "t0": t0, "attached": time.monotonic_ns(), "how": how, "why": why,
-              "load_seconds": round(time.monotonic() - t, 4)})
 
     def drain(self, final: bool, end_ns: int = 0) -> None:
         cutoff = None if final else (time.monotonic_ns() - SETTLE_NS - self.side.t0) // self.side.slot_ns

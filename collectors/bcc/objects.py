@@ -28,6 +28,7 @@ import hashlib
 import importlib.resources
 import json
 import os
+import platform
 import re
 import struct
 import sys
@@ -47,23 +48,59 @@ _PSEUDO_MAP_FD = 1
 
 @dataclass(frozen=True)
 class Program:
-    """One C source and what it attaches to; ``sizes`` are the map-size defines bcc needs to compile."""
+    """One C source and what it attaches to; ``sizes`` are the map-size defines bcc needs to compile.
+
+    ``raw_since``: the source also builds (with -DPF_RAW) a variant attached to the *raw*
+    tracepoints, whose arguments are as the program reads them from that kernel version on;
+    its object is named ``SOURCE+raw``. Raw tracepoint programs do not keep other BPF programs
+    off the CPU while they run (classic ones do: docs/bcc.md), so they are preferred.
+    """
 
     source: str
     tracepoints: tuple[tuple[str, str], ...]  # (category:event, function)
     sizes: tuple[tuple[str, int], ...]  # (define, default entries), for compiling only
+    raw_since: tuple[int, int] | None = None
+    raw_as: tuple[tuple[str, str], ...] = ()  # the raw build attaches to another tracepoint than the classic
 
 
 PROGRAMS: dict[str, Program] = {p.source: p for p in (
     Program("syscalls.c", (("raw_syscalls:sys_enter", "pf_sys_enter"), ("raw_syscalls:sys_exit", "pf_sys_exit")),
-            (("MAX_THREADS", 16384), ("COUNT_ENTRIES", 65536))),
+            (("MAX_THREADS", 16384), ("COUNT_ENTRIES", 65536)), raw_since=(4, 17)),
     Program("blockio.c", (("block:block_rq_issue", "pf_rq_issue"), ("block:block_rq_complete", "pf_rq_complete")),
             (("MAX_INFLIGHT", 16384), ("HIST_ENTRIES", 65536), ("TASK_ENTRIES", 8192))),
+    # sched_switch's raw arguments gained prev_state in Linux 5.18
     Program("offcpu.c", (("sched:sched_switch", "pf_sched_switch"),),
-            (("USER_STACKS", 16384), ("KERNEL_STACKS", 8192), ("BLOCKED_ENTRIES", 65536), ("MAX_THREADS", 16384))),
+            (("USER_STACKS", 16384), ("KERNEL_STACKS", 8192), ("BLOCKED_ENTRIES", 65536), ("MAX_THREADS", 16384)),
+            raw_since=(5, 18)),
+    # the raw build attaches to raw_syscalls' sys_enter/sys_exit and keeps to futex calls itself
     Program("futex.c", (("syscalls:sys_enter_futex", "pf_futex_enter"), ("syscalls:sys_exit_futex", "pf_futex_exit")),
-            (("USER_STACKS", 16384), ("WAIT_ENTRIES", 32768), ("LOCK_ENTRIES", 16384), ("MAX_THREADS", 16384))),
+            (("USER_STACKS", 16384), ("WAIT_ENTRIES", 32768), ("LOCK_ENTRIES", 16384), ("MAX_THREADS", 16384)),
+            raw_since=(4, 17), raw_as=(("syscalls:sys_enter_futex", "raw_syscalls:sys_enter"),
+                                       ("syscalls:sys_exit_futex", "raw_syscalls:sys_exit"))),
 )}
+RAW = "+raw"
+
+
+def variants() -> list[str]:
+    """Every object name: each source, and SOURCE+raw for those with a raw build."""
+    out = []
+    for p in PROGRAMS.values():
+        out.append(p.source)
+        if p.raw_since is not None:
+            out.append(p.source + RAW)
+    return sorted(out)
+
+
+def kernel_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def preferred(source: str) -> str:
+    """The object name to load for a program here: its raw build where this kernel gives the raw
+    arguments it reads, else the classic one."""
+    since = PROGRAMS[source].raw_since
+    return source + RAW if since is not None and kernel_version() >= since else source
 
 
 class ObjectUnusable(Exception):
@@ -72,11 +109,15 @@ class ObjectUnusable(Exception):
 
 
 def program_source(name: str) -> str:
-    """The text of collectors/bcc/bpf/NAME (shipped as package data), with ``#include "common.h"``
-    replaced by the shared helpers' text (bcc compiles one string, so the include is done here)."""
+    """The text of collectors/bcc/bpf/NAME (shipped as package data; NAME+raw: the same with
+    PF_RAW defined first), with ``#include "common.h"`` replaced by the shared helpers' text
+    (bcc compiles one string, so the include is done here)."""
+    raw = name.endswith(RAW)
+    name = name.removesuffix(RAW)
     bpf = importlib.resources.files("profiler.collectors.bcc") / "bpf"
     text = (bpf / name).read_text(encoding="utf-8")
-    return text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
+    text = text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
+    return ("#define PF_RAW 1\n" + text) if raw else text
 
 
 def source_digest(name: str) -> str:
@@ -115,6 +156,7 @@ class ProgSpec:
     tracepoint: str
     insns: bytes
     maps_at: list[tuple[int, str]]  # (instruction index of an ld_imm64 map load, map name)
+    raw: bool = False  # attached to the raw tracepoint (a BPF_PROG_TYPE_RAW_TRACEPOINT program)
 
 
 @dataclass
@@ -131,7 +173,7 @@ class BpfObject:
             "source": self.source, "source_sha256": self.digest, "built": self.built,
             "maps": [vars(m) for m in self.maps],
             "programs": [{"name": p.name, "tracepoint": p.tracepoint, "maps_at": [list(x) for x in p.maps_at],
-                          "insns": base64.b64encode(p.insns).decode()} for p in self.progs],
+                          "raw": p.raw, "insns": base64.b64encode(p.insns).decode()} for p in self.progs],
             "tracepoints": self.layouts,
         }
 
@@ -141,7 +183,8 @@ class BpfObject:
             source=str(d["source"]), digest=str(d["source_sha256"]), built=dict(d.get("built") or {}),
             maps=[MapSpec(**m) for m in d["maps"]],
             progs=[ProgSpec(name=p["name"], tracepoint=p["tracepoint"], insns=base64.b64decode(p["insns"]),
-                            maps_at=[(int(i), str(n)) for i, n in p["maps_at"]]) for p in d["programs"]],
+                            maps_at=[(int(i), str(n)) for i, n in p["maps_at"]], raw=bool(p.get("raw")))
+                   for p in d["programs"]],
             layouts={k: [list(f) for f in v] for k, v in d["tracepoints"].items()},
         )
 
@@ -187,7 +230,8 @@ def compile_object(source: str, tracefs: str) -> BpfObject:
     """
     from bcc import BPF
 
-    prog = PROGRAMS[source]
+    raw = source.endswith(RAW)
+    prog = PROGRAMS[source.removesuffix(RAW)]
     cflags = [f"-D{k}={v}" for k, v in prog.sizes]
     with tempfile.TemporaryDirectory(prefix="profiler-bcc-") as tmp:
         err = os.path.join(tmp, "stderr")
@@ -201,7 +245,9 @@ def compile_object(source: str, tracefs: str) -> BpfObject:
     try:
         maps: dict[str, MapSpec] = {}
         progs = []
+        raw_as = dict(prog.raw_as) if raw else {}
         for tp, fn in prog.tracepoints:
+            tp = raw_as.get(tp, tp)
             code = bytearray(b.dump_func(fn.encode()))
             at = []
             for idx, fd in map_loads(bytes(code)):
@@ -209,8 +255,9 @@ def compile_object(source: str, tracefs: str) -> BpfObject:
                 maps.setdefault(name, MapSpec(name, mtype, ks, vs, me, flags))
                 at.append((idx, name))
                 struct.pack_into("<i", code, idx * 8 + 4, 0)  # this process's fd: filled in at load
-            progs.append(ProgSpec(fn, tp, bytes(code), at))
-        layouts = {tp: tracepoint_layout(tracefs, tp) for tp, _fn in prog.tracepoints}
+            progs.append(ProgSpec(fn, tp, bytes(code), at, raw))
+        # a raw program reads no tracepoint field: only the classic build depends on their layout
+        layouts = {} if raw else {tp: tracepoint_layout(tracefs, tp) for tp, _fn in prog.tracepoints}
     finally:
         b.cleanup()
     import platform
@@ -281,7 +328,8 @@ def load(obj: BpfObject, entries: dict[str, int], tracefs: str) -> Loaded:
             for idx, name in p.maps_at:
                 struct.pack_into("<i", code, idx * 8 + 4, loaded.maps[name].fd)
             try:
-                loaded.progs[p.name] = bpfsys.prog_load(bpfsys.PROG_TRACEPOINT, bytes(code), p.name)
+                kind = bpfsys.PROG_RAW_TRACEPOINT if p.raw else bpfsys.PROG_TRACEPOINT
+                loaded.progs[p.name] = bpfsys.prog_load(kind, bytes(code), p.name)
             except OSError as exc:
                 raise ObjectUnusable(f"the kernel refused the prebuilt {p.name}: {exc.strerror or exc}") from None
     except BaseException:
@@ -292,6 +340,9 @@ def load(obj: BpfObject, entries: dict[str, int], tracefs: str) -> Loaded:
 
 def attach(obj: BpfObject, loaded: Loaded, tracefs: str) -> None:
     for p in obj.progs:
+        if p.raw:
+            loaded.attached.append(bpfsys.attach_raw_tracepoint(loaded.progs[p.name], p.tracepoint.partition(":")[2]))
+            continue
         tp_id = bpfsys.tracepoint_id(tracefs, p.tracepoint)
         loaded.attached.append(bpfsys.attach_tracepoint(loaded.progs[p.name], tp_id))
 
@@ -310,7 +361,7 @@ def shipped() -> dict[str, BpfObject]:
 
 def build_all(tracefs: str) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION,
-            "objects": [compile_object(src, tracefs).to_json() for src in sorted(PROGRAMS)]}
+            "objects": [compile_object(name, tracefs).to_json() for name in variants()]}
 
 
 def main(argv: list[str]) -> int:

@@ -137,7 +137,9 @@ class BccOffCpu(BccCollector):
 
     def cleanup(self) -> None:
         if self.sym is not None:
-            symbols.release(self.sym)
+            cpu = symbols.release(self.sym)
+            if cpu and self.rec is not None:  # the last collector to let go says what naming cost
+                self.rec.stats["symbolizer_cpu_seconds"] = cpu
             self.sym = None
 
     def _header(self) -> None:

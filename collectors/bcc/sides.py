@@ -172,7 +172,7 @@ class OffCpuSide(Side):
     counters = ("switch_out", "switch_in", "offstart_full", "blocked_full", "user_stack_collision", "user_stack_error",
                 "kernel_stack_collision", "kernel_stack_error", "no_user_stack", "kernel_stack_reused")
     layouts = {"blocked": (struct.Struct("<IIIIiiII16s"), struct.Struct("<QQQ")),
-               "offstart": (U32, struct.Struct("<qqiiII"))}
+               "offstart": (struct.Struct("<Q"), struct.Struct("<qqiiII16s"))}
     sizes = {"user_stacks": "ustacks", "kernel_stacks": "kstacks", "blocked_entries": "blocked",
              "max_threads": "offstart", "kcache_entries": "kcache"}
 
@@ -194,15 +194,13 @@ class OffCpuSide(Side):
         out = []
         val_s = self.layouts["offstart"][1]
         assert val_s is not None
-        for k, v in self.maps["offstart"].items():
-            (tid,) = U32.unpack(k)
-            ts, state, us, ks, tgid, _pad = val_s.unpack(v)
+        for _k, v in self.maps["offstart"].items():
+            ts, state, us, ks, tgid, tid, raw_comm = val_s.unpack(v)
             if ts < self.t0 or (end_ns is not None and ts > end_ns):
                 continue
-            comm = _alive_comm(tgid, tid)
-            if comm is None:
+            if _alive_comm(tgid, tid) is None:
                 continue  # the thread exited while off the CPU
-            out.append([tgid, tid, comm, state, us, ks, ts])
+            out.append([tgid, tid, _comm(raw_comm), state, us, ks, ts])
         return out
 
     def final(self, end_ns: int) -> Msg:

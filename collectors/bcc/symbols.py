@@ -147,11 +147,8 @@ class Symbols:
         return f"exit code {rc}"
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> None:
-        _proc.reap(proc, self._add_cpu)
-        _proc.forget(proc)
-
-    def _add_cpu(self, s: float) -> None:
-        self.cpu_seconds += s
+        _rc, cpu = reap_within(proc, 5.0)
+        self.cpu_seconds += cpu or 0.0
 
     def close(self) -> None:
         with self._lock:
@@ -160,11 +157,32 @@ class Symbols:
             with contextlib.suppress(OSError):
                 if proc.stdin is not None:
                     proc.stdin.close()
-            try:
-                proc.wait(5.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
             self._reap(proc)
+
+
+def reap_within(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, float | None]:
+    """Wait for a child (SIGKILL after ``timeout``) and reap it: (exit code, CPU seconds it used,
+    from the kernel's accounting of the reaped child; None if it was reaped elsewhere)."""
+    import time
+
+    cpu = None
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        try:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (a poll after it died)
+            proc.poll()
+            break
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu = ru.ru_utime + ru.ru_stime
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            deadline = time.monotonic() + 5.0
+        time.sleep(0.02)
+    _proc.forget(proc)
+    return proc.returncode, cpu
 
 
 def _readline(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
@@ -199,14 +217,16 @@ def acquire() -> Symbols:
         return _SHARED
 
 
-def release(sym: Symbols) -> None:
+def release(sym: Symbols) -> float | None:
+    """Give the symbolizer back; the last user closes it and gets its process's CPU seconds."""
     global _SHARED, _USERS
     with _SHARED_LOCK:
         _USERS -= 1
         if _USERS > 0 or _SHARED is not sym:
-            return
+            return None
         _SHARED = None
     sym.close()
+    return round(sym.cpu_seconds, 3)
 
 
 def serve() -> int:  # pragma: no cover - runs in the symbolizer process

@@ -199,7 +199,10 @@ class PerfCollector(CollectorBase):
                 if rec.status == OK:
                     rec.status, rec.reason = PARTIAL, self.capped
             if lost and rec.status == OK:
-                rec.status, rec.reason = PARTIAL, f"perf lost {lost} events (buffer overrun)"
+                per = rec.stats.get("lost_per_window")
+                where = (f" in {sum(1 for n in per if n)} of its {len(per)} traced windows (stats.lost_per_window)"
+                         if isinstance(per, list) and per else "")
+                rec.status, rec.reason = PARTIAL, f"perf lost {lost} events (buffer overrun){where}"
         except OSError as exc:
             rec.ended = rec.ended or time.monotonic()
             rec.status = PARTIAL if any(ctx.writer.path(f).exists() for f in rec.files) else FAILED

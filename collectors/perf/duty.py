@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from profiler.bundle import CollectorRecord
+
 DEFAULT_ON = 1.0  # seconds traced...
 DEFAULT_PERIOD = 10.0  # ...out of every period
 POLL = 0.1  # the session polls the collectors (and so reads perf's acks) this often (s)
@@ -181,3 +183,31 @@ class DutyCycle:
             if a - slack <= t <= b + slack:
                 return i
         return None
+
+
+MAX_LOST_AT = 2000
+
+
+def note_lost(rec: CollectorRecord, lost_at: list[tuple[int, int]], duty: DutyCycle | None) -> None:
+    """Where perf lost events, from its LOST records' times: ``stats.lost_at`` ([[monotonic s,
+    events], ...] merged per 0.1 s, -1 when perf gave no time) and, for a duty-cycled trace,
+    ``stats.lost_per_window`` (events lost in each of ``stats.windows``), so the report can say
+    which seconds are incomplete rather than one count for the capture."""
+    if not lost_at:
+        return
+    merged: dict[float, int] = {}
+    for t, n in lost_at:
+        key = round(t / 1e9, 1) if t >= 0 else -1.0
+        merged[key] = merged.get(key, 0) + n
+    rec.stats["lost_at"] = [[k, v] for k, v in sorted(merged.items())][:MAX_LOST_AT]
+    if duty is None or not duty.windows:
+        return
+    per = [0] * len(duty.windows)
+    for t, n in lost_at:
+        s = t / 1e9
+        i = duty.window_of(s) if t >= 0 else None
+        if i is None:  # perf writes a LOST record when it next can: the window it last traced
+            starts = [a for a, _b in duty.windows]
+            i = max(0, max((j for j, a in enumerate(starts) if a <= s), default=len(per) - 1))
+        per[i] += n
+    rec.stats["lost_per_window"] = per

@@ -42,7 +42,7 @@ from profiler.collectors.base import CaptureContext
 from profiler.collectors.files import read_file, write_file
 from profiler.collectors.perf.base import no_side_band, pid_list
 from profiler.collectors.perf.cpu_stacks import SCRIPT_FIELDS, RecordCollector, SampleCounter
-from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.duty import DutyCycle, note_lost
 from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
@@ -184,7 +184,9 @@ class OffCpuCollector(RecordCollector):
                     pairs = SwitchPairs(buf, self._windows, set(self.pids), states, comms)
                 pairs.feed(batch)
 
-            lost = read_switches(data, consume, to_own_ids=self.nested)
+            lost_at: list[tuple[int, int]] = []
+            lost = read_switches(data, consume, to_own_ids=self.nested, lost_at=lost_at)
+            note_lost(rec, lost_at, self.duty)
             if pairs is None:
                 pairs = SwitchPairs(buf, self._windows, set(self.pids), [], [])
             still = pairs.close()

@@ -49,7 +49,7 @@ from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext
 from profiler.collectors.files import file_size, read_file
 from profiler.collectors.perf.base import PerfCollector, no_side_band, pid_list
-from profiler.collectors.perf.duty import DutyCycle
+from profiler.collectors.perf.duty import DutyCycle, note_lost
 from profiler.collectors.perf.scope import (
     comm_filter,
     thread_comms,
@@ -237,8 +237,11 @@ class SyscallsCollector(PerfCollector):
         rows = io.StringIO()  # a few rows per thread and syscall a second: small
         direct: SyscallPairs | None = None
         try:
+            lost_at: list[tuple[int, int]] = []
             direct, lost = read_direct(data, set(pids),
-                                       lambda comm: SyscallPairs(rows, t0, ctx.options.interval, names, windows, comm))
+                                       lambda comm: SyscallPairs(rows, t0, ctx.options.interval, names, windows, comm),
+                                       lost_at)
+            note_lost(rec, lost_at, self.duty)
             still = direct.close()
             rec.stats["decoded"] = "perf.data read directly"
             if lost and "lost" not in rec.stats:

@@ -160,7 +160,9 @@ def listening_sockets(pid: int) -> list[tuple[str, int]]:
 
 
 def local_addresses() -> set[str]:
-    out = {"127.0.0.1", "::1", "localhost"}
+    """This network namespace's addresses: psutil's, and /proc's (a cluster node's bare python3
+    has no psutil, and TiUP binds every status port to the host's address)."""
+    out = {"127.0.0.1", "::1", "localhost"} | proc_addresses()
     with contextlib.suppress(Exception):
         import psutil
 
@@ -168,6 +170,27 @@ def local_addresses() -> set[str]:
             for a in addrs:
                 if a.family in (socket.AF_INET, socket.AF_INET6):
                     out.add(a.address.split("%", 1)[0])
+    return out
+
+
+def proc_addresses() -> set[str]:
+    """IPv4 addresses the kernel delivers locally (/proc/net/fib_trie: an address line followed by
+    ``/32 host LOCAL``) and the IPv6 ones of /proc/net/if_inet6, in this network namespace."""
+    import ipaddress
+
+    out: set[str] = set()
+    with contextlib.suppress(OSError):
+        with open("/proc/net/fib_trie") as fh:
+            lines = [ln.strip() for ln in fh.read(1 << 20).splitlines()]
+        for prev, cur in zip(lines, lines[1:], strict=False):
+            if cur == "/32 host LOCAL" and prev.startswith("|-- "):
+                out.add(prev[4:].strip())
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/net/if_inet6") as fh:
+            for line in fh.read(1 << 20).splitlines():
+                f = line.split()
+                if f and len(f[0]) == 32:
+                    out.add(str(ipaddress.IPv6Address(int(f[0], 16))))
     return out
 
 

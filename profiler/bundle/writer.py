@@ -25,7 +25,8 @@ from typing import IO, cast
 
 from profiler.bundle.manifest import CollectorRecord, Manifest, check_member_name
 from profiler.bundle.members import MANIFEST
-from profiler.errors import OutputError, OutputExists
+from profiler.bundle.overwrite import BUNDLE, prepare_output_dir
+from profiler.errors import OutputError
 from profiler.files import open_output, write_output
 
 RESERVE = ".space-reserve"  # hidden, never a member; removed by finish()
@@ -48,15 +49,7 @@ class BundleWriter:
         self._lock = threading.RLock()  # collectors finish side by side (session._stop_all)
         self.unsaved: str | None = None  # why the last manifest rewrite failed (a full disk), if it did
         self.ran_short: str | None = None  # the first such failure: the capture is partial
-        if self.root.exists():
-            if not self.root.is_dir():
-                raise OutputExists(f"{self.root} exists and is not a directory")
-            if any(self.root.iterdir()) and not force:
-                raise OutputExists(f"{self.root} exists and is not empty: pass --force to overwrite it")
-            if force:
-                for child in self.root.iterdir():
-                    if child.is_file() or child.is_symlink():
-                        child.unlink()
+        prepare_output_dir(self.root, force, BUNDLE)  # --force: only an earlier capture's own files go
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a missing parent, a read-only file system, no permission: exit 9

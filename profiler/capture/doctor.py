@@ -151,7 +151,11 @@ def target_checks(target: Target) -> list[Check]:
     allowed = host.cpus_allowed(target.pid)
     cpu_detail = f"quota {cores:.2f} cores" if cores else "no CFS quota"
     cpu_detail += f", {len(allowed) or ncpu} of {ncpu} CPUs allowed"
-    checks.append(Check("cpu limit", WARN if cores and cores < ncpu else OK, cpu_detail, scope=scope))
+    pinned = allowed and len(allowed) < ncpu
+    if pinned:
+        by = "cpuset" if set(allowed) >= set(cg.get("cpuset_cpus") or [-1]) else "affinity"
+        cpu_detail += f" (pinned to CPU{'s' if len(allowed) > 1 else ''} {','.join(map(str, allowed))} by {by})"
+    checks.append(Check("cpu limit", WARN if (cores and cores < ncpu) or pinned else OK, cpu_detail, scope=scope))
     mem = cg.get("memory_limit_bytes")
     checks.append(Check("memory limit", WARN if mem else OK,
                         f"{mem / 2**20:.0f} MiB" if mem else "none", scope=scope))
@@ -163,7 +167,13 @@ def target_checks(target: Target) -> list[Check]:
         checks.append(Check("io.max", WARN, cg["io_max"], scope=scope))
     else:
         checks.append(Check("blkio throttle", OK, "none", scope=scope))
-    if host.in_container(target.pid):
+    ci = host.container_info(target.pid)
+    if ci is not None:
+        where = f"{ci.runtime} container {ci.name or ci.id[:12]}" + (f" (pod {ci.namespace}/{ci.pod})" if ci.pod else "")
+        checks.append(Check("container", WARN, f"{where}, id {ci.id[:12]}, cgroup {ci.cgroup}: its limits above are "
+                            f"the container's; symbols resolved through /proc/{target.pid}/root",
+                            "keep the container running until the capture has finished symbolizing", scope=scope))
+    elif host.in_container(target.pid):
         hint = host.container_hint(target.pid)
         checks.append(Check("container", WARN,
                             f"in another mount namespace{f' ({hint})' if hint else ''}: symbols resolved through /proc/{target.pid}/root",

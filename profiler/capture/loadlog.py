@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import re
 import threading
@@ -182,10 +183,35 @@ _OFFSET = re.compile(r"^([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
 
 
+WALL_RANGE = (0.0, 4102444800.0)  # Unix seconds: 1970 to 2100
+MONO_RANGE = (-5e9, 1e10)  # CLOCK_MONOTONIC seconds (a wall time of 1970 is about -1.8e9 on a host booted today)
+OFFSET_MAX = 1e9  # s either side of the capture's start (31 years)
+
+
 def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: float | None = None) -> LoadStart | None:
-    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time."""
+    """--load-start: a wall time, an offset from the capture's start, or a CLOCK_MONOTONIC time.
+    Every form is checked here, at the option: NaN, infinities and times no clock holds are one
+    UsageError line (exit 2), never a manifest that no verb can read."""
     if text is None:
         return None
+    got = _parse_load_start(text, now_wall, now_mono)
+    bad = f"--load-start {text!r}"
+    if got.offset is not None and not (math.isfinite(got.offset) and abs(got.offset) <= OFFSET_MAX):
+        raise UsageError(f"{bad}: an offset from the capture's start must be a finite number of seconds "
+                         f"within {OFFSET_MAX:.0e}")
+    if got.monotonic is not None and not (math.isfinite(got.monotonic) and MONO_RANGE[0] <= got.monotonic <= MONO_RANGE[1]):
+        raise UsageError(f"{bad} is no time this host's clocks hold: give a wall time between 1970 and 2100, "
+                         "an offset (-30s) or mono:SECONDS (a finite number)")
+    return got
+
+
+def _wall(value: float, text: str) -> float:
+    if not (math.isfinite(value) and WALL_RANGE[0] <= value <= WALL_RANGE[1]):
+        raise UsageError(f"--load-start {text!r}: a wall time between 1970 and 2100, in Unix seconds or as a date")
+    return value
+
+
+def _parse_load_start(text: str, now_wall: float | None, now_mono: float | None) -> LoadStart:
     t = text.strip()
     wall_now = time.time() if now_wall is None else now_wall
     mono_now = time.monotonic() if now_mono is None else now_mono
@@ -201,7 +227,7 @@ def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: 
     wall: float | None = None
     if t.startswith("@"):
         try:
-            wall = float(t[1:])
+            wall = _wall(float(t[1:]), text)
         except ValueError:
             raise UsageError(f"--load-start {text!r}: @ wants Unix seconds, e.g. @1795490424.5") from None
     elif (c := _CLOCK.match(t)) is not None:
@@ -219,5 +245,8 @@ def parse_load_start(text: str | None, now_wall: float | None = None, now_mono: 
         except ValueError:
             raise UsageError(f"cannot read --load-start {text!r}: use a wall time (2026-11-24T10:15:30, 10:15:30, "
                              "@1795490424.5), an offset from the capture start (-30s) or mono:SECONDS") from None
-        wall = (dt if dt.tzinfo else dt.astimezone()).timestamp()
+        try:  # a date at the ends of the calendar (0001-01-01) has no time zone offset nor timestamp
+            wall = _wall((dt if dt.tzinfo else dt.astimezone()).timestamp(), text)
+        except (OverflowError, ValueError, OSError):
+            raise UsageError(f"--load-start {text!r}: a wall time between 1970 and 2100") from None
     return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))

@@ -7,19 +7,27 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import signal
 import sys
 import threading
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from profiler import __version__
-from profiler.errors import Interrupted, ProfilerError
+from profiler.errors import Interrupted, ProfilerError, UsageError
 from profiler.untrusted import sanitize
 
-app = typer.Typer(
+if TYPE_CHECKING:
+    import typer
+
+
+@functools.cache
+def _app() -> typer.Typer:
+    """The typer app, made on first use: ``profiler --version`` never imports typer."""
+    import typer
+
+    app = typer.Typer(
     name="profiler",
     help=(
         "Linux perf profiling and bottleneck analyzer, with TiKV/TiDB knowledge.\n\n"
@@ -41,20 +49,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
-)
+    )
+
+    def _version(value: bool) -> None:
+        if value:
+            typer.echo(f"profiler {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                     help="Print the version and exit."),
+    ) -> None:
+        """Linux perf profiling and bottleneck analyzer."""
+
+    return app
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"profiler {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-) -> None:
-    """Linux perf profiling and bottleneck analyzer."""
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _app()
+    raise AttributeError(name)
 
 
 # The verbs, in --help's order; each module registers itself. main() imports only the verb it
@@ -69,10 +84,10 @@ def _register(only: str | None = None) -> None:
     for name in VERBS:
         if name in _registered or (only is not None and name != only):
             continue
-        importlib.import_module(f"profiler.cli.{name}").register(app)
+        importlib.import_module(f"profiler.cli.{name}").register(_app())
         _registered.add(name)
     rank = {n: i for i, n in enumerate(VERBS)}
-    app.registered_commands.sort(key=lambda c: rank.get(c.name or "", len(rank)))
+    _app().registered_commands.sort(key=lambda c: rank.get(c.name or "", len(rank)))
 
 
 @functools.cache
@@ -87,28 +102,57 @@ def _command_for(argv: list[str]) -> Any:
     """The click command main() runs: only the verb ``argv`` names when it names one (its module
     alone is imported), else every verb (--help, a typo: click lists them)."""
     verb = argv[0] if argv else None
+    if verb in VERBS and _asks_help(argv):
+        # the value sets --help shows ([ours|inferno|perl]) live in the modules that check them,
+        # which a verb imports only when it runs
+        from profiler.cli._term import CHOICES
+
+        for module in {m for (v, _opt), (m, _name) in CHOICES.items() if v in (verb, "*")}:
+            importlib.import_module(module)
     if verb not in VERBS or VERBS == tuple(n for n in VERBS if n in _registered):
         return command()
     _register(verb)
     return _build()
 
 
+def _asks_help(argv: list[str]) -> bool:
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    return "--help" in args or "-h" in args
+
+
 def _build() -> Any:
     import typer.main
 
-    cmd = typer.main.get_command(app)
+    cmd = typer.main.get_command(_app())
     stack: list[Any] = [cmd]
     while stack:
         c = stack.pop()
         for param in c.params:
             if getattr(param, "is_flag", False):
                 param.metavar = ""
+            if getattr(getattr(param, "type_descriptor", None), "annotation", None) is float:
+                param.callback = _finite(param.callback)
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
     from profiler.cli._term import help_metavars
 
     help_metavars(cmd)
     return cmd
+
+
+def _finite(then: Any) -> Any:
+    """Every float option refuses NaN and infinities at the parser (one line, exit 2): a number
+    no size, time or width can be never reaches a verb."""
+
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                flag = max(getattr(param, "opts", None) or [param.name], key=len)
+                raise UsageError(f"{flag} {v!r}: a finite number is needed")
+        return then(ctx, param, value) if then is not None else value
+
+    return check
 
 
 def _bare_help(get: Any) -> Any:
@@ -130,6 +174,8 @@ def _on_stop_signal(signum: int, frame: Any) -> None:
 
 def _error_line(line: str) -> None:
     """The one error line; a terminal that is gone (SIGHUP) does not turn it into a traceback."""
+    import typer
+
     try:
         typer.echo(line, err=True)
     except OSError:
@@ -143,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, _on_stop_signal)
     try:
         args = sys.argv[1:] if argv is None else argv
+        if args == ["--version"]:  # the one answer that needs no command line parser
+            sys.stdout.write(f"profiler {__version__}\n")
+            sys.stdout.flush()
+            return 0
         _command_for(args)(args=args, prog_name="profiler", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
@@ -163,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become one line
         if os.environ.get("PROFILER_DEBUG"):
             raise
+        import typer
+
         typer.echo(
             f"profiler: internal error: {type(exc).__name__}: {sanitize(str(exc), newlines=False)} "
             "(set PROFILER_DEBUG=1 for a traceback)",

@@ -10,19 +10,20 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from profiler.bundle import EarlyReads, Manifest
-from profiler.capture.loadlog import LoadStart
-from profiler.capture.session import CaptureResult, Session
-from profiler.capture.signals import describe
-from profiler.capture.targets import resolve
 from profiler.cli import _term
 from profiler.cli._common import parse_duration
 from profiler.cli._progress import Bars
-from profiler.collectors.base import CaptureOptions
 from profiler.errors import CaptureIncomplete, Interrupted, ProfilerError, UsageError
+
+if TYPE_CHECKING:  # imported where a capture runs, not by every verb's --help
+    from profiler.bundle import EarlyReads, Manifest
+    from profiler.capture.loadlog import LoadStart
+    from profiler.capture.session import CaptureResult
+    from profiler.collectors.base import CaptureOptions
 
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 BACKENDS = ("perf", "bcc", "auto")
@@ -41,7 +42,7 @@ DURATION_AT_MOST = typer.Option(None, "--duration", "-d", help="Stop the capture
 FREQUENCY = typer.Option(99, "--frequency", "-F", help=f"cpu-clock sampling frequency (Hz, 1 to {MAX_FREQUENCY}).")
 CALL_GRAPH = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr.")
 INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (at least 10ms).")
-BACKEND = typer.Option("perf", "--backend", help="perf (default), bcc, or auto (bcc where the host supports it, else perf).")
+BACKEND = typer.Option("auto", "--backend", help="auto (default: in-kernel aggregation with bcc where the host supports it, else perf; the manifest says which and why), bcc, or perf (docs/bcc.md).")
 NO_REPORT = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
 KEEP_PERF_DATA = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle.")
 COLLECTOR = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10.")
@@ -80,6 +81,8 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
     iv = parse_duration(interval)
     if iv < 0.01:
         raise UsageError("--interval must be at least 10ms")
+    from profiler.collectors.base import CaptureOptions
+
     options = CaptureOptions(duration=duration, frequency=frequency, call_graph=call_graph,
                              interval=iv, backend=backend)
     for key, value in (status or {}).items():
@@ -92,6 +95,9 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
             report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
             containers: list[str] | None = None) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
+    from profiler.capture.session import Session
+    from profiler.capture.signals import describe
+    from profiler.capture.targets import resolve
     from profiler.collectors import registry
 
     targets = resolve(pids, containers)

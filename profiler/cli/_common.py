@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler import files
 from profiler.errors import UsageError
-from profiler.inputs.window import TimeWindow
 from profiler.untrusted import sanitize
 
+if TYPE_CHECKING:
+    from profiler.inputs.window import TimeWindow
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+MAX_DURATION = 366 * 86400.0  # s: a year and a day; anything longer is a typo, and no timer holds 10^400
+MAX_TIME = 1.8e10  # s: the largest CLOCK_MONOTONIC time perf stamps (2^64 ns)
 
 
 def parse_duration(text: str) -> float:
-    """'30s', '2m', '1.5', '500ms', '1h' -> seconds."""
+    """'30s', '2m', '1.5', '500ms', '1h' -> seconds (more than 0, at most a year)."""
     m = _DURATION.match(text or "")
     if not m:
         raise UsageError(f"cannot read duration {text!r}: use e.g. 30s, 2m, 500ms")
@@ -24,6 +30,8 @@ def parse_duration(text: str) -> float:
     secs = value * {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[unit]
     if secs <= 0:
         raise UsageError("duration must be positive")
+    if not secs <= MAX_DURATION:
+        raise UsageError(f"duration {text.strip()!r} is longer than a year: use e.g. 30s, 2m, 500ms")
     return secs
 
 
@@ -34,8 +42,10 @@ def parse_size(text: str) -> int:
     num = t[:-1] if t[-1:] in "KMGT" else t
     try:
         value = int(float(num) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # a word, NaN, inf or 1e400
         raise UsageError(f"cannot read size {text!r}: use e.g. 500M, 4G") from None
+    if value > 1 << 60:
+        raise UsageError(f"size {text!r} is more than any disk holds: use e.g. 500M, 4G")
     if value <= 0:
         raise UsageError("sizes must be positive")
     return value
@@ -56,22 +66,30 @@ def parse_time_offset(text: str | None) -> float | None:
     m = _DURATION.match(text)
     if not m:
         raise UsageError(f"cannot read time {text!r}: use e.g. 12.5s")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
+    secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
+    if not secs <= MAX_TIME:
+        raise UsageError(f"time {text!r} is later than any capture: use e.g. 12.5s")
+    return secs
 
 
 def parse_window(t_from: str | None, t_to: str | None) -> TimeWindow:
     """--from/--to: '12.5s' is relative to the capture start (a bundle's clock, else the first
     sample), '@12345.678' an absolute perf timestamp; both of one kind. The use case rebases a
     relative window once it knows the origin."""
+    from profiler.inputs.window import TimeWindow  # here: the inputs package imports every reader
 
     def one(text: str | None) -> tuple[float | None, bool]:
         if text is None:
             return None, False
         if text.startswith("@"):
             try:
-                return float(text[1:]), False
+                value = float(text[1:])
             except ValueError:
                 raise UsageError(f"cannot read absolute time {text!r}: use e.g. @12345.678") from None
+            if not (math.isfinite(value) and 0 <= value <= MAX_TIME):
+                raise UsageError(f"absolute time {text!r} is no CLOCK_MONOTONIC time: use seconds between 0 and "
+                                 f"{MAX_TIME:.1e}, e.g. @12345.678")
+            return value, False
         return parse_time_offset(text), True
 
     f, frel = one(t_from)

@@ -6,13 +6,10 @@ from pathlib import Path
 
 import typer
 
-from profiler import files
-from profiler.bundle.cluster import is_cluster_bundle
+from profiler.bundle.members import REPORT as REPORT_NAME
 from profiler.cli import _term
 from profiler.cli._common import check_output
 from profiler.cli._progress import Bars
-from profiler.usecases import cluster as cluster_report
-from profiler.usecases.report import REPORT_NAME, default_report
 
 HELP = """Analyze a capture bundle (post-mortem, on any host): write report.html into the bundle
 and print the verdict summary.
@@ -37,6 +34,11 @@ def command(
     no_html: bool = typer.Option(False, "--no-html", help="Only print the summary."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing -o file."),
 ) -> None:
+    from profiler import files
+    from profiler.bundle.cluster import is_cluster_bundle
+    from profiler.usecases import cluster as cluster_report
+    from profiler.usecases.report import default_report
+
     if output is not None and not no_html:
         check_output(output, force)
     if is_cluster_bundle(bundle):  # DIR/cluster.json: compare the nodes (profiler/cluster/report.py)

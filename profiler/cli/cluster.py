@@ -115,7 +115,7 @@ def _capture(topology: Path | None, hosts: list[str], roles: list[str], pids: li
     return code
 
 
-_TOPOLOGY = typer.Option(None, "--topology", "-t", help="A TiUP topology file (global user/ssh_port/deploy_dir, pd_servers, tidb_servers, tikv_servers, server_configs), or a TidbCluster with its pods (docs/kubernetes.md).")
+_TOPOLOGY = typer.Option(None, "--topology", "-t", readable=False, help="A TiUP topology file (global user/ssh_port/deploy_dir, pd_servers, tidb_servers, tikv_servers, server_configs), or a TidbCluster with its pods (docs/kubernetes.md).")
 _HOST = typer.Option(None, "--host", help="[USER@]HOST[:PORT] of one node; repeat for each.")
 _ROLE = typer.Option(None, "--role", help="The node's role (tikv, tidb, pd, ...): one per --host, or one for all.")
 _PID = typer.Option(None, "--pid", "-p", help="What to capture on the node (name or pid; comma-separated for several): one per --host, or one for all.")

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import typer
 
-from profiler.analyzers.stacks.folding import FoldOptions
 from profiler.cli._common import check_new_output, for_terminal, write_output, wrote
 from profiler.cli._progress import Bars
-from profiler.cli.flamegraph import svg_options
 from profiler.errors import UsageError
-from profiler.renderers.flamegraph_svg import format_amount
-from profiler.usecases.diff import diff
 
 HELP = """Compare two captures: differential flame graph, verdict and metric deltas.
 
@@ -59,6 +55,11 @@ def command(
     width: int = typer.Option(1200, "--width", help="Image width in pixels."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
 ) -> None:
+    from profiler.analyzers.stacks.folding import FoldOptions
+    from profiler.cli.flamegraph import svg_options
+    from profiler.renderers.flamegraph_svg import format_amount
+    from profiler.usecases.diff import diff
+
     check_new_output(output, force)
     result = diff(before, after, svg_options(width, min_width, inverted), opts=FoldOptions(pools=pools),
                   throughput=parse_throughput(throughput), offcpu=offcpu, title=title, folded_output=folded)

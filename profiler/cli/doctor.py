@@ -6,8 +6,6 @@ import json
 
 import typer
 
-from profiler.capture import doctor
-from profiler.capture.targets import resolve
 from profiler.cli import _term
 
 HELP = """Check what this host (and optionally a target) can capture: one line per check, a status word (ok, warn, fail, info) and the fix.
@@ -28,6 +26,9 @@ def command(
     pid: list[str] = typer.Option(None, "--pid", "-p", help="Also check these targets (cgroup limits, container)."),
     json_out: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
 ) -> None:
+    from profiler.capture import doctor
+    from profiler.capture.targets import resolve
+
     checks = doctor.host_checks()
     for t in resolve(pid) if pid else []:
         checks += doctor.target_checks(t)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
 from profiler.cli._common import (
     check_new_output,
     for_terminal,
@@ -21,8 +21,9 @@ from profiler.cli._common import (
 )
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
-from profiler.renderers.flamegraph_svg import FlameGraphOptions
-from profiler.usecases.flamegraph import EXPORT_FORMATS, export, export_format, flamegraph
+
+if TYPE_CHECKING:
+    from profiler.renderers.flamegraph_svg import FlameGraphOptions
 
 HELP = """Draw a flame graph (SVG) or write folded stacks.
 
@@ -58,6 +59,8 @@ TEST_SVG_ENV = "PROFILER_SVG_TEST"  # small, diffable SVGs for golden tests
 
 
 def svg_options(width: int, min_width: float, inverted: bool) -> FlameGraphOptions:
+    from profiler.renderers.flamegraph_svg import FlameGraphOptions
+
     if min_width < 0 or width < 100:
         raise UsageError("--min-width must be >= 0 and --width >= 100")
     return FlameGraphOptions(width=width, min_width=min_width, inverted=inverted, test_mode=os.environ.get(TEST_SVG_ENV) == "1")
@@ -88,6 +91,9 @@ def command(
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     fmt: str = typer.Option(None, "--format", help="svg (default), folded, pprof (gzipped profile.proto for go tool pprof) or speedscope; by default from -o's extension (.pb.gz, .speedscope.json)."),
 ) -> None:
+    from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
+    from profiler.usecases.flamegraph import export, export_format, export_formats, flamegraph
+
     if by not in GROUPINGS:
         raise UsageError(f"--by {by!r}: use one of {', '.join(GROUPINGS)}")
     if pools and by not in ("comm", "pool"):
@@ -96,8 +102,8 @@ def command(
     pid, tid = by == "process", by == "thread"
     if compat not in COMPAT_MODES:
         raise UsageError(f"--compat must be one of {', '.join(COMPAT_MODES)}")
-    if fmt is not None and fmt not in ("svg", "folded", *EXPORT_FORMATS):
-        raise UsageError(f"--format {fmt!r}: use svg, folded, {', '.join(EXPORT_FORMATS)}")
+    if fmt is not None and fmt not in ("svg", "folded", *export_formats()):
+        raise UsageError(f"--format {fmt!r}: use svg, folded, {', '.join(export_formats())}")
     folded = folded or fmt == "folded"
     exporting = None if folded or fmt == "svg" else export_format(fmt, str(output) if output else None)
     svg = svg_options(width, min_width, inverted)

@@ -6,15 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import typer
 
 from profiler.cli._common import check_output, write_output
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
-from profiler.inputs.pairs import TIME_UNITS
-from profiler.renderers import heatmap_svg
-from profiler.usecases.heatmap import BY, HeatmapRequest, heatmap
 
 HELP = """Draw an IO latency heatmap (SVG) or print its matrix as JSON.
 
@@ -57,6 +53,10 @@ def command(
     cpu: bool = typer.Option(False, "--cpu", help="Sub-second offset heatmap of CPU samples instead (FlameScope-style)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
 ) -> None:
+    from profiler.inputs.pairs import TIME_UNITS
+    from profiler.renderers import heatmap_svg
+    from profiler.usecases.heatmap import BY, HeatmapRequest, heatmap
+
     if by not in BY:
         raise UsageError(f"--by {by!r}: use one of {', '.join(BY)}")
     if colour not in heatmap_svg.COLOUR_SCALES:
@@ -94,6 +94,8 @@ def command(
 
 
 def _jsonable(o: Any) -> Any:
+    import numpy as np
+
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):

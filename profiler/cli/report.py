@@ -6,13 +6,10 @@ from pathlib import Path
 
 import typer
 
-from profiler.bundle.cluster import is_cluster_bundle
 from profiler.cli import _term
 from profiler.cli._common import check_output, write_output, wrote
 from profiler.cli._progress import Bars
 from profiler.errors import UsageError
-from profiler.usecases import cluster as cluster_report
-from profiler.usecases.report import analysis_of, pick_format, render
 
 HELP = """Render the report of a capture bundle (post-mortem; needs neither perf nor root).
 
@@ -36,6 +33,10 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="The JSON report (same as --format json)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
 ) -> None:
+    from profiler.bundle.cluster import is_cluster_bundle
+    from profiler.usecases import cluster as cluster_report
+    from profiler.usecases.report import analysis_of, pick_format, render
+
     if json_out:
         if format not in (None, "json"):
             raise UsageError(f"--json and --format {format} disagree: give one of them")

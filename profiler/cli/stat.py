@@ -8,7 +8,6 @@ import typer
 
 from profiler.cli import _term
 from profiler.untrusted import sanitize
-from profiler.usecases.stat import summarize
 
 HELP = """Read a saved `perf stat` output (its table, or `perf stat -x,` CSV, with or without -I) and
 say what the counters show: CPUs used, context switches and faults per second, IPC where the
@@ -26,6 +25,8 @@ def command(
     input: str = typer.Argument(..., help="perf stat output (table or -x, CSV; .gz ok), or - for stdin."),
     json_out: bool = typer.Option(False, "--json", help="Print the counters and findings as JSON."),
 ) -> None:
+    from profiler.usecases.stat import summarize
+
     s = summarize(input)
     for w in s.warnings:
         typer.echo(f"profiler: warning: {sanitize(w)}", err=True)

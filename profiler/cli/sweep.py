@@ -10,9 +10,7 @@ from profiler.cli import _capture as shared
 from profiler.cli._capture import make_options, status_options
 from profiler.cli._common import parse_duration
 from profiler.cli._progress import Bars
-from profiler.collectors import registry
 from profiler.errors import UsageError
-from profiler.usecases.sweep import SWEEP_JSON, SWEEP_REPORT, SweepRequest, sweep
 
 HELP = """Run the same load at several concurrencies, one capture per step, and find where throughput stops scaling.
 
@@ -58,6 +56,9 @@ def command(
     status_interval: str = shared.STATUS_INTERVAL,
     no_server_cpu_profile: bool = shared.NO_SERVER_CPU_PROFILE,
 ) -> None:
+    from profiler.collectors import registry
+    from profiler.usecases.sweep import SWEEP_JSON, SWEEP_REPORT, SweepRequest, sweep
+
     if not param.isidentifier():
         raise UsageError(f"--param {param!r}: a placeholder name is letters, digits and _ (e.g. threads)")
     options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend,

@@ -36,11 +36,12 @@ from profiler.bundle.cluster import (
     Window,
     write_cluster_manifest,
 )
+from profiler.bundle.overwrite import CLUSTER, prepare_output_dir
 from profiler.capture import signals
 from profiler.cluster import zipapp
 from profiler.cluster.node import ClusterOptions, Node
 from profiler.cluster.topology import NodeSpec
-from profiler.errors import OutputExists, ProfilerError
+from profiler.errors import ProfilerError
 from profiler.files import create_growing
 
 
@@ -83,21 +84,9 @@ class ClusterCapture:
 
     def _open_output(self) -> None:
         out = self.out
-        if out.exists():
-            if not out.is_dir():
-                raise OutputExists(f"{out} exists and is not a directory")
-            if any(out.iterdir()):
-                if not self.opts.force:
-                    raise OutputExists(f"{out} exists and is not empty: pass --force to overwrite it")
-                import shutil
-
-                for child in out.iterdir():
-                    if child.is_dir() and not child.is_symlink():
-                        shutil.rmtree(child)
-                    else:
-                        child.unlink()
+        prepare_output_dir(out, self.opts.force, CLUSTER)  # --force: only an earlier capture's own files go
         out.mkdir(parents=True, exist_ok=True)
-        (out / NODES_DIR).mkdir()
+        (out / NODES_DIR).mkdir(exist_ok=True)
 
     def save(self) -> None:
         with contextlib.suppress(OSError):

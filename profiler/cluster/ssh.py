@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.errors import UsageError
+
 _PR_SET_PDEATHSIG = 1
 _SEQ = itertools.count(1)
 
@@ -62,8 +64,8 @@ class SshHost:
 
     def __init__(self, host: str, *, user: str | None = None, port: int | None = None,
                  options: SshOptions | None = None, control_dir: Path | None = None, key: str = "") -> None:
-        if not host or host.startswith("-"):
-            raise ValueError(f"bad host {host!r}")
+        if not host or host.startswith("-") or (user is not None and (not user or user.startswith("-"))):
+            raise UsageError(f"not a host to connect to: {user + '@' if user else ''}{host!r}")
         self.host = host
         self.user = user
         self.port = port

@@ -19,7 +19,9 @@ node's bundle records them and the cluster report shows each beside the pool it 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,13 @@ TIUP_ROLES: dict[str, tuple[str, str, str, int]] = {
     "tikv_servers": ("tikv", "tikv-server", "port", 20160),
 }
 _IGNORED_OK = {"global", "server_configs", "monitored"}
+MAX_TOPOLOGY_BYTES = 1 << 20  # a TiUP topology is a few KB; anything larger is not one
+MAX_NODES = 1000
 
-_HOST = re.compile(r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>\d+))?$")
+# a user or host name never starts with "-": ssh would take it as an option (-oProxyCommand=...)
+_USER = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._:-]{0,252}$")
+_HOST = re.compile(r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[A-Za-z0-9._][A-Za-z0-9._-]*))(?::(?P<port>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -110,21 +117,49 @@ def load_topology(path: Path) -> tuple[list[NodeSpec], list[str]]:
         import yaml
     except ImportError:  # pragma: no cover - a declared dependency
         raise UsageError("reading a topology file needs PyYAML (pip install pyyaml)") from None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read topology {path}: {exc}") from None
+    text = read_topology_text(Path(path))
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
         raise UsageError(f"topology {path} is not valid YAML{at}") from None
+    except RecursionError:
+        raise UsageError(f"topology {path} nests too deeply to be a topology") from None
     from profiler.cluster import kubernetes  # a TidbCluster (TiDB Operator) instead of a TiUP file
 
-    if kubernetes.is_kubernetes(data):
-        return kubernetes.to_nodes(kubernetes.from_manifest(data, str(path)))
-    return from_topology(data, str(path))
+    try:
+        if kubernetes.is_kubernetes(data):
+            return kubernetes.to_nodes(kubernetes.from_manifest(data, str(path)))
+        return from_topology(data, str(path))
+    except RecursionError:  # configs nested just under the parser's limit, walked once more
+        raise UsageError(f"topology {path} nests too deeply to be a topology") from None
+
+
+def read_topology_text(path: Path) -> str:
+    """The topology file's text: a regular file of at most 1 MiB (a device like /dev/zero, a FIFO
+    nobody writes to, a directory or a 17 MB file is one UsageError line, never read forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"cannot read topology {path}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UsageError(f"topology {path} is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_TOPOLOGY_BYTES:
+            raise UsageError(f"topology {path} is larger than {MAX_TOPOLOGY_BYTES >> 20} MiB: not a TiUP topology")
+        try:
+            data = fh.read(MAX_TOPOLOGY_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"cannot read topology {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOPOLOGY_BYTES:
+        raise UsageError(f"topology {path} is larger than {MAX_TOPOLOGY_BYTES >> 20} MiB: not a TiUP topology")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"topology {path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], list[str]]:
@@ -133,7 +168,7 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
     glob = data.get("global") or {}
     if not isinstance(glob, dict):
         raise UsageError(f"{where}: 'global' should be a mapping")
-    user = _opt_str(glob.get("user"), f"{where}: global.user")
+    user = _opt_user(glob.get("user"), f"{where}: global.user")
     ssh_port = _opt_port(glob.get("ssh_port"), f"{where}: global.ssh_port")
     deploy = _opt_str(glob.get("deploy_dir"), f"{where}: global.deploy_dir")
     notes = []
@@ -149,11 +184,13 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
         if not isinstance(items, list):
             raise UsageError(f"{where}: {section} should be a list")
         for i, inst in enumerate(items):
+            if len(nodes) >= MAX_NODES:
+                raise UsageError(f"{where} names more than {MAX_NODES} instances: at most {MAX_NODES} are captured at once")
             at = f"{where}: {section}[{i}]"
             if not isinstance(inst, dict) or not isinstance(inst.get("host"), str) or not inst["host"].strip():
                 raise UsageError(f"{at} has no host")
             host = inst["host"].strip()
-            if not re.match(r"^[A-Za-z0-9._:-]+$", host) or host.startswith("-"):
+            if not _HOST_NAME.match(host):
                 raise UsageError(f"{at}: host {host!r} is not a host name or address")
             iport = _opt_port(inst.get(port_key), f"{at}.{port_key}") or port_default
             own = inst.get("config") or {}
@@ -166,7 +203,7 @@ def from_topology(data: Any, where: str = "topology") -> tuple[list[NodeSpec], l
                 inst_deploy = f"{deploy.rstrip('/')}/{inst_deploy}"
             nodes.append(NodeSpec(
                 host=host, role=role, targets=[TargetSpec(binary, inst_deploy)],
-                user=_opt_str(inst.get("ssh_user"), f"{at}.ssh_user") or user,
+                user=_opt_user(inst.get("ssh_user"), f"{at}.ssh_user") or user,
                 port=_opt_port(inst.get("ssh_port"), f"{at}.ssh_port") or ssh_port,
                 instance_port=iport,
                 status_port=_opt_port(inst.get("status_port"), f"{at}.status_port"),
@@ -203,6 +240,13 @@ def _opt_str(v: Any, where: str) -> str | None:
     if not isinstance(v, str) or not v.strip():
         raise UsageError(f"{where} should be a non-empty string")
     return v.strip()
+
+
+def _opt_user(v: Any, where: str) -> str | None:
+    user = _opt_str(v, where)
+    if user is not None and not _USER.match(user):
+        raise UsageError(f"{where} {user!r} is not a user name")
+    return user
 
 
 def _opt_port(v: Any, where: str) -> int | None:

@@ -315,7 +315,7 @@ def _own_ids(own: dict[int, int], tid: int, prev: int, nxt: int) -> tuple[int, i
 
 
 def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str]], None], *,
-                  to_own_ids: bool = False) -> int:
+                  to_own_ids: bool = False, lost_at: list[tuple[int, int]] | None = None) -> int:
     """Every sched_switch of an offcpu-stacks perf.data, straight from the file, in time-ordered
     batches: ``consume(batch, states, comms)``. Returns perf's lost-event count;
     PerfDataUnsupported when the file cannot be read so (the caller runs perf script).
@@ -354,6 +354,8 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
 
         def side(rec: pd.Records) -> None:
             lost[0] += rec.lost()
+            if lost_at is not None:  # (ns, events) of each LOST record: where the loss was
+                lost_at.extend(rec.lost_at(ev.sample_type))
 
         def decode(rec: pd.Records) -> np.ndarray:
             c = pd.samples(rec, f, [ev]).get(ev.index)

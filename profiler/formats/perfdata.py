@@ -341,6 +341,17 @@ class Records:
         o = self.of_type(RECORD_LOST)
         return int(self.u64[o + 16].sum()) if len(o) else 0
 
+    def lost_at(self, sample_type: int) -> list[tuple[int, int]]:
+        """(time in ns, events lost) of each LOST record, the time from its sample_id trailer
+        (perf record writes one: sample_id_all), -1 when it has none."""
+        _o_tid, o_time = _id_trailer(sample_type)
+        out = []
+        for o in self.of_type(RECORD_LOST).tolist():
+            size = int(self.u32[o + 4]) >> 16  # the header's u16 size
+            t = int(self.u64[o + size + o_time]) if o_time != -1 and size >= 32 else -1
+            out.append((t, int(self.u64[o + 16])))
+        return out
+
     def comms(self) -> list[tuple[int, int, bytes]]:
         """(pid, tid, comm) of the COMM records, in file order."""
         out = []

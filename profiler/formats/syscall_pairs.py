@@ -377,10 +377,12 @@ def pairing(out: IO[str], t0: float, interval: float, names: dict[int, str],
             else PyPairing(out, t0, interval, names, windows))
 
 
-def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], str]], SyscallPairs]) -> tuple[SyscallPairs, int]:
+def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], str]], SyscallPairs],
+                lost_at: list[tuple[int, int]] | None = None) -> tuple[SyscallPairs, int]:
     """Pair the enter/exit trace straight from perf.data (no perf script): the samples of the
     processes ``pids`` (their threads' names from the file's COMM records). Returns the
-    pairing and perf's lost-event count; PerfDataUnsupported when the file cannot be read so."""
+    pairing and perf's lost-event count (``lost_at`` gets each LOST record's (ns, events));
+    PerfDataUnsupported when the file cannot be read so."""
     from profiler.formats import perfdata as pd
 
     comms: dict[int, str] = {}
@@ -395,6 +397,8 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
 
         def side(rec: pd.Records) -> None:
             lost[0] += rec.lost()
+            if lost_at is not None:
+                lost_at.extend(rec.lost_at(enter_ev.sample_type))
             for _pid, tid, comm in rec.comms():
                 comms[tid] = comm.decode("utf-8", "replace")
 

@@ -25,10 +25,12 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
+
+import numpy as np
 
 from profiler.errors import CapabilityError, InputError
 from profiler.formats import perfdata as pdata
@@ -36,7 +38,7 @@ from profiler.formats import perfdata_reduce as pr
 from profiler.formats.perfdata_reduce import Merged  # what merging counted: samples read, written
 from profiler.inputs.source import Format
 
-__all__ = ["FORMAT", "MAGIC", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
+__all__ = ["FORMAT", "MAGIC", "Direct", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
 
 MAGIC = b"PERFILE2"
 PIPE_SIZE = 1 << 20
@@ -77,14 +79,27 @@ class Merge:
 
 
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
-                     merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None) -> T:
-    """``consume(stdout of perf script -i perf_data)``; with ``fields``, perf's default fields
+                     merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None,
+                     direct: Direct | None = None) -> T:
+    """``consume(the text of perf script -i perf_data)``; with ``fields``, perf's default fields
     when it refuses those. Raises InputError when perf fails (naming ``name``, the input as the
     user gave it, when perf_data is a decompressed copy).
 
-    ``merge``: symbolize a copy of perf.data whose identical stacks are merged (perf script's
-    cost grows with the samples it reads; a profile repeats its stacks thousands of times);
-    ``merged`` then receives the counts. A file that cannot be merged is read as it is."""
+    With ``fields``, the text is made without perf where it can be (profiler.formats.perfscript_text:
+    the same bytes perf script prints), perf script naming only the samples that cannot be
+    named so; ``direct`` hears how it went. ``merge``: one sample per distinct stack, its
+    period the total (perf script's cost, and ours, grows with the samples printed; a profile
+    repeats its stacks thousands of times); ``merged`` then receives the counts. A file that
+    cannot be merged is read as it is."""
+    if fields:
+        try:
+            return _read_direct(perf_data, consume, fields, merge, merged, direct if direct is not None else Direct())
+        except pdata.PerfDataUnsupported as exc:
+            if direct is not None:
+                direct.why = str(exc)
+        except (OSError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError) as exc:
+            if direct is not None:  # a damaged file the direct reader trips on: perf script reads it as far as it can
+                direct.why = f"{type(exc).__name__}: {exc}"
     try:
         return _read_perf_script(perf_data, consume, fields, merge, merged)
     except InputError as exc:
@@ -118,6 +133,83 @@ def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], 
         return _run(perf_script_argv(perf_data), perf_data, consume)
     except PerfScriptRefused as exc:
         raise InputError(str(exc)) from None
+
+
+@dataclass
+class Direct:
+    """How the text was made: without perf (``samples`` printed so, ``by_perf`` left to perf
+    script, with the reasons), or by perf script alone (``why``)."""
+
+    used: bool = False
+    samples: int = 0
+    by_perf: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    why: str | None = None
+
+
+class _Chunks(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, first: bytes, rest: Iterator[bytes]) -> None:
+        self._buf = first
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        while not self._buf:
+            nxt = next(self._rest, None)
+            if nxt is None:
+                return 0
+            self._buf = nxt
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+def _keep_these(tid: np.ndarray, t: np.ndarray) -> pr.Keep:
+    """A Keep taking exactly the samples of these (thread, time) pairs."""
+    from profiler.formats.perfdata import U64
+    from profiler.formats.perfdata_reduce import _mix
+
+    def h(tid_: np.ndarray, t_: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            out: np.ndarray = _mix(t_.astype(U64) ^ (tid_.astype(np.int64).astype(U64) * U64(0x9E3779B97F4A7C15)))
+            return out
+
+    wanted = np.unique(h(tid, t))
+    return lambda pid, tid_, t_: np.isin(h(tid_, t_), wanted)
+
+
+def _read_direct(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str, merge: Merge | None,
+                 merged: list[Merged] | None, direct: Direct) -> T:
+    from profiler.formats import perfscript_text as pt
+
+    res = pt.Result()
+    with tempfile.TemporaryDirectory(prefix="profiler-perf-") as tmp:
+
+        def fallback(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> Iterator[bytes]:
+            """perf script's text for the samples the direct path cannot name (a smaller copy)."""
+            copy = Path(tmp) / "rest.perf.data"
+            keep = _keep_these(tid, t)
+            if merge is not None:
+                pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples, keep=keep)
+            else:
+                pr.filter_samples(perf_data, copy, keep)
+            chunks: list[bytes] = []
+            _run(perf_script_argv(copy, fields), copy, lambda out: chunks.extend(iter(lambda: out.read(PIPE_SIZE), b"")))
+            return iter(chunks)
+
+        how = pt.Merge(merge.by_tid, merge.count_samples) if merge is not None else None
+        chunks = pt.render(str(perf_data), fields, merge=how, fallback=fallback, result=res)
+        first = next(chunks, b"")  # everything is read and named before the first chunk
+        direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
+        out = consume(io.BufferedReader(_Chunks(first, chunks), PIPE_SIZE))  # type: ignore[type-var]
+    if merge is not None and merged is not None:
+        merged.append(Merged(res.samples, res.written))
+    return out
 
 
 def _widen_pipe(fd: int) -> None:

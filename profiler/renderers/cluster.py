@@ -46,7 +46,9 @@ def _metric(row: dict[str, Any]) -> str:
         return f"{row.get('title')} {v * 1000:.2f} ms"
     if unit == "ratio":
         return f"{row.get('title')} {100 * v:.0f}%"
-    return f"{row.get('title')} {v:,.4g} {unit}".rstrip()
+    if unit == "bytes":
+        return f"{row.get('title')} {v / 2**20:,.1f} MiB"
+    return f"{row.get('title')} {v:,.0f} {unit}".rstrip() if abs(v) >= 100 else f"{row.get('title')} {v:.3g} {unit}".rstrip()
 
 
 def _knob(row: dict[str, Any]) -> str:

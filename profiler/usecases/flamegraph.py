@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from profiler.analyzers import views
 from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
 from profiler.analyzers.stacks.folding import (
@@ -32,7 +31,6 @@ from profiler.inputs import Format, Source, bundles, detect, folded, perfdata, p
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
-from profiler.renderers.registry import EXPORTS
 from profiler.tolerant import ReadLog
 
 Warn = Callable[[str], None]
@@ -151,6 +149,8 @@ def _meter(req: _Request, task: str) -> _Meter:
 
 
 def _bundle_stacks(req: _Request) -> Stacks:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     bundle = req.bundle
     assert bundle is not None
     meter = _meter(req, f"folding {members.CPU_STACKS}")
@@ -187,22 +187,37 @@ def _perf_script_stacks(req: _Request) -> Stacks:
 def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter, log: ReadLog | None = None,
                     name: str | None = None) -> Stacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
-    field) unless a time window needs each sample's own time. ``log``: what decompressing a
-    gzipped perf.data tolerated; ``name``: the input as errors name it."""
-    if opts.window.bounded:
-        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name)
-        return _from_collapser(c, opts, input, log)
+    field) unless a time window needs each sample's own time, or inferno's rules may ignore the
+    period (it does when perf pads the event name: a file of several events). ``log``: what
+    decompressing a gzipped perf.data tolerated; ``name``: the input as errors name it."""
+    if opts.window.bounded or opts.compat == "inferno":
+        direct = perfdata.Direct()
+        c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name,
+                                      direct=direct)
+        out = _from_collapser(c, opts, input, log)
+        out.warnings.extend(_by_perf(direct, name or input))
+        return out
     merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
     fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
     merged: list[perfdata.Merged] = []
+    direct = perfdata.Direct()
     c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
-                                  merge=merge, merged=merged, name=name)
+                                  merge=merge, merged=merged, name=name, direct=direct)
     out = _from_collapser(c, opts, input, log)
+    out.warnings.extend(_by_perf(direct, name or input))
     if merged:
         # perf script read one sample per distinct stack: the file's own count when every
         # sample was folded, else none (the subtitle leaves it out rather than understate it)
         out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
     return out
+
+
+def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
+    """What perf script had to name (the rest was named without it), in one line."""
+    if not direct.used or not direct.by_perf:
+        return []
+    why = "; ".join(sorted(direct.reasons, key=lambda r: -direct.reasons[r])[:2])
+    return [f"{input}: {direct.by_perf:,} of {direct.samples:,} samples named by perf script ({why})"]
 
 
 def _pprof(req: _Request) -> Stacks:
@@ -226,6 +241,8 @@ def _pprof(req: _Request) -> Stacks:
 def _bundle_offcpu(req: _Request) -> Stacks:
     """A bundle's off-CPU members through the off-CPU view (analyzers/views/stacks.py), the one
     reader the report uses too: blocked microseconds, perf's or bcc's."""
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     bundle, opts = req.bundle, req.opts
     assert bundle is not None
     view = views.read_offcpu(bundle, pools=opts.pools, window=opts.window, limit=None, evidence=False)
@@ -345,13 +362,22 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
 # --------------------------------------------------------------------------- stacks for other tools
 
 _UNIT_NAMES = {"ns": "nanoseconds", "us": "microseconds", "samples": "count"}
-EXPORT_FORMATS = tuple(f for r in EXPORTS for f in r.formats)
+
+
+def export_formats() -> tuple[str, ...]:
+    """The formats of the stack exports (pprof, speedscope): the renderer registry is imported
+    only when one is asked for (it imports every renderer, the report's among them)."""
+    from profiler.renderers.registry import EXPORTS
+
+    return tuple(f for r in EXPORTS for f in r.formats)
 
 
 def export_format(fmt: str | None, output: str | None) -> str | None:
     """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    from profiler.renderers.registry import EXPORTS
+
     if fmt:
-        return fmt if fmt in EXPORT_FORMATS else None
+        return fmt if fmt in export_formats() else None
     if output:
         low = output.lower()
         for r in EXPORTS:
@@ -380,5 +406,7 @@ def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, pro
     """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
     stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
     _check(stacks, opts, warn)
+    from profiler.renderers.registry import EXPORTS
+
     writer = EXPORTS.pick(StackProfile, fmt)
     return writer.render(stack_profile(stacks, offcpu)), stacks

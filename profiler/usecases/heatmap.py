@@ -19,7 +19,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from profiler.analyzers import views
 from profiler.analyzers.io import heatmap as hm
 from profiler.analyzers.io import hist_heatmap, pairing, stats
 from profiler.analyzers.stacks import subsecond
@@ -130,6 +129,8 @@ def _text(fh: IO[bytes]) -> IO[str]:
 
 
 def _bundle_times(req: _Request) -> subsecond.SampleTimes:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     assert req.bundle is not None
     st = views.read_cpu_times(req.bundle)
     if st is None:
@@ -174,6 +175,8 @@ def _cpu(req: _Request, st: subsecond.SampleTimes) -> HeatmapResult:
 
 
 def _bundle_latency(req: _Request) -> HeatmapResult:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     bundle = req.bundle
     assert bundle is not None
     if views.block_member(bundle) is None and bundle.has(members.BLOCK_HIST):
@@ -272,6 +275,8 @@ def _biosnoop(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
 
 def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapRequest) -> HeatmapResult:
     """A bcc-backend bundle: its in-kernel latency histograms, one panel per op (as the report draws it)."""
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     if opts.by not in ("none", "op"):
         raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
                          "use --by op (its panels) or capture with --backend perf")

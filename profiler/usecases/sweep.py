@@ -22,11 +22,12 @@ from typing import Any
 from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.load.sweep import Step, StepTarget, Sweep
 from profiler.bundle import atomic_write_bytes
+from profiler.bundle.overwrite import SWEEP, prepare_output_dir
 from profiler.capture.session import Session
 from profiler.capture.signals import describe
 from profiler.capture.targets import resolve
 from profiler.collectors.base import CaptureOptions
-from profiler.errors import Interrupted, OutputExists, ProfilerError, UsageError
+from profiler.errors import Interrupted, ProfilerError, UsageError
 from profiler.progress import Progress
 from profiler.renderers import sweep_html
 from profiler.usecases.report import REPORT_NAME, analysis_of, render
@@ -70,8 +71,7 @@ def check(req: SweepRequest) -> None:
         found = sorted({m.group(1) for a in req.command for m in _PLACEHOLDER.finditer(a)})
         hint = f" (it has {', '.join('{' + f + '}' for f in found)}: pass --param {found[0]})" if found else ""
         raise UsageError(f"the load command has no {wanted} placeholder to fill{hint}")
-    if req.output.exists() and (not req.output.is_dir() or any(req.output.iterdir())) and not req.force:
-        raise OutputExists(f"{req.output} exists and is not empty: pass --force to overwrite it")
+    prepare_output_dir(req.output, req.force, SWEEP)  # --force: only an earlier sweep's own files go
 
 
 def _argv(req: SweepRequest, value: str) -> list[str]:

@@ -280,7 +280,7 @@ def test_ssh_checks_host_keys_and_never_asks_for_a_password(tmp_path: Path) -> N
         assert opt in text
     assert argv[-2:] == ["10.0.0.1", "echo hi"] and argv[1:3] == ["-F", str(tmp_path / "cfg")]
     assert "-M" not in argv  # -M after ControlMaster=yes would mean "ask"
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         SshHost("-oProxyCommand=x")
 
 

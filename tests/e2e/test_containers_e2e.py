@@ -138,3 +138,34 @@ def test_unknown_container_is_one_line_with_what_runs(lab: tuple[lab_mod.Lab, st
     assert "no running container matches 'no-such-container-here'" in err and "running: " in err
     assert r.name in err or ", ..." in err  # the running ones are named (the first six)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(lab_mod.docker_why_not() is not None, reason=lab_mod.docker_why_not() or "")
+def test_docker_container_pinned_by_cpuset_found_by_name(tmp_path: Path) -> None:
+    """Seed 001's setup with docker itself: a private dockerd, the Go workload in a container pinned
+    by --cpuset-cpus 0, named from dockerd's own state (its --data-root, config.v2.json)."""
+    try:
+        binary = gobuild.build()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"the Go workload cannot be built: {exc}")
+    lab = lab_mod.DockerLab()
+    try:
+        r = lab.run(lab.image({APP: binary}), [APP, "-mode", "cpu", "-workers", "2", "-stdin-exit=false"],
+                    cpuset="0", env={"GOMAXPROCS": "2"})
+        assert lab.inspect(r.id, "{{.HostConfig.CpusetCpus}}") == "0"
+        out = tmp_path / "cap"
+        rc = main(["attach", "--container", r.name, "-d", "6s", "-o", str(out), "--no-report",
+                   "--collector", "procfs", "--collector", "cpu-stacks", "--collector", "offcpu-stacks"])
+        assert rc == 0
+        t = Bundle.open(out).manifest.targets[0]
+        ci = t.container_info
+        assert ci is not None and (ci.runtime, ci.id, ci.name) == ("docker", r.id, r.name)
+        assert ci.state is not None and ci.state.endswith(f"/containers/{r.id}/config.v2.json")
+        assert ci.cgroup == f"/docker/{r.id}" and t.cgroup.get("cpuset_cpus") == [0]
+        frames = [ln for ln in Bundle.open(out).iter_lines("cpu.perf.txt.gz") if f"({APP})" in ln]
+        assert any("main.burnCPU" in ln for ln in frames), frames[:5]
+        v = _report(out)["verdict"]
+        assert v["category"] == "cpu", v["headline"]
+        assert f"pinned to CPU 0 by cpuset (docker container {r.name}): wants " in v["headline"], v["headline"]
+    finally:
+        lab.close()

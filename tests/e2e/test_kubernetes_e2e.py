@@ -24,6 +24,8 @@ import pytest
 import yaml
 
 from profiler.bundle.cluster import load_cluster
+from profiler.cli import main
+from tests import containers as lab_mod
 from tests.e2e.test_cluster_e2e import _cli, _ok_or_losses, _redis, _wait_port
 from tests.hosts import HostLab, host_lab  # noqa: F401 - the fixture
 
@@ -156,3 +158,52 @@ def test_tidbcluster_pods_captured_by_container_id_with_their_limits(host_lab: H
     knobs = {k["knob"]: k for k in busy["knobs"]}
     assert knobs["server.grpc-concurrency"]["value"] == 2 and knobs["server.grpc-concurrency"]["sizes"] == ["grpc-server"]
     assert knobs["readpool.unified.max-thread-count"]["value"] == 3
+
+
+@pytest.mark.skipif(lab_mod.containerd_why_not() is not None, reason=lab_mod.containerd_why_not() or "")
+def test_a_pods_container_under_containerd_found_by_namespace_pod_and_container(tmp_path: Path) -> None:
+    """What a node of a containerd-based Kubernetes holds for one TiKV pod, made by containerd
+    itself (tests/containers.ContainerdLab): the pod's pause container and its server container
+    in the kubelet's cgroupfs layout, with the CRI plugin's annotations and the pod's CPU limit.
+    `attach --container NAMESPACE/POD` takes the server and not the pause container, names it from
+    containerd's own state, and the verdict names the pod's limit."""
+    from profiler.collectors import containers as ctr
+
+    from profiler.bundle import Bundle
+    from tests.workloads import gobuild
+
+    try:
+        binary = gobuild.build()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"the Go workload cannot be built: {exc}")
+    lab = lab_mod.ContainerdLab()
+    uid = str(uuid.uuid4())
+    ann = {"io.kubernetes.cri.sandbox-name": "basic-tikv-0", "io.kubernetes.cri.sandbox-namespace": "tidb-cluster",
+           "io.kubernetes.cri.sandbox-uid": uid}
+    app = "/tikv-server"  # the server's path in the image; the Go workload stands in for it
+    try:
+        pause = lab.run({"/pause": binary}, ["/pause", "-mode", "idle", "-workers", "1", "-stdin-exit=false"],
+                        f"kubepods/burstable/pod{uid}", annotations={**ann, "io.kubernetes.cri.container-type": "sandbox"})
+        server = lab.run({app: binary}, [app, "-mode", "cpu", "-workers", "2", "-stdin-exit=false"],
+                         f"kubepods/burstable/pod{uid}", cpus=0.25,
+                         annotations={**ann, "io.kubernetes.cri.container-type": "container",
+                                      "io.kubernetes.cri.container-name": "tikv"})
+        assert ctr.pod_pids(uid) == {pause.id: [pause.pid], server.id: [server.pid]}
+        out = tmp_path / "cap"
+        assert main(["attach", "--container", "tidb-cluster/basic-tikv-0", "-d", "6s", "-o", str(out), "--no-report",
+                     "--collector", "procfs", "--collector", "cpu-stacks"]) == 0
+        m = Bundle.open(out).manifest
+        assert [t.pid for t in m.targets] == [server.pid]  # not the pause container
+        ci = m.targets[0].container_info
+        assert ci is not None
+        assert (ci.runtime, ci.id, ci.pod, ci.namespace, ci.pod_uid, ci.container, ci.qos) == \
+            ("containerd", server.id, "basic-tikv-0", "tidb-cluster", uid, "tikv", "burstable")
+        assert ci.state is not None and ci.state.endswith(f"/io.containerd.runtime.v2.task/k8s.io/{server.id}/config.json")
+        assert m.targets[0].cgroup.get("cpu_quota_us") == 25000
+        assert any("main.burnCPU" in ln and f"({app})" in ln for ln in Bundle.open(out).iter_lines("cpu.perf.txt.gz"))
+        code, text = _cli(["report", str(out), "--format", "json"])
+        v = json.loads(text)["verdict"]
+        assert v["category"] == "cpu" and "quota" in v["headline"], v["headline"]
+        assert "containerd container basic-tikv-0/tikv" in v["headline"], v["headline"]
+    finally:
+        lab.close()

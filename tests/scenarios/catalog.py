@@ -561,6 +561,9 @@ def _more() -> list[Scenario]:
         from tests.scenarios import catalog_go  # type: ignore[attr-defined]
 
         more.extend(catalog_go.SCENARIOS)
+    from tests.scenarios.catalog_tidb import SCENARIOS as TIDB_SCENARIOS
+
+    more.extend(TIDB_SCENARIOS)
     return more
 
 

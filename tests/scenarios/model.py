@@ -101,6 +101,9 @@ class Scenario:
     # Two causes at once (both confirmed by ``confirm``): a verdict naming any of ``category`` and
     # ``also`` first is right; the scoreboard shows which one it ranks first and why.
     also: tuple[str, ...] = ()
+    # Why the host cannot run it (a binary named by an environment variable is not set), or None;
+    # checked before the programs on PATH.
+    skip: Callable[[], str | None] | None = None
 
     @property
     def accepted(self) -> tuple[str, ...]:

@@ -46,6 +46,8 @@ NEEDS = {
     "fio": ("fio",),
     "stress-ng": ("stress-ng",),
     "db_bench": ("db_bench",),
+    # the TiDB binaries come from TIDB_SERVER etc. (tests/scenarios/tidb.py): Scenario.skip says
+    "tidb-server": (), "tikv-server": (), "pd-server": (), "go-ycsb": (), "go-tpc": (),
 }
 
 SLACK = 20  # seconds a load outlives the window: attach start-up, stragglers
@@ -66,6 +68,9 @@ def profiler_argv() -> list[str]:
 
 def skip_reason(s: Scenario) -> str | None:
     why = cgroup.available()
+    if why:
+        return why
+    why = s.skip() if s.skip is not None else None
     if why:
         return why
     for prog in s.programs:

@@ -106,10 +106,14 @@ def test_the_shipped_objects_are_built_from_these_sources():
     """Edit a program in collectors/bcc/bpf/ and its prebuilt object is stale: rebuild it
     (python -m profiler.collectors.bcc.objects build, docs/bcc.md)."""
     shipped = objects.shipped()
-    assert sorted(shipped) == sorted(objects.PROGRAMS)
+    assert sorted(shipped) == objects.variants()
     for name, obj in shipped.items():
         assert obj.digest == objects.source_digest(name), f"{name}: the prebuilt object is stale"
-        assert [p.tracepoint for p in obj.progs] == [tp for tp, _fn in objects.PROGRAMS[name].tracepoints]
+        program = objects.PROGRAMS[name.removesuffix(objects.RAW)]
+        raw_as = dict(program.raw_as) if name.endswith(objects.RAW) else {}
+        assert [p.tracepoint for p in obj.progs] == [raw_as.get(tp, tp) for tp, _fn in program.tracepoints]
+        assert all(p.raw == name.endswith(objects.RAW) for p in obj.progs)
+        assert bool(obj.layouts) != name.endswith(objects.RAW)  # a raw program reads no tracepoint field
         for p in obj.progs:
             assert [i for i, _fd in objects.map_loads(p.insns)] == [i for i, _name in p.maps_at]
             assert {n for _i, n in p.maps_at} <= {m.name for m in obj.maps}

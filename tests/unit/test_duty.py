@@ -202,3 +202,35 @@ def test_sampled_capture_traces_only_its_windows(tmp_path: Path) -> None:
     assert iv and not outside, (ow, outside[:5])
     assert all(float(r["on"]) - float(r["off"]) < 0.6 for r in iv)  # no interval spans a gap
     assert not list(tmp_path.glob("cap/.*.ctl*"))  # control fifos removed
+
+
+def test_lost_events_are_placed_in_the_window_they_were_lost_in() -> None:
+    from profiler.collectors.perf.duty import note_lost
+
+    from profiler.bundle import CollectorRecord
+
+    d = DutyCycle()
+    d.windows = [[100.0, 101.0], [110.0, 111.0], [120.0, 121.0]]
+    rec = CollectorRecord(name="syscalls", backend="perf")
+    # perf writes a LOST record when it can again: inside the window, or just after it closed
+    note_lost(rec, [(int(100.5e9), 30), (int(110.2e9), 5), (int(111.4e9), 7), (-1, 2)], d)
+    assert rec.stats["lost_per_window"] == [30, 12, 2]
+    assert rec.stats["lost_at"] == [[-1.0, 2], [100.5, 30], [110.2, 5], [111.4, 7]]
+    clean = CollectorRecord(name="syscalls", backend="perf")
+    note_lost(clean, [], d)
+    assert "lost_per_window" not in clean.stats and "lost_at" not in clean.stats
+
+
+def test_untraced_seconds_are_gaps_in_the_syscall_timeline() -> None:
+    from profiler.analyzers.series import timeline
+    from profiler.analyzers.views import SyscallRow, SyscallsView
+
+    t0 = 1000.0
+    rows = [SyscallRow(time=t0 + 2.0, tid=1, syscall="read", count=500, total_ns=10),
+            SyscallRow(time=t0 + 12.0, tid=1, syscall="read", count=300, total_ns=10)]
+    cov = {"syscalls": ([(t0 + 2.0, t0 + 3.0), (t0 + 12.0, t0 + 12.5)], [(t0 + 12.2, 40)])}
+    tl = timeline.build(None, [], t0=t0, t1=t0 + 20, syscalls=SyscallsView(rows=rows, rate=None), coverage=cov)
+    calls = tl.panels["syscalls"].series["calls"]
+    assert calls[2] == 500 and calls[12] == 600  # per traced second: 300 calls in half a second
+    assert all(v is None for i, v in enumerate(calls) if i not in (2, 12))  # gaps, not zeros
+    assert tl.coverage["syscalls"] == {"windows": [[2.0, 3.0], [12.0, 12.5]], "lost": [[12.2, 40.0]]}

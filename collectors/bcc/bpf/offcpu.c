@@ -18,6 +18,15 @@
 // reuses). Threads without a user stack always have their kernel stack walked.
 // Map sizes (MAX_THREADS, BLOCKED_ENTRIES, USER_STACKS, KERNEL_STACKS) are set when the maps
 // are created; the rest is in cfg (common.h).
+//
+// Built twice (collectors/bcc/objects.py): with PF_RAW the program attaches to the raw
+// sched_switch tracepoint (arguments: preempt, prev, next, prev_state; prev_state there since
+// Linux 5.18). It reads no task field: the task leaving is the current one (its ids and name
+// from the helpers), and a switch-out is remembered under the task's address, which is what
+// the raw tracepoint gives of the task coming back. A raw tracepoint program only keeps itself
+// from nesting (a classic one keeps every classic BPF program, block-io's included, off the CPU
+// while it runs), and skips copying the event into a perf record first. Without PF_RAW: the
+// classic tracepoint, keyed by thread id.
 
 // errno values (asm-generic, the same on every architecture we run on)
 #ifndef EAGAIN
@@ -44,7 +53,8 @@ struct off_t {
     s32 ustack;
     s32 kstack;
     u32 tgid;
-    u32 pad;
+    u32 tid;
+    char comm[16];
 };
 
 struct blocked_key {
@@ -66,7 +76,8 @@ struct blocked_val {
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-BPF_HASH(offstart, u32, struct off_t, MAX_THREADS);
+// the thread off the CPU, by task: its address (raw) or its thread id (classic)
+BPF_HASH(offstart, u64, struct off_t, MAX_THREADS);
 BPF_HASH(blocked, struct blocked_key, struct blocked_val, BLOCKED_ENTRIES);
 struct kcache_key {
     u32 tid;
@@ -131,35 +142,35 @@ static __always_inline s32 kernel_stack(void *ctx, u32 every, u32 tid, s32 ustac
     return id;
 }
 
-int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
+// A task that is exiting switches out for the last time: nothing comes back to pair it
+#define TASK_DEAD 0x80
+
+static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s64 prev_state, u64 in_key)
 {
-    struct pf_cfg *c = config();
-    if (!c || c->t0 == 0)
-        return PASS;
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
-    u32 prev = args->prev_pid;
+    u32 tid = (u32)id;
     u32 tgid = id >> 32;
-    // switch-out: the current task is prev
-    if (prev != 0 && (u32)id == prev && is_target(c, tgid)) {
-        struct off_t o = {.ts = now, .state = args->prev_state, .tgid = tgid};
-        o.ustack = ustacks.get_stackid(args, BPF_F_USER_STACK);
-        o.kstack = kernel_stack(args, c->kstack_every, prev, o.ustack, state_class(args->prev_state));
+    // switch-out: the current task is the one leaving (out_key 0: it is not)
+    if (out_key != 0 && tid != 0 && !(prev_state & TASK_DEAD) && is_target(c, tgid)) {
+        struct off_t o = {.ts = now, .state = prev_state, .tgid = tgid, .tid = tid};
+        bpf_get_current_comm(&o.comm, sizeof(o.comm));
+        o.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+        o.kstack = kernel_stack(ctx, c->kstack_every, tid, o.ustack, state_class(prev_state));
         if (o.ustack == -EEXIST) bump(4);
         else if (o.ustack == -EFAULT) bump(8);
         else if (o.ustack < 0) bump(5);
         if (o.kstack == -EEXIST) bump(6);
         else if (o.kstack < 0) bump(7);
-        if (offstart.update(&prev, &o) != 0)
+        if (offstart.update(&out_key, &o) != 0)
             bump(2);
         else
             bump(0);
     }
-    // switch-in: next comes back
-    u32 next = args->next_pid;
-    if (next == 0)
+    // switch-in: the task coming back
+    if (in_key == 0)
         return PASS;
-    struct off_t *o = offstart.lookup(&next);
+    struct off_t *o = offstart.lookup(&in_key);
     if (!o)
         return PASS;
     u32 s1 = slot_of(c, now);
@@ -168,19 +179,19 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
         .slot = s1,
         .back = s1 > s0 ? s1 - s0 : 0,
         .tgid = o->tgid,
-        .tid = next,
+        .tid = o->tid,
         .ustack = o->ustack,
         .kstack = o->kstack,
         .state = state_class(o->state),
     };
-    bpf_probe_read_kernel(&key.comm, sizeof(key.comm), args->next_comm);
+    __builtin_memcpy(&key.comm, o->comm, sizeof(key.comm));
     u64 delta = now > o->ts ? now - o->ts : 0;
     u64 head = 0;
     if (key.back) {
         u64 left_end = c->t0 + (u64)(s0 + 1) * c->slot_ns;
         head = left_end > o->ts ? left_end - o->ts : 0;
     }
-    offstart.delete(&next);
+    offstart.delete(&in_key);
     struct blocked_val zv = {};
     struct blocked_val *v = blocked.lookup_or_try_init(&key, &zv);
     if (!v) {
@@ -194,3 +205,24 @@ int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
     bump(1);
     return PASS;
 }
+
+#ifdef PF_RAW
+int pf_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+    struct pf_cfg *c = config();
+    if (!c || c->t0 == 0)
+        return PASS;
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+    return on_switch(ctx, c, (u64)ctx->args[1], (s64)(u32)ctx->args[3], (u64)ctx->args[2]);
+}
+#else
+int pf_sched_switch(struct tracepoint__sched__sched_switch *args)
+{
+    struct pf_cfg *c = config();
+    if (!c || c->t0 == 0)
+        return PASS;
+    u32 prev = args->prev_pid;
+    u64 out = ((u32)bpf_get_current_pid_tgid() == prev) ? prev : 0;
+    return on_switch(args, c, out, args->prev_state, (u64)(u32)args->next_pid);
+}
+#endif

@@ -1,0 +1,411 @@
+"""perf.data -> the text `perf script -F FIELDS` prints, without perf (formats layer).
+
+The samples come from ``perfstacks.py`` (perf's order, each thread's name), their frames from
+``perfsymbolize.py`` (named once per distinct body), and each sample is printed as perf 6.1's
+``process_event`` prints it for the fields asked (``comm,pid,tid,cpu,time,period,event,ip,sym,
+symoff,dso`` and ``trace`` for sched_switch):
+
+    comm pid/tid [cpu] secs.usecs: period event: trace
+    \\t<address, 16 wide> symbol+0xoffset (dso)      one line per frame, then a blank line
+
+The comm is padded to 16 when the event has no call chain (the frame then follows the header
+on its line, and no blank line ends the sample); event names are right-aligned to the longest
+event name of the file. A merged sample (``merge``) stands for every sample with the same
+event, process, thread name (and thread, ``by_tid``) and printed frames: its period is their
+total (``count_samples``: their number), so folding the text by period gives the folded
+stacks of the whole file.
+
+Samples whose frames cannot be named here the way perf names them (``Frames.unsupported``) are
+left to perf script: ``fallback`` receives which samples, and returns perf's text for them
+(the caller decides where the smaller perf.data it needs is written); their blocks are put back
+in their place in the order.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profiler.formats import perfstacks
+from profiler.formats.perfdata import (
+    FEAT_TRACING_DATA,
+    PerfDataUnsupported,
+    PerfFile,
+    sample_layout,
+    state_letters,
+)
+from profiler.formats.perfstacks import Keep, Stacks
+from profiler.formats.perfsymbolize import Frames, Symbolizer
+
+FEAT_BUILD_ID = 2
+MISC_BUILD_ID_SIZE = 1 << 15
+KNOWN_FIELDS = ("comm", "pid", "tid", "cpu", "time", "period", "event", "ip", "sym", "symoff", "dso", "trace")
+FLUSH = 1 << 20
+
+
+@dataclass(frozen=True)
+class Merge:
+    by_tid: bool = False
+    count_samples: bool = False
+
+
+@dataclass
+class Result:
+    """What was printed, and what perf script had to name."""
+
+    samples: int = 0  # samples in perf.data (of the events read, kept by ``keep``)
+    written: int = 0  # samples printed (merged: one per distinct stack)
+    by_perf: int = 0  # samples perf script printed (fallback)
+    reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples
+    first_event: str | None = None  # the event of the first sample perf script would print
+
+
+# (pid, tid, time) of the samples perf script must print -> its text for them (the caller writes the
+# smaller perf.data it reads, and merges it like ours when ``merge`` is given)
+Fallback = Callable[[np.ndarray, np.ndarray, np.ndarray], Iterator[bytes]]
+
+
+def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
+    """The header's build ids: {(kernel?, file name): hex}, and the kernel's."""
+    out: dict[tuple[bool, str], str] = {}
+    data = f._feature(FEAT_BUILD_ID) or b""
+    pos = 0
+    kernel = None
+    while pos + 8 <= len(data):
+        _typ, misc, size = struct.unpack_from("<IHH", data, pos)
+        if size < 8 + 4 + 24 or pos + size > len(data):
+            break
+        raw = data[pos + 12 : pos + 36]
+        n = raw[20] if misc & MISC_BUILD_ID_SIZE else 20
+        name_end = data.find(b"\0", pos + 36, pos + size)
+        name = data[pos + 36 : name_end if name_end >= 0 else pos + size].decode("utf-8", "surrogateescape")
+        is_kernel = (misc & 7) == 1
+        bid = raw[:n].hex()
+        out[(is_kernel, name)] = bid
+        if is_kernel and name == "[kernel.kallsyms]":
+            kernel = bid
+        pos += size
+    return out, kernel
+
+
+def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
+    """The payload columns perf script's ``trace`` field prints for sched_switch."""
+    from profiler.formats.perfdata import tp_column, tp_strings
+
+    try:
+        fl = f.tp_fields("sched_switch")
+    except PerfDataUnsupported:
+        return None
+    need = ("prev_comm", "prev_pid", "prev_prio", "prev_state", "next_comm", "next_pid", "next_prio")
+    if not all(k in fl for k in need):
+        return None
+    comms: dict[bytes, int] = {}
+    names: list[str] = []
+
+    def intern(b: bytes) -> int:
+        i = comms.get(b)
+        if i is None:
+            i = comms[b] = len(names)
+            names.append(b.decode("utf-8", "surrogateescape"))
+        return i
+
+    def decode(rec: object, offs: np.ndarray, raw: np.ndarray) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for k in ("prev_pid", "prev_prio", "prev_state", "next_pid", "next_prio"):
+            out[k] = tp_column(rec, raw, fl[k]).astype(np.int64)  # type: ignore[arg-type]
+        for k in ("prev_comm", "next_comm"):
+            out[k] = tp_strings(rec, raw, fl[k], intern)  # type: ignore[arg-type]
+        return out
+
+    decode.names = names  # type: ignore[attr-defined]
+    return decode
+
+
+def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
+           merge: Merge | None = None, go_tables: Callable[[str], Callable[[int], tuple[str, int] | None] | None] | None = None,
+           root_of: Callable[[int], str] | None = None, fallback: Fallback | None = None,
+           result: Result | None = None) -> Iterator[bytes]:
+    """perf script's text for ``path`` (``--pid``: ``pids``), in chunks. Raises
+    PerfDataUnsupported, before yielding anything, for a file perf would print otherwise."""
+    res = result if result is not None else Result()
+    want = fields.split(",")
+    if any(w not in KNOWN_FIELDS for w in want):
+        raise PerfDataUnsupported(f"fields {fields} (only {','.join(KNOWN_FIELDS)} are printed without perf)")
+    from profiler.formats.kallsyms import vmlinux
+
+    if vmlinux() is not None:
+        raise PerfDataUnsupported(f"perf reads kernel symbols from {vmlinux()}")
+    with PerfFile(path) as f:
+        bids, kernel_bid = build_ids(f)
+        names = [ev.name for ev in f.events]
+        has_tracing = FEAT_TRACING_DATA in f.features
+        trace = _sched_switch(f) if "trace" in want and has_tracing else None
+        checked: set[str] = set()
+        for ev in f.events:
+            # perf checks the first event of each kind (hardware, software, tracepoint...), dummies aside
+            if _is_dummy(ev) or _output_type(ev.type) in checked:
+                continue
+            checked.add(_output_type(ev.type))
+            lay = sample_layout(ev.sample_type)
+            for fld, ok in (("period", lay.period >= 0), ("cpu", lay.cpu >= 0), ("tid", lay.tid >= 0),
+                            ("pid", lay.tid >= 0), ("time", lay.time >= 0)):
+                if fld in want and not ok:
+                    raise PerfDataUnsupported(f"event {ev.name} has no {fld} field (perf script refuses -F {fields})")
+            if "trace" in want and ev.type == 2 and (trace is None or not ev.name.endswith("sched_switch")):
+                raise PerfDataUnsupported(f"tracepoint {ev.name} payload (only sched_switch is printed without perf)")
+        states = state_letters(f.tp_flags("sched_switch")) if trace is not None else None
+        callchain = {ev.index: bool(ev.sample_type & 32) for ev in f.events}
+        evtypes = {ev.index: ev.type for ev in f.events}
+    width = max((len(n) for n in names), default=0)
+    keep_all = keep
+    if pids is not None:
+        parr = np.asarray(sorted(pids), np.int64)
+
+        def keep_all(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+            ok: np.ndarray = np.isin(pid, parr)
+            return ok & keep(pid, tid, t) if keep is not None else ok
+
+    st = perfstacks.read(path, keep=keep_all, tracepoint=trace)
+    res.samples = len(st)
+    reps, body_idx = _bodies(st)
+    starts, flat = perfstacks.chains(path, st, reps)
+    sym = Symbolizer(st, bids, root_of, go_tables, kernel_bid)
+    frames = sym.frames(reps, starts, flat)
+    raw_ip = ~np.asarray([callchain[int(e)] for e in st.event[reps].tolist()], bool)
+    if raw_ip.any():  # without a call chain perf prints the sample's own address
+        lens = np.diff(frames.starts)
+        per = np.repeat(raw_ip, lens)
+        ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
+        frames.addr = np.where(per, ips, frames.addr)
+    bodies = _body_texts(frames, want)
+    by_perf = np.zeros(len(st), bool)
+    if frames.unsupported:
+        bad = np.asarray(sorted(frames.unsupported), np.int64)
+        by_perf = np.isin(body_idx, bad)
+        counts = np.bincount(body_idx[by_perf], minlength=len(reps))
+        for b, why in frames.unsupported.items():
+            res.reasons[why] = res.reasons.get(why, 0) + int(counts[b])
+        res.by_perf = int(by_perf.sum())
+        if fallback is None:
+            raise PerfDataUnsupported("; ".join(sorted(res.reasons)))
+    res.first_event = names[int(st.event[0])] if len(st) else None
+    perf_text = fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]) if by_perf.any() and fallback else None
+    if merge is not None:
+        # one sample per distinct printed stack; perf's own text (merged by the caller) after ours
+        mine = _merged(st.select(~by_perf), body_idx[~by_perf], merge)
+        res.written = len(mine[0])
+        if perf_text is not None and by_perf[0]:  # the first sample is perf's: its event is the one folded
+            yield from perf_text
+            perf_text = None
+        yield from _samples(mine[0], mine[1], bodies, np.zeros(len(mine[0]), bool), None, want, names, width,
+                            callchain, evtypes, trace, states)
+        if perf_text is not None:
+            yield from perf_text
+        return
+    res.written = len(st)
+    yield from _samples(st, body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None, want,
+                        names, width, callchain, evtypes, trace, states)
+
+
+def _is_dummy(ev: object) -> bool:
+    return getattr(ev, "type", -1) == 1 and getattr(ev, "config", -1) == 9  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY
+
+
+def _output_type(typ: int) -> str:
+    return str(typ) if typ < 6 else "other"  # PERF_TYPE_MAX: dynamic PMUs share one output type
+
+
+def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndarray]:
+    """One sample per (event, process, thread name, [thread], body), the first in order, its
+    period the total (or the count); and its body index."""
+    from profiler.formats.perfdata import U64
+    from profiler.formats.perfdata_reduce import _mix
+
+    with np.errstate(over="ignore"):
+        who = st.comm.astype(U64) * U64(0x9E3779B97F4A7C15)
+        if m.by_tid:
+            who = who ^ _mix(st.tid.astype(U64) + U64(0x51))
+        k = _mix(st.body ^ _mix(st.event.astype(U64) * U64(0xD6E8FEB86659FD93) + who))
+    _uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
+    w = np.ones(len(st), np.int64) if m.count_samples else st.period
+    sums = np.bincount(inv.ravel(), weights=w.astype(np.float64)).astype(np.int64)
+    order = np.argsort(first, kind="stable")
+    out = st.select(first[order])
+    out.period = sums[order]
+    return out, body_idx[first[order]]
+
+
+def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
+    """One representative sample per body key, and each sample's body index."""
+    _, first, inv = np.unique(st.body, return_index=True, return_inverse=True)
+    return first, inv.ravel()
+
+
+def _body_texts(fr: Frames, want: list[str]) -> list[str]:
+    """Each body's frame lines as perf prints them (ip, sym, symoff, dso as asked): each distinct
+    (address, dso, symbol) line is formatted once."""
+    ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
+    n_bodies = len(fr.starts) - 1
+    if not len(fr.addr):
+        return [""] * n_bodies
+    key = np.empty(len(fr.addr), dtype=[("a", "<u8"), ("d", "<i8"), ("s", "<i8")])
+    key["a"], key["d"], key["s"] = fr.addr, fr.dso, fr.sym
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    dsos = fr.dsos
+    lines: list[str] = []
+    for (a, d, s), o in zip(uniq.tolist(), fr.off[first].tolist(), strict=True):
+        parts = ["\t"]
+        if ip:
+            parts.append(f"{a:16x}")
+        if sym:
+            if s >= 0:
+                t = dsos[d].table
+                assert t is not None
+                name = t.name(s)
+                if "\t" in name:  # a kernel module's symbol: perf cuts the module off
+                    name = name[: name.find("\t")]
+            elif s <= -2:
+                name = fr.names[-2 - s]
+            else:
+                name = "[unknown]"
+            parts.append(" " + name + (f"+{o:#x}" if symoff and s != -1 else ""))
+        if dso:
+            parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
+        parts.append("\n")
+        lines.append("".join(parts))
+    arr = np.asarray(lines, dtype=object)[inv.ravel()]
+    starts = fr.starts.tolist()
+    return ["".join(arr[starts[i] : starts[i + 1]]) for i in range(n_bodies)]
+
+
+def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """perf script's text cut into samples: a header line, then (with a call chain) its frame
+    lines, each starting with a tab, and the blank line that ends it."""
+    rest = b""
+    lines: list[bytes] = []
+    for c in chunks:
+        rest += c
+        *full, rest = rest.split(b"\n")
+        lines.extend(full)
+        yield from _cut(lines, final=False)
+    if rest:
+        lines.append(rest)
+    yield from _cut(lines, final=True)
+
+
+def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
+    """Whole samples from the front of ``lines`` (removed from it)."""
+    i = 0
+    n = len(lines)
+    while i < n:
+        j = i + 1
+        if j < n and (lines[j][:1] == b"\t" or lines[j] == b""):
+            while j < n and lines[j][:1] == b"\t":
+                j += 1
+            if j >= n:
+                if not final:
+                    break
+            else:
+                j += 1  # the blank line
+        elif j >= n and not final:
+            break
+        yield b"".join(x + b"\n" for x in lines[i:j])
+        i = j
+    del lines[:i]
+
+
+def _time_text(t: np.ndarray) -> list[str]:
+    """perf's ``%12s: `` of ``secs.usecs`` (microseconds truncated)."""
+    secs = (t // 1_000_000_000).tolist()
+    usecs = ((t % 1_000_000_000) // 1000).tolist()
+    return [f"{f'{s_}.{u:06d}':>12}: " for s_, u in zip(secs, usecs, strict=True)]
+
+
+def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray, perf_blocks: Iterator[bytes] | None,
+             want: list[str], names: list[str], width: int, callchain: dict[int, bool], evtypes: dict[int, int],
+             trace: Callable[..., dict[str, np.ndarray]] | None, states: Callable[[int], str] | None) -> Iterator[bytes]:
+    """Each sample's text, in order; perf's blocks where ``by_perf``."""
+    n = len(st)
+    if not n:
+        return
+    ip_f = "ip" in want
+    cc = np.asarray([callchain[e] and ip_f for e in range(len(names))], bool)[st.event]
+    # the header up to the time: "comm pid/tid [cpu] " -- one string per distinct (comm, pid, tid, cpu, chain?)
+    key = np.empty(n, dtype=[("c", "<i8"), ("p", "<i8"), ("t", "<i8"), ("u", "<i8"), ("k", "?")])
+    key["c"], key["p"], key["t"], key["u"], key["k"] = st.comm, st.pid, st.tid, st.cpu, cc
+    uniq, inv = np.unique(key, return_inverse=True)
+    heads = []
+    for comm, pid, tid, cpu, chain in uniq.tolist():
+        h = []
+        if "comm" in want:
+            h.append(f"{st.comms[comm]} " if chain else f"{st.comms[comm]:>16} ")
+        if "pid" in want and "tid" in want:
+            h.append(f"{pid:5d}/{tid:<5d} ")
+        elif "pid" in want:
+            h.append(f"{pid:5d} ")
+        elif "tid" in want:
+            h.append(f"{tid:5d} ")
+        if "cpu" in want:
+            h.append(f"[{cpu:03d}] ")
+        heads.append("".join(h))
+    head = np.asarray(heads, dtype=object)[inv.ravel()].tolist()
+    times = _time_text(st.time) if "time" in want else [""] * n
+    periods = [f"{p:10d} " for p in st.period.tolist()] if "period" in want else [""] * n
+    ev_text = [f"{nm:>{width}}: " if "event" in want else "" for nm in names]
+    evs = [ev_text[e] for e in st.event.tolist()]
+    traces = _trace_texts(st, trace, states, evtypes) if "trace" in want and trace is not None else [""] * n
+    tails = []
+    for b, c in zip(body_idx.tolist(), cc.tolist(), strict=True):
+        if not ip_f:
+            tails.append("\n")
+        elif c:
+            tails.append("\n" + bodies[b] + "\n")
+        else:
+            tails.append(" " + bodies[b].lstrip("\t"))
+    perf_rows = by_perf.tolist()
+    out: list[str] = []
+    size = 0
+    for i, text in enumerate(map("".join, zip(head, times, periods, evs, traces, tails, strict=True))):
+        if perf_rows[i]:
+            if out:
+                yield "".join(out).encode("utf-8", "surrogateescape")
+                out, size = [], 0
+            assert perf_blocks is not None
+            yield next(perf_blocks, b"")
+            continue
+        out.append(text)
+        size += len(text)
+        if size > FLUSH:
+            yield "".join(out).encode("utf-8", "surrogateescape")
+            out, size = [], 0
+    if out:
+        yield "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _trace_texts(st: Stacks, trace: Callable[..., dict[str, np.ndarray]], states: Callable[[int], str] | None,
+                 evtypes: dict[int, int]) -> list[str]:
+    """sched_switch's payload as its print format prints it (perf's ``trace`` field)."""
+    names: list[str] = getattr(trace, "names", [])
+    ex = st.extra
+    if not ex:
+        return [""] * len(st)
+    letters: dict[int, str] = {}
+    assert states is not None
+    out = []
+    tp = np.asarray([evtypes[int(e)] == 2 for e in range(max(evtypes) + 1)], bool)[st.event].tolist()
+    for is_tp, pc, pp, pr, ps, nc, np_, nr in zip(tp, ex["prev_comm"].tolist(), ex["prev_pid"].tolist(),
+                                                  ex["prev_prio"].tolist(), ex["prev_state"].tolist(),
+                                                  ex["next_comm"].tolist(), ex["next_pid"].tolist(),
+                                                  ex["next_prio"].tolist(), strict=True):
+        if not is_tp:
+            out.append("")
+            continue
+        s_ = letters.get(ps)
+        if s_ is None:
+            s_ = letters[ps] = states(ps)
+        out.append(f"prev_comm={names[pc]} prev_pid={pp} prev_prio={pr} prev_state={s_} ==> "
+                   f"next_comm={names[nc]} next_pid={np_} next_prio={nr}")
+    return out

@@ -1,0 +1,480 @@
+"""Real TiDB scenarios (test layer): tidb-server on its embedded unistore, and PD + TiKV + TiDB on one host.
+
+The users' own servers (v8.5.3), built outside the repository and found through ``TIDB_SERVER``,
+``PD_SERVER``, ``TIKV_SERVER``, ``GO_YCSB`` and ``GO_TPC``; a scenario whose binary is not set is
+skipped with the reason. Each label is confirmed without the profiler, from what the servers say
+about themselves and what the kernel counts: TiDB's and TiKV's own /metrics (request-seconds
+per second in a phase: the delta of a histogram's ``_sum`` over the window, read with the tests'
+own minimal parser), goroutine dumps fetched here (``?debug=2``, text-matched), GODEBUG=gctrace,
+cgroup counters and /proc.
+
+The real-cluster scenarios attach to all three servers (``--pid`` for tidb-server, tikv-server,
+pd-server): the capture's verdict is the most severe target's, and a TiDB whose sessions wait on
+TiKV's locks points at TiKV (docs/verdict.md#request-time).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from tests.scenarios.catalog import cg, cpu_quota_checks
+from tests.scenarios.catalog_go import gctrace_totals
+from tests.scenarios.model import Check, Ctx, Scenario, Started
+from tests.scenarios.sampler import Observation, process_counters
+from tests.scenarios.tidb import Cluster, TiDB, missing
+
+THREADS = 64  # sysbench and go-ycsb clients on the hot rows (issue 29: 64 clients on 2 rows)
+HOT_ROWS = 2
+
+# TiDB's own histograms (sums over label sets, in request-seconds), read at the window's start and end
+LOCK_KEYS = 'tidb_tikvclient_txn_cmd_duration_seconds_sum{scope="general",type="lock_keys"}'
+STATEMENT = "tidb_server_handle_query_duration_seconds_sum"
+TOKEN = "tidb_server_get_token_duration_seconds_sum"  # microseconds
+
+
+def _sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Sums of the named series (a name with ``{labels}`` matches those labels exactly, in any order)."""
+    out = dict.fromkeys(names, 0.0)
+    wanted = {}
+    for n in names:
+        base, _, labels = n.partition("{")
+        wanted[n] = (base, frozenset(labels.rstrip("}").split(",")) if labels else frozenset())
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, _, value = line.rpartition(" ")
+        base, _, labels = series.partition("{")
+        have = frozenset(labels.rstrip("}").split(",")) if labels else frozenset()
+        for n, (b, lab) in wanted.items():
+            if b == base and lab <= have:
+                try:
+                    out[n] += float(value)
+                except ValueError:
+                    pass
+    return out
+
+
+def _metrics(db: TiDB, *names: str) -> dict[str, float]:
+    from tests.scenarios.tidb import http_get
+
+    return _sums(http_get(f"{db.url}/metrics", 20), names)
+
+
+def _skip(*names: str) -> Callable[[], str | None]:
+    return lambda: missing(*names)
+
+
+def _tidb_probe(db: TiDB, frames: tuple[str, ...], *more: str) -> Callable[[], dict[str, float]]:
+    """TiDB's own counters (the runner takes end minus start) and, at the window's end, the
+    goroutines whose stacks hold ``frames`` in its own dump."""
+    calls = [0]
+
+    def probe() -> dict[str, float]:
+        out = _metrics(db, LOCK_KEYS, STATEMENT, TOKEN, *more)
+        out["goroutines_waiting"] = float(db.goroutines_with(*frames)) if calls[0] and frames else 0.0
+        calls[0] += 1
+        return out
+
+    return probe
+
+
+# --------------------------------------------------------------------------------------
+# pessimistic hot rows on unistore
+
+
+def tidb_hot_rows(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb")
+    pid = db.start()
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_write_only", "--tables=1", "--table-size=1000", "prepare"),
+                  timeout=300)
+    # explicit transactions (BEGIN; UPDATE one of 2 rows; COMMIT): pessimistic, TiDB's default mode
+    ctx.procs.spawn("sysbench", db.sysbench(
+        "oltp_write_only", "--tables=1", f"--table-size={HOT_ROWS}", "--index_updates=0", "--non_index_updates=1",
+        "--delete_inserts=0", f"--threads={THREADS}", f"--time={ctx.load_seconds}", "run"))
+    return Started(pid, probe=_tidb_probe(db, ("lockwaiter.(*Waiter).Wait",)), workers=THREADS)
+
+
+def hot_rows_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    lock = obs.extra.get(LOCK_KEYS, 0.0)
+    stmt = obs.extra.get(STATEMENT, 0.0)
+    return [
+        Check("sessions waiting on pessimistic locks (lock_keys request-s/s)", lock / secs, ">=", st.workers / 4,
+              "TiDB's /metrics: tidb_tikvclient_txn_cmd_duration_seconds_sum{type=lock_keys} delta / window"),
+        Check("lock_keys share of the statements' time", lock / max(stmt, 1e-6), ">=", 0.5,
+              "TiDB's /metrics: lock_keys _sum delta / tidb_server_handle_query_duration_seconds_sum delta"),
+        Check("goroutines in lockwaiter.(*Waiter).Wait at the window's end", obs.extra.get("goroutines_waiting", 0.0),
+              ">=", st.workers / 4, "tidb-server's own goroutine dump (?debug=2), text-matched"),
+        Check("tidb-server CPU cores (not CPU-bound)", obs.cpu_cores, "<=", 1.0, "/proc/PID/stat"),
+    ]
+
+
+def tidb_ycsb_hot_keys(ctx: Ctx) -> Started:
+    # go-ycsb's UPDATEs are autocommit statements: pessimistic only with pessimistic-auto-commit
+    db = TiDB(ctx.procs, ctx.tmp / "tidb", config="[pessimistic-txn]\npessimistic-auto-commit = true\n")
+    pid = db.start()
+    db.sql("CREATE DATABASE IF NOT EXISTS test")
+    common = ("recordcount=20", "requestdistribution=zipfian", "debug.pprof=127.0.0.1:0")
+    ctx.procs.run("go-ycsb-load", db.go_ycsb("load", *common, "threadcount=4"), timeout=300)
+    ctx.procs.spawn("go-ycsb", db.go_ycsb(
+        "run", *common, "workload=core", "readproportion=0.2", "updateproportion=0.8", "operationcount=100000000",
+        f"threadcount={THREADS}", f"maxexecutiontime={ctx.load_seconds}"))
+    return Started(pid, probe=_tidb_probe(db, ("lockwaiter.(*Waiter).Wait",)), workers=THREADS)
+
+
+# --------------------------------------------------------------------------------------
+# optimistic transactions that conflict and retry (unistore)
+
+
+def tidb_optimistic_conflicts(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb")
+    pid = db.start()
+    db.sql("SET GLOBAL tidb_txn_mode = 'optimistic'")
+    db.sql("SET GLOBAL tidb_disable_txn_auto_retry = OFF")
+    db.sql("SET GLOBAL tidb_retry_limit = 20")
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_update_non_index", "--tables=1", "--table-size=1000",
+                                                  "prepare"), timeout=300)
+    ctx.procs.spawn("sysbench", db.sysbench(
+        "oltp_update_non_index", "--tables=1", f"--table-size={HOT_ROWS}", f"--threads={THREADS}",
+        f"--time={ctx.load_seconds}", "--mysql-ignore-errors=all", "run"))
+    return Started(pid, probe=_tidb_probe(db, ("tikv.(*latches).acquireOne",),
+                                          "tidb_session_retry_num_sum", "tidb_session_retry_num_count",
+                                          "tidb_tikvclient_txn_cmd_duration_seconds_sum"), workers=THREADS)
+
+
+def optimistic_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [
+        Check("statement retries/s (TiDB's retry count)", obs.extra.get("tidb_session_retry_num_sum", 0.0) / secs,
+              ">=", 10.0, "TiDB's /metrics: tidb_session_retry_num_sum delta / window (retries of conflicting txns)"),
+        Check("goroutines waiting on unistore's latches at the window's end",
+              obs.extra.get("goroutines_waiting", 0.0), ">=", st.workers / 4,
+              "tidb-server's own goroutine dump (?debug=2): tikv.(*latches).acquireOne (prewrite on the hot keys)"),
+        Check("tidb-server CPU cores (not CPU-bound)", obs.cpu_cores, "<=", 1.2, "/proc/PID/stat"),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# sessions queueing for execution tokens (token-limit)
+
+
+def tidb_token_limit(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb", config="token-limit = 2\n")
+    pid = db.start()
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_read_only", "--tables=1", "--table-size=10000", "prepare"),
+                  timeout=300)
+    # each statement holds a token for a while: a range scan over 5000 rows
+    ctx.procs.spawn("sysbench", db.sysbench(
+        "oltp_read_only", "--tables=1", "--table-size=10000", "--point_selects=0", "--simple_ranges=0",
+        "--sum_ranges=1", "--order_ranges=0", "--distinct_ranges=0", "--range_size=5000", "--skip_trx=on",
+        f"--threads={THREADS}", f"--time={ctx.load_seconds}", "run"))
+    return Started(pid, probe=_tidb_probe(db, ("util.(*TokenLimiter).Get", "server.(*Server).getToken")),
+                   workers=THREADS)
+
+
+def token_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    token = obs.extra.get(TOKEN, 0.0) * 1e-6
+    stmt = obs.extra.get(STATEMENT, 0.0)
+    return [
+        Check("sessions waiting for a token (get-token request-s/s)", token / secs, ">=", st.workers / 4,
+              "TiDB's /metrics: tidb_server_get_token_duration_seconds_sum (microseconds) delta / window"),
+        Check("token wait share of (token wait + statement) time", token / max(token + stmt, 1e-6), ">=", 0.5,
+              "TiDB's /metrics"),
+        Check("goroutines in TokenLimiter.Get/getToken at the window's end", obs.extra.get("goroutines_waiting", 0.0),
+              ">=", st.workers / 4, "tidb-server's own goroutine dump (?debug=2)"),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# CPU under a cgroup quota, driven by go-tpc (unistore)
+
+
+def tidb_tpcc_cpu_quota(ctx: Ctx) -> Started:
+    g = ctx.group()
+    db = TiDB(ctx.procs, ctx.tmp / "tidb")
+    pid = db.start(join=g.join_self)
+    ctx.procs.run("go-tpc-prepare", db.go_tpc("tpcc", "prepare", "-D", "tpcc", "--warehouses", "1", "-T", "4"),
+                  timeout=900)
+    g.cpu_limit(0.4)
+    g.write("cpu", "cpu.shares", 8192)
+    client = ctx.group("client", ("cpu",))
+    client.write("cpu", "cpu.shares", 8192)
+    ctx.procs.spawn("go-tpc", db.go_tpc("tpcc", "run", "-D", "tpcc", "--warehouses", "1", "-T", "8", "--time",
+                                        f"{ctx.load_seconds}s"), join=client.join_self)
+    return Started(pid, probe=_tidb_probe(db, (), "tidb_server_query_total"), workers=8)
+
+
+def tpcc_quota_checks(obs: Observation, st: Started) -> list[Check]:
+    return [*cpu_quota_checks(0.4)(obs, st),
+            Check("statements/s (the load runs)", obs.extra.get("tidb_server_query_total", 0.0) / max(obs.seconds, 1e-6),
+                  ">=", 20.0, "TiDB's /metrics: tidb_server_query_total delta")]
+
+
+# --------------------------------------------------------------------------------------
+# the Go collector under a low GOMEMLIMIT (unistore)
+
+GC_LIMIT = 200 << 20
+
+
+def tidb_gc_memlimit(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb", env=dict(os.environ, GOMEMLIMIT=str(GC_LIMIT), GODEBUG="gctrace=1"))
+    pid = db.start()
+    # TiDB sets the Go memory limit from tidb_server_memory_limit; 0 leaves GOMEMLIMIT's
+    db.sql("SET GLOBAL tidb_server_memory_limit = 0")
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_read_only", "--tables=1", "--table-size=20000", "prepare"),
+                  timeout=300)
+    ctx.procs.spawn("sysbench", db.sysbench(
+        "oltp_read_only", "--tables=1", "--table-size=20000", "--range_size=1000", "--skip_trx=on", "--threads=8",
+        f"--time={ctx.load_seconds}", "run"))
+    log = ctx.procs.logdir / "tidb-server.log"
+
+    def probe() -> dict[str, float]:
+        cycles, gc_s = gctrace_totals(log)
+        m = _metrics(db, "go_memstats_heap_inuse_bytes", "tidb_server_query_total")
+        return {"gc_cycles": float(cycles), "gc_cpu_seconds": gc_s, **m}
+
+    return Started(pid, probe=probe, workers=8)
+
+
+def gc_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    gc = obs.extra.get("gc_cpu_seconds", 0.0) / max(obs.cpu_cores * secs, 1e-6)
+    return [
+        Check("GC CPU / tidb-server CPU", gc, ">=", 0.25,
+              "tidb-server's own GODEBUG=gctrace=1 (per-cycle CPU ms, summed over the window) / /proc CPU"),
+        Check("GC cycles/s", obs.extra.get("gc_cycles", 0.0) / secs, ">=", 5.0, "gctrace lines in the window"),
+        Check("tidb-server CPU cores (it works)", obs.cpu_cores, ">=", 0.4, "/proc/PID/stat"),
+        Check("target major faults/s", obs.majflt_per_s, "<=", 10.0, "not paging: the pressure is the Go heap's"),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# idle with its background work (unistore)
+
+
+def tidb_idle(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb")
+    pid = db.start()
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_point_select", "--tables=1", "--table-size=1000", "prepare"),
+                  timeout=300)
+    ctx.procs.spawn("sysbench", db.sysbench("oltp_point_select", "--tables=1", "--table-size=1000", "--threads=2",
+                                            "--rate=5", f"--time={ctx.load_seconds}", "run"))
+    return Started(pid, probe=_tidb_probe(db, (), "tidb_server_query_total"), workers=1)
+
+
+def tidb_idle_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [
+        Check("tidb-server CPU cores", obs.cpu_cores, "<=", 0.3, "/proc/PID/stat"),
+        Check("statements/s (the light load runs)", obs.extra.get("tidb_server_query_total", 0.0) / secs, ">=", 3.0,
+              "TiDB's /metrics: tidb_server_query_total delta"),
+        Check("target threads in D state (mean)", obs.io_blocked, "<=", 0.2),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# PD + TiKV + TiDB on one host
+
+
+def _cluster_probe(c: Cluster, tidb_frames: tuple[str, ...], tikv: tuple[str, ...] = ()) -> Callable[[], dict[str, float]]:
+    calls = [0]
+
+    def probe() -> dict[str, float]:
+        out = _metrics(c.tidb, LOCK_KEYS, STATEMENT, "tidb_server_query_total")
+        from tests.scenarios.tidb import http_get
+
+        out.update({f"tikv:{k}": v for k, v in _sums(http_get(f"{c.tikv.url}/metrics", 20), tikv).items()})
+        out["goroutines_waiting"] = float(c.tidb.goroutines_with(*tidb_frames)) if calls[0] and tidb_frames else 0.0
+        for name, pid in (("tidb", c.tidb.pid), ("tikv", c.tikv.pid), ("pd", c.pd.pid)):
+            pc = process_counters(pid)
+            out[f"cpu_s:{name}"] = pc["cpu_s"] if pc else 0.0
+        calls[0] += 1
+        return out
+
+    return probe
+
+
+TIKV_LOCK_WAIT = "tikv_lock_manager_waiter_lifetime_duration_sum"
+TIKV_GRPC = "tikv_grpc_msg_duration_seconds_sum"
+TIKV_LATCH = "tikv_scheduler_latch_wait_duration_seconds_sum"
+
+
+def cluster_hot_rows(ctx: Ctx) -> Started:
+    c = Cluster(ctx.procs, ctx.tmp)
+    c.start()
+    ctx.procs.run("sysbench-prepare", c.tidb.sysbench("oltp_write_only", "--tables=1", "--table-size=1000",
+                                                      "prepare"), timeout=600)
+    ctx.procs.spawn("sysbench", c.tidb.sysbench(
+        "oltp_write_only", "--tables=1", f"--table-size={HOT_ROWS}", "--index_updates=0", "--non_index_updates=1",
+        "--delete_inserts=0", f"--threads={THREADS}", f"--time={ctx.load_seconds}", "run"))
+    probe = _cluster_probe(c, ("client.sendBatchRequest",), (TIKV_LOCK_WAIT, TIKV_GRPC, TIKV_LATCH))
+    return Started(c.tidb.pid, probe=probe, workers=THREADS, more_pids=[c.tikv.pid, c.pd.pid])
+
+
+def cluster_ycsb_hot_keys(ctx: Ctx) -> Started:
+    c = Cluster(ctx.procs, ctx.tmp, tidb_config="[pessimistic-txn]\npessimistic-auto-commit = true\n")
+    c.start()
+    c.tidb.sql("CREATE DATABASE IF NOT EXISTS test")
+    common = ("recordcount=20", "requestdistribution=zipfian", "debug.pprof=127.0.0.1:0")
+    ctx.procs.run("go-ycsb-load", c.tidb.go_ycsb("load", *common, "threadcount=4"), timeout=300)
+    ctx.procs.spawn("go-ycsb", c.tidb.go_ycsb(
+        "run", *common, "workload=core", "readproportion=0.2", "updateproportion=0.8", "operationcount=100000000",
+        f"threadcount={THREADS}", f"maxexecutiontime={ctx.load_seconds}"))
+    probe = _cluster_probe(c, ("client.sendBatchRequest",), (TIKV_LOCK_WAIT, TIKV_GRPC, TIKV_LATCH))
+    return Started(c.tidb.pid, probe=probe, workers=THREADS, more_pids=[c.tikv.pid, c.pd.pid])
+
+
+def cluster_hot_rows_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    waiting = obs.extra.get(f"tikv:{TIKV_LOCK_WAIT}", 0.0) / secs
+    grpc = obs.extra.get(f"tikv:{TIKV_GRPC}", 0.0)
+    return [
+        Check("requests waiting in TiKV's lock manager (waiter lifetime request-s/s)", waiting, ">=", st.workers / 4,
+              "TiKV's /metrics: tikv_lock_manager_waiter_lifetime_duration_sum delta / window"),
+        Check("lock manager share of TiKV's gRPC time", obs.extra.get(f"tikv:{TIKV_LOCK_WAIT}", 0.0) / max(grpc, 1e-6),
+              ">=", 0.5, "TiKV's /metrics: waiter lifetime _sum / tikv_grpc_msg_duration_seconds_sum"),
+        Check("sessions waiting on pessimistic locks (TiDB lock_keys request-s/s)", obs.extra.get(LOCK_KEYS, 0.0) / secs,
+              ">=", st.workers / 4, "TiDB's /metrics"),
+        Check("TiDB goroutines waiting for TiKV (client-go sendBatchRequest) at the window's end",
+              obs.extra.get("goroutines_waiting", 0.0), ">=", st.workers / 4, "tidb-server's own goroutine dump"),
+        Check("tidb + tikv + pd CPU cores (not CPU-bound)", obs.cpu_cores, "<=", 1.4, "/proc/PID/stat, all three"),
+    ]
+
+
+def cluster_point_selects(ctx: Ctx) -> Started:
+    c = Cluster(ctx.procs, ctx.tmp)
+    c.start()
+    ctx.procs.run("sysbench-prepare", c.tidb.sysbench("oltp_point_select", "--tables=1", "--table-size=10000",
+                                                      "prepare"), timeout=600)
+    ctx.procs.spawn("sysbench", c.tidb.sysbench("oltp_point_select", "--tables=1", "--table-size=10000",
+                                                "--threads=32", f"--time={ctx.load_seconds}", "run"))
+    probe = _cluster_probe(c, (), (TIKV_LATCH, TIKV_LOCK_WAIT, TIKV_GRPC))
+    return Started(c.tidb.pid, probe=probe, workers=32, more_pids=[c.tikv.pid, c.pd.pid])
+
+
+def point_select_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    tiers = sum(obs.extra.get(f"cpu_s:{n}", 0.0) for n in ("tidb", "tikv", "pd")) / secs
+    return [
+        Check("host CPU busy (all CPUs)", obs.host_busy, ">=", 0.9, "/proc/stat"),
+        Check("tidb + tikv + pd CPU cores / host CPUs", tiers / (os.cpu_count() or 1), ">=", 0.5, "/proc/PID/stat"),
+        Check("tidb-server run-queue share", obs.runq_share, ">=", 0.2,
+              "schedstat: of the CPU its threads asked for, waited for (all three servers' threads)"),
+        Check("TiKV's lock manager waits (request-s/s)", obs.extra.get(f"tikv:{TIKV_LOCK_WAIT}", 0.0) / secs, "<=", 0.1,
+              "TiKV's /metrics: no lock waits in a read-only load"),
+        Check("statements/s (the load runs)", obs.extra.get("tidb_server_query_total", 0.0) / secs, ">=", 500.0,
+              "TiDB's /metrics: tidb_server_query_total delta"),
+    ]
+
+
+TIKV_APPEND = "tikv_raftstore_append_log_duration_seconds_sum"
+TIKV_APPLY = "tikv_raftstore_apply_log_duration_seconds_sum"
+
+
+def tikv_disk_throttle(ctx: Ctx) -> Started:
+    g = ctx.group("tikv", ("blkio",))
+    c = Cluster(ctx.procs, ctx.tmp)
+    c.start(join={"tikv": g.join_self})
+    ctx.procs.run("sysbench-prepare", c.tidb.sysbench("oltp_insert", "--tables=1", "--table-size=100", "prepare"),
+                  timeout=600)
+    g.blkio_limit(write_iops=40)
+    ctx.procs.spawn("sysbench", c.tidb.sysbench("oltp_insert", "--tables=1", "--table-size=100", "--threads=16",
+                                                f"--time={ctx.load_seconds}", "--mysql-ignore-errors=all", "run"))
+    probe = _cluster_probe(c, (), (TIKV_APPEND, TIKV_APPLY, TIKV_GRPC))
+    return Started(c.tikv.pid, probe=probe, workers=16, more_pids=[c.tidb.pid, c.pd.pid])
+
+
+def tikv_disk_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    writes = cg(obs, "tikv", "blkio.ios.write") / secs
+    return [
+        Check("throttled write IOPS / limit", writes / 40, ">=", 0.5, "blkio.throttle.io_serviced of TiKV's cgroup"),
+        Check("Raft log append in progress (TiKV append-log request-s/s)",
+              obs.extra.get(f"tikv:{TIKV_APPEND}", 0.0) / secs, ">=", 0.5, "TiKV's /metrics"),
+        Check("tidb + tikv + pd CPU cores", obs.cpu_cores, "<=", 1.0, "/proc/PID/stat"),
+    ]
+
+
+def cluster_idle(ctx: Ctx) -> Started:
+    c = Cluster(ctx.procs, ctx.tmp)
+    c.start()
+    ctx.procs.run("sysbench-prepare", c.tidb.sysbench("oltp_point_select", "--tables=1", "--table-size=1000",
+                                                      "prepare"), timeout=600)
+    ctx.procs.spawn("sysbench", c.tidb.sysbench("oltp_point_select", "--tables=1", "--table-size=1000",
+                                                "--threads=2", "--rate=5", f"--time={ctx.load_seconds}", "run"))
+    return Started(c.tidb.pid, probe=_cluster_probe(c, ()), workers=1, more_pids=[c.tikv.pid, c.pd.pid])
+
+
+def cluster_idle_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [
+        Check("tidb + tikv + pd CPU cores", obs.cpu_cores, "<=", 0.5, "/proc/PID/stat, all three"),
+        Check("statements/s (the light load runs)", obs.extra.get("tidb_server_query_total", 0.0) / secs, ">=", 3.0,
+              "TiDB's /metrics"),
+        Check("threads in D state (mean)", obs.io_blocked, "<=", 0.3),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+
+_UNI = ("tidb-server", "sysbench")
+_LOCK_WORDS = ("lock_keys", "lockwaiter", "pessimistic lock", "locks")
+
+SCENARIOS: list[Scenario] = [
+    Scenario("tidb-pessimistic-hot-rows", "lock_contention", _UNI,
+             f"tidb-server (unistore), {THREADS} sysbench clients in pessimistic transactions updating "
+             f"{HOT_ROWS} rows", tidb_hot_rows, hot_rows_checks,
+             "sessions wait for row locks (lock_keys; lockwaiter.(*Waiter).Wait)", _LOCK_WORDS, warmup=5,
+             skip=_skip("tidb-server")),
+    Scenario("tidb-ycsb-zipfian-hot-keys", "lock_contention", ("tidb-server", "go-ycsb"),
+             f"tidb-server (unistore, pessimistic autocommit), go-ycsb {THREADS} threads, 80% updates, zipfian over "
+             "20 records", tidb_ycsb_hot_keys, hot_rows_checks,
+             "sessions wait for row locks (lock_keys; lockwaiter.(*Waiter).Wait)", _LOCK_WORDS, warmup=5,
+             skip=_skip("tidb-server", "go-ycsb")),
+    Scenario("tidb-optimistic-conflicts", "lock_contention", _UNI,
+             f"tidb-server (unistore), optimistic transactions with retries on, {THREADS} clients updating "
+             f"{HOT_ROWS} rows: conflicts, retries, prewrites queued on latches",
+             tidb_optimistic_conflicts, optimistic_checks, "writes wait for latches on the hot keys",
+             ("latch", "lock"), warmup=5, skip=_skip("tidb-server")),
+    Scenario("tidb-token-limit", "lock_contention", _UNI,
+             f"tidb-server (unistore), token-limit 2, {THREADS} clients of 5000-row range sums: sessions queue for "
+             "execution tokens", tidb_token_limit, token_checks, "sessions queue for tokens (token-limit)",
+             ("token",), warmup=5, skip=_skip("tidb-server")),
+    Scenario("tidb-tpcc-cpu-quota", "cpu", ("tidb-server", "go-tpc"),
+             "tidb-server (unistore) under go-tpc tpcc (1 warehouse, 8 threads), cfs quota 0.4 core",
+             tidb_tpcc_cpu_quota, tpcc_quota_checks, "cgroup CPU quota (throttled)",
+             ("quota", "throttl", "cfs", "cgroup"), warmup=5, skip=_skip("tidb-server", "go-tpc")),
+    Scenario("tidb-gc-memlimit", "memory", _UNI,
+             "tidb-server (unistore), GOMEMLIMIT 200 MiB (tidb_server_memory_limit 0), sysbench range reads: the "
+             "collector runs constantly", tidb_gc_memlimit, gc_checks,
+             "memory pressure in Go terms (GC CPU, heap at GOMEMLIMIT)", ("go terms", "garbage collector", "gomemlimit"),
+             warmup=5, skip=_skip("tidb-server")),
+    Scenario("tidb-idle", "not_saturated", _UNI,
+             "tidb-server (unistore) with its background work, 5 point selects/s", tidb_idle, tidb_idle_checks,
+             None, (), warmup=5, skip=_skip("tidb-server")),
+    Scenario("tidb-cluster-hot-rows", "lock_contention", ("tidb-server", "tikv-server", "pd-server", "sysbench"),
+             f"PD + TiKV + TiDB, {THREADS} sysbench clients in pessimistic transactions updating {HOT_ROWS} rows: the "
+             "lock waits are TiKV's, TiDB's sessions wait in gRPC", cluster_hot_rows, cluster_hot_rows_checks,
+             "requests wait in TiKV's lock manager; TiDB's lock_keys points at TiKV",
+             ("lock", "tikv"), warmup=5, skip=_skip("tidb-server", "pd-server", "tikv-server")),
+    Scenario("tidb-cluster-ycsb-hot-keys", "lock_contention", ("tidb-server", "tikv-server", "pd-server", "go-ycsb"),
+             f"PD + TiKV + TiDB (pessimistic autocommit), go-ycsb {THREADS} threads, 80% updates, zipfian over 20 "
+             "records", cluster_ycsb_hot_keys, cluster_hot_rows_checks,
+             "requests wait in TiKV's lock manager; TiDB's lock_keys points at TiKV", ("lock", "tikv"), warmup=5,
+             skip=_skip("tidb-server", "pd-server", "tikv-server", "go-ycsb")),
+    Scenario("tidb-cluster-point-selects-host-cpu", "cpu", ("tidb-server", "tikv-server", "pd-server", "sysbench"),
+             "PD + TiKV + TiDB under sysbench oltp_point_select, 32 threads: the tiers and the client fill the "
+             "host's CPUs", cluster_point_selects, point_select_checks, "the host's CPUs are saturated by the tiers",
+             ("host's cpus are saturated", "saturated"), warmup=5,
+             skip=_skip("tidb-server", "pd-server", "tikv-server")),
+    Scenario("tikv-disk-write-throttle", "io_wait", ("tidb-server", "tikv-server", "pd-server", "sysbench"),
+             "PD + TiKV + TiDB, sysbench inserts (16 threads), TiKV's blkio write_iops 40: Raft log writes wait",
+             tikv_disk_throttle, tikv_disk_checks, "TiKV's writes wait on the throttled disk",
+             ("raft", "disk", "throttl", "blkio", "fsync", "write"), warmup=5,
+             skip=_skip("tidb-server", "pd-server", "tikv-server")),
+    Scenario("tidb-cluster-idle", "not_saturated", ("tidb-server", "tikv-server", "pd-server", "sysbench"),
+             "PD + TiKV + TiDB with their background work, 5 point selects/s", cluster_idle, cluster_idle_checks,
+             None, (), warmup=5, skip=_skip("tidb-server", "pd-server", "tikv-server")),
+]

@@ -1,0 +1,148 @@
+"""Request time in the verdict (issue 29): the servers' own histograms and goroutines, beside the OS view.
+
+Recorded bundles of real servers (samples/, each README line says what ran and how the label was
+confirmed) check the rules end to end; the goroutine table is checked on the frames the servers'
+own code has at the versions users run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from profiler.analyzers.analysis import analyze
+from profiler.analyzers.server import goroutines as G
+from profiler.analyzers.server.requests import request_time
+from profiler.analyzers.verdict.findings import PRIMARY
+
+from profiler.bundle import Bundle
+from profiler.knowledge import goroutines as kg
+from profiler.knowledge import requests as kr
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+def _verdict(name: str):  # type: ignore[no-untyped-def]
+    a = analyze(Bundle.open(SAMPLES / name))
+    (v,) = a.verdict.per_target
+    (t,) = a.metrics.targets
+    return a, v, t
+
+
+def test_a_wal_syncing_most_of_the_window_is_io_wait_by_the_servers_own_histogram() -> None:
+    a, v, t = _verdict("etcd-wal-fsync-busy-server-metrics")
+    assert v.category == "io_wait"
+    f = next(f for f in v.findings if f.rule == "request_io_wait")
+    assert f.score >= PRIMARY and "WAL fsync in progress" in f.sub_cause
+    row = next(e for e in f.evidence if e.metric == "etcd.wal_fsync.busy")
+    assert row.crossed and row.threshold == 0.5 and row.panel == "etcd > Disk > WAL fsync duration"
+    assert row.value is not None and 0.6 < row.value <= 1.0
+    p99 = next(e for e in f.evidence if e.metric == "etcd.wal_fsync.p99")
+    assert p99.value is not None and p99.value > 0.05 and p99.unit == "s"
+
+
+def test_a_cpu_starved_servers_timings_are_not_read_as_slow_disk() -> None:
+    # etcd under a 0.2-core quota: its histogram says the WAL syncs 60% of the window (CPU waits timed in)
+    a, v, t = _verdict("etcd-cpu-quota-inflated-wal-timings")
+    rt = t.server.requests
+    assert rt is not None and rt.server == "etcd"
+    wal = rt.phase("etcd.wal_fsync")
+    assert wal is not None and wal.serial and wal.waiting > 0.4
+    assert v.category == "cpu" and "quota" in v.primary.sub_cause
+    assert v.runner_up is None
+    assert all(f.rule != "request_io_wait" or f.score < 0.1 for f in v.findings)
+
+
+def test_etcd_writes_waiting_for_raft_are_named_by_their_own_frames() -> None:
+    a, v, t = _verdict("etcd-cpu-quota-inflated-wal-timings")
+    ev = t.server
+    assert ev.by_kind.get(G.COMMIT, 0) >= 1
+    site = next(s for k, s, n in ev.top_sites if k == G.COMMIT)
+    assert "processInternalRaftRequestOnce" in site and site.startswith("select: ")  # the runtime state, a detail
+
+
+def test_request_time_needs_two_scrapes_and_a_known_server() -> None:
+    assert request_time(None, []) is None
+    assert request_time("etcd", []) is None
+    assert {p.server for p in kr.for_server("pd")} == {"etcd"}  # PD embeds etcd: its WAL and backend
+
+
+# ----------------------------------------------------------------------------- goroutines by their own frames
+
+# Stacks as the servers' goroutine profiles show them (leaf first), from TiDB v8.5.3, client-go and PD's client.
+UNISTORE_LOCK = ["runtime.gopark", "runtime.selectgo",
+                 "github.com/pingcap/tidb/pkg/store/mockstore/unistore/util/lockwaiter.(*Waiter).Wait",
+                 "github.com/pingcap/tidb/pkg/store/mockstore/unistore/tikv.(*Server).KvPessimisticLock",
+                 "github.com/pingcap/tidb/pkg/store/mockstore/unistore.(*RPCClient).SendRequest"]
+TIKV_RPC = ["runtime.gopark", "runtime.selectgo", "github.com/tikv/client-go/v2/internal/client.sendBatchRequest",
+            "github.com/tikv/client-go/v2/internal/client.(*RPCClient).sendRequest",
+            "github.com/tikv/client-go/v2/internal/client.(*RPCClient).SendRequest"]
+TOKEN = ["runtime.gopark", "runtime.chanrecv", "runtime.chanrecv1", "github.com/pingcap/tidb/pkg/util.(*TokenLimiter).Get",
+         "github.com/pingcap/tidb/pkg/server.(*Server).getToken", "github.com/pingcap/tidb/pkg/server.(*clientConn).Run"]
+LATCH = ["runtime.gopark", "runtime.semacquire1", "sync.runtime_SemacquireWaitGroup", "sync.(*WaitGroup).Wait",
+         "github.com/pingcap/tidb/pkg/store/mockstore/unistore/tikv.(*latches).acquireOne"]
+IDLE_WORKER = ["runtime.gopark", "runtime.selectgo", "github.com/pingcap/tidb/pkg/ddl.(*ddl).workerLoop"]
+
+
+@pytest.mark.parametrize(("frames", "kind", "op_tail"), [
+    (UNISTORE_LOCK, G.LOCK, "lockwaiter.(*Waiter).Wait"),
+    (TIKV_RPC, G.RPC, "client.sendBatchRequest"),
+    (TOKEN, G.QUEUE, "util.(*TokenLimiter).Get"),
+    (LATCH, G.LOCK, "tikv.(*latches).acquireOne"),
+    (IDLE_WORKER, G.SELECT, "runtime.selectgo"),
+])
+def test_a_goroutine_is_classified_by_the_programs_frames_above_the_runtime(frames: list[str], kind: str,
+                                                                           op_tail: str) -> None:
+    state, got, op, caller = G.classify(frames)
+    assert got == kind and op.endswith(op_tail)
+    # the runtime's state stays what the runtime says (a detail of the report)
+    assert state in ("select", "chan receive", "sync.WaitGroup.Wait")
+
+
+def test_a_running_goroutine_is_not_named_by_the_wait_table() -> None:
+    # a session encoding its request (on CPU) under sendRequest is running, not waiting for TiKV
+    state, kind, _op, _caller = G.classify(["github.com/gogo/protobuf/proto.Marshal", *TIKV_RPC[3:]])
+    assert kind == G.RUN
+
+
+def test_frame_patterns_hold_across_import_path_changes() -> None:
+    old = "github.com/pingcap/tidb/store/mockstore/unistore/util/lockwaiter.(*Waiter).Wait"  # before pkg/
+    assert kg.match_frame(old) is kg.BY_KEY["unistore-lock-waiter"]
+    assert kg.match_frame("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).processInternalRaftRequestOnce") \
+        is kg.BY_KEY["etcd-raft-commit"]
+    assert kg.match_frame("github.com/tikv/client-go/v2/config/retry.newBackoffFn.func1") is kg.BY_KEY["client-go-backoff"]
+    assert kg.match_frame("example.com/x/lockwaiterx.(*Waiter).Wait") is None
+
+
+# ----------------------------------------------------------------------------- container limits
+
+
+def test_an_affinity_pin_of_a_cpu_bound_process_is_its_sub_cause() -> None:
+    # two stress-ng workers pinned with taskset -c 0 on the shared 2-CPU host (samples/README.md)
+    a = analyze(Bundle.open(SAMPLES / "cpuset-pinned-stress-ng"))
+    for t, v in zip(a.metrics.targets, a.verdict.per_target, strict=True):
+        assert (t.limits.cpuset_cpus, t.limits.host_cpus, t.limits.pinned_by) == (1, 2, "affinity")
+        assert v.category == "cpu"
+        assert v.primary.sub_cause.startswith("pinned to CPU 0 by affinity: wants 1.00 core of the 1 it may use")
+
+
+# ----------------------------------------------------------------------------- the docs render the tables
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "verdict.md"
+
+
+def _rows(section: str) -> dict[str, str]:
+    text = DOCS.read_text().split(section, 1)[1].split("\n## ", 1)[0]
+    return {line.split("|")[1].strip().strip("`"): line for line in text.splitlines() if line.startswith("| `")}
+
+
+def test_docs_list_every_request_phase_and_goroutine_wait() -> None:
+    rows = _rows("## Request time")
+    for p in kr.PHASES:
+        assert p.key in rows and f"`{p.metric}`" in rows[p.key] and p.panel in rows[p.key], p.key
+    for w in kg.GO_WAITS:
+        assert w.key in rows and f"`{w.frames[0]}`" in rows[w.key], w.key
+    thresholds = _rows("## Thresholds")
+    from profiler.analyzers.verdict.findings import THRESHOLDS
+
+    assert {k for k in THRESHOLDS if k.startswith(("req.", "cpu.host", "cpu.capture"))} <= set(thresholds)
