@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from profiler.analyzers import explore
 from profiler.analyzers.io import heatmap, hist_heatmap
 from profiler.analyzers.load import analysis as loadmod
 from profiler.analyzers.series import timeline as tlmod
 from profiler.analyzers.server import report as server_report
 from profiler.analyzers.server.view import ServerStatusView
-from profiler.analyzers.stacks import flame, ranges, subsecond
+from profiler.analyzers.stacks import flame, subsecond
 from profiler.analyzers.verdict import findings, ranking
 from profiler.analyzers.verdict import metrics as metmod
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
@@ -105,6 +106,7 @@ def _manifest_summary(m: Manifest) -> dict[str, Any]:
                  "memory_bytes": m.host.memory_bytes, "perf_version": m.host.perf_version},
         "targets": [{"pid": t.pid, "comm": t.comm, "kind": t.kind, "exe": t.exe, "threads": len(t.threads),
                      "container": t.container, "runtime": t.runtime,
+                     "container_info": dataclasses.asdict(t.container_info) if t.container_info is not None else None,
                      "runtime_info": dataclasses.asdict(t.runtime_info) if t.runtime_info is not None else None}
                     for t in m.targets],
         "load": ({"argv": m.load.argv, "exit_code": m.load.exit_code} if m.load else None),
@@ -115,8 +117,8 @@ def _manifest_summary(m: Manifest) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the pictures' models
 
 
-def _cpu_flame(v: BundleViews) -> flame.FlameGraph | None:
-    """On-CPU flame graph: one root frame per thread pool."""
+def _cpu_flame(v: BundleViews) -> flame.FoldedStacks | None:
+    """On-CPU stacks, one root per thread pool (the report draws them by range: explore.py)."""
     cpu = v.cpu
     if cpu is None:
         return None
@@ -124,9 +126,7 @@ def _cpu_flame(v: BundleViews) -> flame.FlameGraph | None:
         raise cpu.error
     if not cpu.folded:
         return None
-    root = flame.build_tree(cpu.folded, min_fraction=0.0005)
-    return flame.FlameGraph(root=root, title="On-CPU", subtitle="cpu-clock samples, one root per thread pool",
-                            unit="samples")
+    return flame.FoldedStacks(cpu.folded, "samples", "cpu-clock samples, one root per thread pool")
 
 
 def _coverage(m: Manifest) -> dict[str, tuple[list[tuple[float, float]], list[tuple[float, int]]]]:
@@ -150,8 +150,8 @@ def _coverage(m: Manifest) -> dict[str, tuple[list[tuple[float, float]], list[tu
     return out
 
 
-def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
-    """Off-CPU flame graph: blocked time by wait reason, then thread pool, then stack."""
+def _offcpu_flame(v: BundleViews) -> flame.FoldedStacks | None:
+    """Off-CPU stacks: blocked time by wait reason, then thread pool, then stack."""
     off = v.offcpu
     if off is None:
         return None
@@ -159,26 +159,7 @@ def _offcpu_flame(v: BundleViews) -> flame.FlameGraph | None:
         raise off.error
     if not off.folded:
         return None
-    root = flame.build_tree(off.folded, min_fraction=0.0005)
-    if off.bcc:
-        return flame.FlameGraph(root=root, title="Off-CPU", unit="us",
-                                subtitle="time blocked (us), by wait reason and thread pool (bcc: summed in the kernel)",
-                                notes=["bcc off-CPU stacks are summed per second in the kernel: every second of the "
-                                       "capture, no per-switch times"] if off.timed else
-                                ["bcc off-CPU stacks are totals over the capture: no per-switch times"])
-    notes = []
-    part = ""
-    if off.sampled is not None:
-        kept, total = off.sampled
-        part = " (a uniform sample of the switches)"
-        notes.append(f"stacks of {kept:,} of the targets' {total:,} switch-outs, a uniform sample over the "
-                     "capture (the collector's bound on symbolizing); widths are those switches' blocked time")
-    if off.limited:
-        part = " (first part of the capture)"
-        notes.append(f"built from the first {OFFCPU_MAX_SWITCHES:,} context switches in the bundle "
-                     f"(`profiler flamegraph BUNDLE --offcpu` draws them all)")
-    return flame.FlameGraph(root=root, title="Off-CPU", subtitle="time blocked (us), by wait reason and thread pool"
-                            + part, unit="us", notes=notes)
+    return flame.FoldedStacks(off.folded, "us", "time blocked (us), by wait reason and thread pool")
 
 
 def _io_trace_heatmap(v: BundleViews) -> heatmap.LatencyHeatmap | None:
@@ -304,27 +285,6 @@ def _load_panels(tl: tlmod.Timeline, la: loadmod.LoadAnalysis) -> None:
                                    f"throughput dip: {d.drop:.0%} below {d.level:,.0f}/s"))
 
 
-def _dip_flame(v: BundleViews, a: Analysis) -> None:
-    """The on-CPU flame graph of the load's deepest dip (drop x length): the CPU samples whose
-    time falls in its range, folded as `profiler flamegraph BUNDLE --from --to` would."""
-    la = a.load
-    if la is None or not la.phases.dips or v.cpu is None or not v.cpu.timed:
-        return
-    d = max(la.phases.dips, key=lambda d: d.drop * (d.end - d.start))
-    rel0, rel1 = d.start - la.origin, d.end - la.origin
-    counts: dict[str, int] = {}
-    for t, stack in v.cpu.timed:
-        if d.start <= t < d.end:
-            counts[stack] = counts.get(stack, 0) + 1
-    if not counts:
-        a.missing_artifacts["load_dip_flame"] = f"no CPU samples of the targets between {rel0:.1f} and {rel1:.1f} s"
-        return
-    a.artifacts["load_dip_flame"] = flame.FlameGraph(
-        root=flame.build_tree(counts, min_fraction=0.0005), unit="samples",
-        title=f"On-CPU during the throughput dip, {rel0:.1f}-{rel1:.1f} s",
-        subtitle=f"{sum(counts.values()):,} cpu-clock samples; {d.drop:.0%} below the steady {d.level:,.0f}/s")
-
-
 def _per_transaction(v: BundleViews, la: loadmod.LoadAnalysis, met: metmod.Metrics) -> None:
     pd = v.proc
     window = la.phases.window
@@ -392,51 +352,7 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     server_report.add_panels(tl, v.server)
     step(3)
     _artifacts(v, a)
-    _server_artifacts(v, a)
     step(4)
-    _range_stacks(v, a)
-    _dip_flame(v, a)
+    explore.add(v, a)
     step(len(STAGES))
     return a
-
-
-def _server_artifacts(v: BundleViews, a: Analysis) -> None:
-    """The goroutine view: goroutines' stacks rooted at what they wait for (analyzers/server/report.py)."""
-    try:
-        model = server_report.goroutine_flame(v.server)
-    except Exception as exc:  # noqa: BLE001 - one broken artifact must not sink the report
-        a.missing_artifacts["goroutine_flame"] = f"could not be built: {type(exc).__name__}: {exc}"
-        return
-    if model is not None:
-        a.artifacts["goroutine_flame"] = model
-    elif v.server is not None:  # (a capture without the collector has no goroutine view to miss)
-        a.missing_artifacts["goroutine_flame"] = ("no goroutine profile: " + (
-            v.server.reason or "the targets serve no /debug/pprof/ (not Go, or pprof not enabled)"))
-
-
-def _range_stacks(v: BundleViews, a: Analysis) -> None:
-    """The stacks by time bucket behind the HTML report's range flame graphs (cpu_range,
-    offcpu_range), on the timeline's axis; bcc's off-CPU totals have no times: one bucket."""
-    tl = a.timeline
-    cpu_t = [t for t, _ in v.cpu.timed] if v.cpu is not None else []
-    off_t = [t for iv in v.offcpu.timed for t in iv[:2]] if v.offcpu is not None else []
-    t0 = tl.t0 if tl.t0 is not None else min(cpu_t + off_t, default=None)
-    if t0 is None and not (v.offcpu is not None and v.offcpu.bcc):
-        return
-    t0 = t0 or 0.0
-    t1 = t0 + len(tl.t) * tl.step if tl.t else max(cpu_t + off_t, default=t0)
-    try:
-        if v.cpu is not None and v.cpu.timed:
-            cpu = ranges.from_samples(v.cpu.timed, t0, t1)
-            if cpu is not None:
-                a.artifacts["cpu_range"] = cpu
-        if v.offcpu is not None and v.offcpu.timed:
-            off = ranges.from_intervals(v.offcpu.timed, t0, t1)
-        elif v.offcpu is not None and v.offcpu.bcc and v.offcpu.folded:
-            off = ranges.from_totals(v.offcpu.folded, "us")
-        else:
-            off = None
-        if off is not None:
-            a.artifacts["offcpu_range"] = off
-    except Exception as exc:  # noqa: BLE001 - the report falls back to the whole-capture pictures
-        a.warnings.append(f"range flame graphs could not be built: {type(exc).__name__}: {exc}")

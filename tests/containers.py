@@ -130,7 +130,8 @@ class Lab:
         return ref
 
     def run(self, image: str, argv: list[str], *, cpuset: str | None = None, cpus: float | None = None,
-            memory: str | None = None, env: dict[str, str] | None = None, lifetime: int = 300) -> Running:
+            memory: str | None = None, env: dict[str, str] | None = None, lifetime: int = 300,
+            extra: list[str] | None = None) -> Running:
         name = f"{self.tag}-c{len(self.containers)}"
         limits: list[str] = []
         if cpuset is not None:
@@ -141,6 +142,7 @@ class Lab:
             limits += ["--memory", memory]
         for k, v in (env or {}).items():
             limits += ["--env", f"{k}={v}"]
+        limits += extra or []
         p = self.podman("run", "-d", "--name", name, "--network", "none", "--timeout", str(lifetime),
                         *_ulimits(), *limits, image, *argv)
         cid = p.stdout.strip().splitlines()[-1]
@@ -254,18 +256,37 @@ class ContainerdLab:
     annotations the test gives: as containerd's CRI plugin lays out a Kubernetes pod's container
     on a node (cgroupfs driver), without the kubelet."""
 
-    def __init__(self, lifetime: int = 600) -> None:
+    def __init__(self, lifetime: int = 600, own_mount_namespace: bool = False) -> None:
+        """``own_mount_namespace``: containerd runs in a mount namespace of its own whose config,
+        state and socket are on a tmpfs only it sees (as a kind node's containerd runs inside the
+        node's container): the host finds its containers' state only through /proc/PID/root."""
         self.tag = f"profiler-test-{os.getpid()}-{next(_SEQ)}"
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.tag}-containerd-"))
-        self.sock = self.tmp / "containerd.sock"
+        run = self.tmp / "run"  # the daemon's config, state and socket
+        run.mkdir()
+        self.sock = run / "containerd.sock"
         self.ids: list[str] = []
         self.cgroup_top = f"/{self.tag}"  # every container's cgroup goes under this
-        (self.tmp / "config.toml").write_text(
-            f'version = 2\nroot = "{self.tmp}/root"\nstate = "{self.tmp}/state"\n'
-            f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{self.sock}"\n')
-        self.proc = subprocess.Popen(["timeout", str(lifetime), "containerd", "--config", str(self.tmp / "config.toml")],
+        self.nsenter: list[str] = []
+        config = (f'version = 2\nroot = "{self.tmp}/root"\nstate = "{run}/state"\n'
+                  f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{self.sock}"\n')
+        (self.tmp / "config.toml").write_text(config)
+        argv = ["containerd", "--config", str(run / "config.toml")]
+        if own_mount_namespace:
+            argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                    f"mount -t tmpfs -o size=64m tmpfs {run} && cp {self.tmp}/config.toml {run}/ && exec \"$@\"", "sh", *argv]
+        else:
+            (run / "config.toml").write_text(config)
+        self.proc = subprocess.Popen(["timeout", str(lifetime), *argv],
                                      stdout=open(self.tmp / "containerd.log", "wb"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
+        if own_mount_namespace:
+            for _ in range(100):
+                kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+                if kids:
+                    self.nsenter = ["nsenter", "-t", kids[0], "-m"]
+                    break
+                time.sleep(0.05)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.ctr("version", check=False).returncode == 0:
@@ -277,8 +298,8 @@ class ContainerdLab:
         raise RuntimeError(f"containerd did not start: {(self.tmp / 'containerd.log').read_text()[-600:]}")
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run(["ctr", "-a", str(self.sock), "-n", "k8s.io", *args], capture_output=True, text=True,
-                           timeout=timeout)
+        p = subprocess.run([*self.nsenter, "ctr", "-a", str(self.sock), "-n", "k8s.io", *args], capture_output=True,
+                           text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise RuntimeError(f"ctr {' '.join(args[:3])} failed: {(p.stderr or p.stdout).strip()[-600:]}")
         return p

@@ -42,9 +42,9 @@ TIKV_HERE: dict[str, Any] = {"rocksdb.max-open-files": 4096, "raftdb.max-open-fi
                              "storage.block-cache.capacity": "256MB"}
 
 
-def missing() -> list[str]:
-    """The environment variables naming an absent or unusable binary."""
-    return [var for var in ENV.values() if not os.environ.get(var) or not os.access(os.environ[var], os.X_OK)]
+def missing(roles: tuple[str, ...] = ("pd", "tikv", "tidb")) -> list[str]:
+    """The environment variables naming an absent or unusable binary (of these roles)."""
+    return [ENV[r] for r in roles if not os.environ.get(ENV[r]) or not os.access(os.environ[ENV[r]], os.X_OK)]
 
 
 def _toml(flat: dict[str, Any]) -> str:
@@ -155,9 +155,12 @@ class TidbCluster:
         pd0 = pd[0]
         for i in self.of("tikv"):
             self._wait(i, deadline, lambda i=i: _store_up(pd0, i))
+        # without a TiKV, TiDB keeps its data in its embedded store (unistore): not a production
+        # layout, but real PD and TiDB servers for the tests that need no TiKV
+        store = f"--store=tikv --path={endpoints}" if self.of("tikv") else "--store=unistore --path=data/unistore"
         for i in self.of("tidb"):
             a = i.host.addr
-            self._run(i, f"bin/tidb-server --store=tikv --path={endpoints} --host={a} -P {i.port} "
+            self._run(i, f"bin/tidb-server {store} --host={a} -P {i.port} "
                          f"--advertise-address={a} --status-host={a} --status={i.status_port} "
                          f"--config=conf/tidb.toml --log-file=log/tidb.log --temp-dir=data")
         for i in self.of("tidb"):

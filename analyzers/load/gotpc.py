@@ -15,7 +15,8 @@ go-tpc prints one line per transaction type, in milliseconds, with ``TPM:`` (per
 
 Throughput is every transaction type (not errors) per second; tpmC (NEW_ORDER per minute) is
 kept as go-tpc printed it, or computed from the NEW_ORDER row when go-tpc did not print it.
-``Finished`` and go-tpc's ``[2021/03/01 ...] [INFO]`` log lines are recognised.
+``Finished``, go-tpc's ``[2021/03/01 ...] [INFO]`` log lines and its ``prepare`` progress (``creating
+table warehouse``, ``load to item``: v1.0.7 writes them in lower case) are recognised.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _TPMC = re.compile(r"^\s*tpmC:\s*(\d+(?:\.\d+)?)(.*)$")
 _EXTRA = re.compile(r",\s*(tpmTotal|efficiency):\s*(\d+(?:\.\d+)?)%?")
 _KNOWN = re.compile(
     r"^\s*(?:Finished\s*$|\[\d{4}/\d{2}/\d{2} [\d:.]+ [+-]\d{2}:\d{2}\] \[(?:INFO|WARN|ERROR|DEBUG)\]"
-    r"|Creating table|begin to check|Check (?:warehouse|district|order|\d)|load to|Load data|Loading)"
+    r"|[Cc]reating table|begin to check|Check (?:warehouse|district|order|\d)|load to|Load data|Loading)"
 )
 
 

@@ -14,8 +14,10 @@ count grows, ``Takes(s)`` is the time since the start):
 A report is one block: the lines up to an operation name seen again (or ``Run finished``).
 An interval's rate per operation is the difference of counts over the difference of
 ``Takes(s)`` between two blocks; its throughput is the sum over operations (not errors, not
-TOTAL). Percentiles are cumulative since the start (go-ycsb prints no per-interval ones); over
-several operation types the largest is given (an upper bound of the combined percentile).
+TOTAL). Percentiles are cumulative since the start (go-ycsb prints no per-interval ones); the
+``TOTAL`` row's are every operation's together (v1.0.3 prints it: its own measurement of all
+operations), else over several operation types the largest is given (an upper bound of the
+combined percentile).
 The block after ``Run finished`` (else the last block) is the summary. ``INFO[0000]`` log
 lines, the properties banner and ``Using request distribution`` are recognised.
 """
@@ -107,7 +109,7 @@ class GoYcsbParser:
         if any(ln.total for ln in block.values()):
             tps = next(ops[n] for n, ln in block.items() if ln.total) - errors
         return Interval(end=end, duration=end - prev_end if end > prev_end else None, tps=tps, errors=errors,
-                        latency_ms=_upper_percentiles(block), line=self._block_line, ops=ops)
+                        latency_ms=_latency(block), line=self._block_line, ops=ops)
 
     def result(self) -> Summary | None:
         self._close()
@@ -127,7 +129,7 @@ class GoYcsbParser:
             seconds = self.finished_after
         tps = count / seconds if seconds > 0 else None
         return Summary(tps=tps, errors=errs / seconds if seconds > 0 else None, transactions=count, seconds=seconds,
-                       latency_ms=_upper_percentiles(block), ops=ops, line=self._final_line)
+                       latency_ms=_latency(block), ops=ops, line=self._final_line)
 
 
 def _rate(line: OpLine) -> float | None:
@@ -135,6 +137,13 @@ def _rate(line: OpLine) -> float | None:
         if key in line.rates:
             return line.rates[key]
     return line.count / line.takes if line.takes > 0 else None
+
+
+def _latency(block: dict[str, OpLine]) -> dict[str, float]:
+    """The block's latency figures: the TOTAL row's (go-ycsb measures every operation there) when
+    it has one, else the upper bound over the operation types."""
+    total = next((ln for ln in block.values() if ln.total and not ln.error and ln.latency_ms), None)
+    return dict(total.latency_ms) if total is not None else _upper_percentiles(block)
 
 
 def _upper_percentiles(block: dict[str, OpLine]) -> dict[str, float]:

@@ -77,7 +77,8 @@ def parse_lines(lines: Iterable[str], *, utc_offset: float = 0.0, year: int | No
     if chosen.tool == "go-ycsb" and any(iv.latency_ms for iv in out.intervals):
         out.notes.append("go-ycsb prints percentiles since the run started, not per interval")
     if chosen.tool in ("go-ycsb", "go-tpc") and out.summary is not None and len(
-            [o for o in out.summary.ops if not o.error and o.name.upper() != "TOTAL"]) > 1:
+            [o for o in out.summary.ops if not o.error and o.name.upper() != "TOTAL"]) > 1 and not any(
+            o.name.upper() == "TOTAL" and o.latency_ms for o in out.summary.ops):
         out.notes.append(f"{chosen.tool} prints percentiles per operation type: the largest is given "
                          "(an upper bound of the combined one)")
     return out

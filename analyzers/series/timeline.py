@@ -112,6 +112,32 @@ def _level_per_bucket(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.nda
     return out
 
 
+def _interval_rate(ends: np.ndarray, rates: np.ndarray, start: float, edges: np.ndarray) -> np.ndarray:
+    """Per bucket, the time-weighted mean of interval rates (interval i runs from the previous
+    end, the first from ``start``, to ``ends[i]``); NaN where intervals cover under half the
+    bucket. A row that arrives a little late still covers the bucket it belongs to (its end
+    alone fell in the next one, leaving a gap in the line)."""
+    out = np.full(len(edges) - 1, np.nan)
+    if not len(ends):
+        return out
+    lo = np.concatenate([[start], ends[:-1]])
+    num = np.zeros(len(out))
+    cov = np.zeros(len(out))
+    for a, b, r in zip(lo, ends, rates, strict=True):
+        if not (b > a) or not np.isfinite(r):
+            continue
+        i0 = max(0, int(np.searchsorted(edges, a, side="right")) - 1)
+        i1 = min(len(out) - 1, int(np.searchsorted(edges, b, side="left")) - 1)
+        for i in range(i0, i1 + 1):
+            part = min(b, edges[i + 1]) - max(a, edges[i])
+            if part > 0:
+                num[i] += r * part
+                cov[i] += part
+    ok = cov >= 0.5 * np.diff(edges)
+    out[ok] = num[ok] / cov[ok]
+    return out
+
+
 def covered_per_bucket(windows: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
     """Seconds of each bucket inside the windows (monotonic)."""
     out = np.zeros(len(edges) - 1)
@@ -231,8 +257,8 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             mem = Panel("Memory pressure (PSI some)", "%")
             for res in ("memory", "io", "cpu"):
                 v = st.get(f"psi.{res}.some_total")
-                if v is not None:
-                    mem.series[res] = _clean(_rate_per_bucket(st.t, v / 1e4, edges))
+                if v is not None:  # a share of time: the sampler's and the kernel's clocks disagree by a little
+                    mem.series[res] = _clean(np.clip(_rate_per_bucket(st.t, v / 1e4, edges), 0, 100))
             if mem.series:
                 mem.title = "Pressure stall (PSI some)"
                 tl.panels["psi"] = mem
@@ -290,13 +316,14 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
             ends = stat_start + cs[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             p = Panel("Context switches (perf stat)", "per s",
-                      {"context-switches": _clean(_level_per_bucket(ends, cs[1] / np.maximum(dur, 1e-9), edges))})
+                      {"context-switches": _clean(_interval_rate(ends, cs[1] / np.maximum(dur, 1e-9), stat_start, edges))})
             tl.panels["ctxsw"] = p
         if tc is not None and "cpu" not in tl.panels:
             ends = stat_start + tc[0]
             dur = np.diff(np.concatenate([[stat_start], ends]))
             tl.panels["cpu"] = Panel("CPU used (perf stat task-clock)", "cores",
-                                     {"targets": _clean(_level_per_bucket(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), edges))})
+                                     {"targets": _clean(_interval_rate(ends, tc[1] / 1000 / np.maximum(dur, 1e-9), stat_start,
+                                                                       edges))})
     return tl
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "Node",
     "FlameGraph",
+    "FoldedStacks",
     "build_tree",
     "frame_kind",
     "frame_color",
@@ -77,6 +78,22 @@ class FlameGraph:
     @property
     def total(self) -> int:
         return self.root.total
+
+
+@dataclass
+class FoldedStacks:
+    """A capture's stacks as folded counts, before any tree is built (an analysis keeps these;
+    whoever draws or merges them builds what it needs: the report's range graphs, a cluster's
+    per-role graph)."""
+
+    counts: dict[str, int]
+    unit: str = "samples"
+    subtitle: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 MAX_NODES = 100_000  # frames one tree holds: beyond it, the narrowest are left out (``Node.pruned`` says how far)

@@ -96,9 +96,10 @@ class Collapser:
         """``on_sample`` sees each counted sample: (time, folded stack, count). ``keep_times``:
         also keep the time, tid and comm of every sample that has a time (``times``, ``tids``,
         ``comms``; what the sub-second heatmap draws), read from the headers this pass parses
-        anyway."""
+        anyway. While ``on_sample`` runs, ``ids`` is the sample's (comm, pid, tid) as printed."""
         self.opts = opts or FoldOptions()
         self.on_sample = on_sample
+        self.ids: tuple[str, str | None, str] = ("", None, "0")
         self.times: list[float] | None = [] if keep_times else None
         self.tids: list[int] = []
         self.comms: list[str] = []
@@ -281,6 +282,7 @@ class Collapser:
         counts[stack] = counts.get(stack, 0) + count
         self.samples += 1
         if self.on_sample is not None:
+            self.ids = pkey
             self.on_sample(float(t) if t is not None else None, stack, count)
 
     def _resplit(self, header: str, body: str) -> None:

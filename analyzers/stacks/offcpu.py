@@ -133,7 +133,8 @@ class SwitchFolder:
     header. ``limit``: fold at most that many samples (the rest still count for ``futex``).
     ``futex``: count, per thread, every switch-out's stack with its prev_state (``stacks``: the
     wait classification's evidence) and apart those passing through futex code (``futex``: the
-    lock metrics'). ``on_interval`` sees each blocked interval counted: (from, to, folded stack).
+    lock metrics'). ``on_interval`` sees each blocked interval counted: (from, to, folded stack);
+    while it runs, ``thread`` is the interval's thread id.
     ``log``: where samples whose header cannot be read are counted (profiler.tolerant.ReadLog).
     """
 
@@ -146,6 +147,7 @@ class SwitchFolder:
         self.futex: FutexStacks = {}
         self.stacks: WaitStacks = {}  # with futex: every sample's (prev_state, frame lines) per thread
         self.on_interval = on_interval
+        self.thread = 0  # the thread of the interval on_interval is seeing
         self.log = log  # samples the general parser cannot read are counted here
         self.by_reason = by_reason
         self.pools = pools
@@ -318,6 +320,7 @@ class SwitchFolder:
         if self.intervals is not None:
             t_in = self.intervals.get((prev_pid, round(t * 1e6)))
             if t_in is not None:
+                self.thread = prev_pid
                 if self._emit(t, t_in, comm, state, stack):
                     self.stats.with_switch_in += 1
                 return
@@ -325,6 +328,7 @@ class SwitchFolder:
 
     def _close(self, tid: int, t_in: float, exact: bool) -> None:
         t_out, comm, state, stack = self._pending.pop(tid)
+        self.thread = tid
         if self._emit(t_out, t_in, comm, state, stack):
             if exact:
                 self.stats.with_switch_in += 1

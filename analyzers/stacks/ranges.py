@@ -5,10 +5,15 @@ its script merges the buckets of the range a reader selects. The stacks are one 
 (``parent``/``frame`` per node, node 0 the root, parents before children) and the samples are
 ``(bucket, node, count)`` entries, so a stack shared by a thousand buckets is stored once.
 
-Size is bounded (docs/report-html.md): buckets start at 0.1 s and double until the capture has
-at most ``MAX_BUCKETS`` buckets and at most ``MAX_ENTRIES`` (bucket, stack) entries; beyond
-``MAX_STACKS`` distinct stacks, the rarest are cut to their first frames (said in ``cut``).
-Runs of ``[unknown]`` frames (a broken frame-pointer walk prints dozens) are folded into one.
+Each entry also names its thread (an index into the page's thread table, -1 when the source
+does not say: bcc's in-kernel totals), so the page can narrow a graph to a target, a pool or a
+thread. Size is bounded (docs/report-html.md): buckets start at 0.1 s and double until the
+capture has at most ``MAX_BUCKETS`` buckets and at most ``MAX_ENTRIES`` (bucket, stack, thread)
+entries; beyond ``MAX_STACKS`` distinct stacks, the rarest are cut to their first frames (said
+in ``cut``). Runs of ``[unknown]`` frames (a broken frame-pointer walk prints dozens) are
+folded into one, and :func:`unknown_advice` says why they are there and how to get names.
+A goroutine graph is a set of snapshots (:func:`from_snapshots`): one bucket per snapshot, at
+its time, and the page shows the one nearest the range.
 """
 
 from __future__ import annotations
@@ -43,14 +48,26 @@ class RangeStacks:
     cut: list[str] = field(default_factory=list)  # what the size bounds left out or merged
     unknown_share: float = 0.0  # share of the counts whose stack holds an [unknown] frame
     unknown_deep: float = 0.0  # share whose stack holds a run of 3 or more [unknown] frames (broken unwinding)
+    threads: list[int] = field(default_factory=list)  # per entry: its thread (page thread table), -1 unknown
+    snapshots: list[tuple[float, int]] = field(default_factory=list)  # per bucket of a snapshot graph: (time, pid)
+    advice: dict[str, str] | None = None  # why [unknown] frames are there and how to get names (unknown_advice)
+    subtitle: str = ""  # what the graph counts
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """Compact, for embedding: flat integer arrays."""
         b, n, c = (list(x) for x in zip(*self.entries, strict=True)) if self.entries else ([], [], [])
-        return {"unit": self.unit, "bucket": self.bucket, "t0": round(self.t0, 6), "nbuckets": self.nbuckets,
-                "frames": self.frames, "parent": self.parent, "frame": self.frame, "b": b, "n": n, "c": c,
-                "total": self.total, "timed": self.timed, "cut": self.cut,
-                "unknown_share": round(self.unknown_share, 4), "unknown_deep": round(self.unknown_deep, 4)}
+        out: dict[str, object] = {
+            "unit": self.unit, "bucket": self.bucket, "t0": round(self.t0, 6), "nbuckets": self.nbuckets,
+            "frames": self.frames, "parent": self.parent, "frame": self.frame, "b": b, "n": n, "c": c,
+            "total": self.total, "timed": self.timed, "cut": self.cut,
+            "unknown_share": round(self.unknown_share, 4), "unknown_deep": round(self.unknown_deep, 4)}
+        if self.threads and any(x >= 0 for x in self.threads):
+            out["th"] = self.threads
+        if self.snapshots:
+            out["snap_t"] = [round(t, 3) for t, _ in self.snapshots]
+            out["snap_pid"] = [p for _, p in self.snapshots]
+        return out
 
 
 def fold_unknown_runs(stack: str) -> tuple[str, int]:
@@ -163,8 +180,16 @@ def _bucket_size(span: float, count_pairs: Callable[[float], int]) -> float:
     return b
 
 
-def from_samples(samples: Iterable[tuple[float, str]], t0: float, t1: float) -> RangeStacks | None:
-    """On-CPU samples (time, folded stack), each counting 1, on a timeline from ``t0`` to ``t1``."""
+def _entries(keyed: Iterable[tuple[int, int, int, int]], leaf: dict[int, int]) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """(bucket, stack id, thread, count) -> entries sorted by bucket, node, thread, and their threads."""
+    rows = sorted((k, leaf[s], th, c) for k, s, th, c in keyed)
+    return [(k, node, c) for k, node, _, c in rows], [th for _, _, th, _ in rows]
+
+
+def from_samples(samples: Iterable[tuple[float, str]], t0: float, t1: float,
+                 threads: Iterable[int] | None = None) -> RangeStacks | None:
+    """On-CPU samples (time, folded stack), each counting 1, on a timeline from ``t0`` to ``t1``;
+    ``threads``: each sample's thread (an index into the page's thread table)."""
     st = _Stacks()
     ts: list[float] = []
     ids: list[int] = []
@@ -177,39 +202,47 @@ def from_samples(samples: Iterable[tuple[float, str]], t0: float, t1: float) -> 
     mapping = np.asarray(_cap_stacks(st.names, st.totals, cut), dtype=np.int64)
     t_arr = np.asarray(ts, dtype=np.float64)
     sid = mapping[np.asarray(ids, dtype=np.int64)]
+    th = np.asarray(list(threads), dtype=np.int64) + 1 if threads is not None else np.zeros(len(ts), np.int64)
     lo = min(t0, float(t_arr.min()))
     span = max(t1, float(t_arr.max())) - lo
     nstacks = len(st.names)
+    nthreads = int(th.max()) + 1
+    inner = sid * nthreads + th
 
     def pairs(b: float) -> int:
         idx = np.floor((t_arr - lo) / b).astype(np.int64)
-        return int(len(np.unique(idx * nstacks + sid)))
+        return int(len(np.unique(idx * (nstacks * nthreads) + inner)))
 
     b = _bucket_size(span, pairs)
     idx = np.floor((t_arr - lo) / b).astype(np.int64)
-    keys, counts = np.unique(idx * nstacks + sid, return_counts=True)
-    frames, parent, frame, leaf = _tree(st.names, (int(k % nstacks) for k in keys))
-    entries = sorted((int(k // nstacks), leaf[int(k % nstacks)], int(c)) for k, c in zip(keys, counts, strict=True))
+    keys, counts = np.unique(idx * (nstacks * nthreads) + inner, return_counts=True)
+    rest = keys % (nstacks * nthreads)
+    frames, parent, frame, leaf = _tree(st.names, (int(r // nthreads) for r in rest))
+    entries, ths = _entries(((int(k // (nstacks * nthreads)), int(r // nthreads), int(r % nthreads) - 1, int(c))
+                             for k, r, c in zip(keys, rest, counts, strict=True)), leaf)
     total = len(ts)
     return RangeStacks(unit="samples", bucket=b, t0=lo - t0, nbuckets=int(math.ceil(span / b)) or 1, frames=frames,
                        parent=parent, frame=frame, entries=entries, total=total, cut=cut,
-                       unknown_share=st.unknown / total, unknown_deep=st.deep / total)
+                       unknown_share=st.unknown / total, unknown_deep=st.deep / total, threads=ths)
 
 
 def from_intervals(intervals: Iterable[tuple[float, float, str] | tuple[float, float, str, float]], t0: float,
-                   t1: float, unit: float = 1e-6) -> RangeStacks | None:
+                   t1: float, unit: float = 1e-6, threads: Iterable[int] | None = None) -> RangeStacks | None:
     """Off-CPU intervals (from, to, folded stack), each counting its length in ``unit`` seconds,
     split across the buckets it overlaps; with a fourth element (bcc's per-slot totals: several
-    threads' blocked time within one slot), that many units spread evenly over [from, to]."""
+    threads' blocked time within one slot), that many units spread evenly over [from, to].
+    ``threads``: each interval's thread (page thread table row)."""
     st = _Stacks()
-    rows: list[tuple[float, float, int, float | None]] = []
+    rows: list[tuple[float, float, int, float | None, int]] = []
+    ths = iter(threads) if threads is not None else None
     for iv in intervals:
         a, z, stack = iv[0], iv[1], iv[2]
+        th = next(ths, -1) if ths is not None else -1
         if len(iv) > 3:
             w = float(iv[3])
-            rows.append((a, z, st.id(stack, max(1, round(w))), w / max(z - a, 1e-12)))
+            rows.append((a, z, st.id(stack, max(1, round(w))), w / max(z - a, 1e-12), th))
         else:
-            rows.append((a, z, st.id(stack, max(1, round((z - a) / unit))), None))
+            rows.append((a, z, st.id(stack, max(1, round((z - a) / unit))), None, th))
     if not rows:
         return None
     cut: list[str] = []
@@ -217,21 +250,21 @@ def from_intervals(intervals: Iterable[tuple[float, float, str] | tuple[float, f
     lo = min(t0, min(r[0] for r in rows))
     span = max(t1, max(r[1] for r in rows)) - lo
 
-    def split(b: float) -> dict[tuple[int, int], int]:
-        out: dict[tuple[int, int], int] = {}
-        for a, z, s, per_s in rows:
+    def split(b: float) -> dict[tuple[int, int, int], int]:
+        out: dict[tuple[int, int, int], int] = {}
+        for a, z, s, per_s, th in rows:
             s = mapping[s]
             i, j = int((a - lo) // b), int((z - lo) // b)
             for k in range(i, j + 1):
                 part = min(z, lo + (k + 1) * b) - max(a, lo + k * b)
                 w = round(part / unit) if per_s is None else round(part * per_s)
                 if w > 0:
-                    out[(k, s)] = out.get((k, s), 0) + w
+                    out[(k, s, th)] = out.get((k, s, th), 0) + w
             if len(out) > 4 * MAX_ENTRIES:
                 break  # too fine: the caller doubles the bucket
         return out
 
-    cache: dict[float, dict[tuple[int, int], int]] = {}
+    cache: dict[float, dict[tuple[int, int, int], int]] = {}
 
     def pairs(b: float) -> int:
         cache[b] = split(b)
@@ -239,13 +272,13 @@ def from_intervals(intervals: Iterable[tuple[float, float, str] | tuple[float, f
 
     b = _bucket_size(span, pairs)
     got = cache.get(b) or split(b)
-    frames, parent, frame, leaf = _tree(st.names, (s for _, s in got))
-    entries = sorted((k, leaf[s], w) for (k, s), w in got.items())
+    frames, parent, frame, leaf = _tree(st.names, (s for _, s, _ in got))
+    entries, ths_out = _entries(((k, s, th, w) for (k, s, th), w in got.items()), leaf)
     total = sum(w for _, _, w in entries)
     all_counts = sum(st.totals) or 1
     return RangeStacks(unit="us", bucket=b, t0=lo - t0, nbuckets=int(math.ceil(span / b)) or 1, frames=frames,
                        parent=parent, frame=frame, entries=entries, total=total, cut=cut,
-                       unknown_share=st.unknown / all_counts, unknown_deep=st.deep / all_counts)
+                       unknown_share=st.unknown / all_counts, unknown_deep=st.deep / all_counts, threads=ths_out)
 
 
 def from_totals(folded: dict[str, int], unit: str) -> RangeStacks | None:
@@ -268,3 +301,55 @@ def from_totals(folded: dict[str, int], unit: str) -> RangeStacks | None:
     return RangeStacks(unit=unit, bucket=0.0, t0=0.0, nbuckets=1, frames=frames, parent=parent, frame=frame,
                        entries=entries, total=total, timed=False, cut=cut,
                        unknown_share=st.unknown / total, unknown_deep=st.deep / total)
+
+
+def from_snapshots(snapshots: list[tuple[float, int, dict[str, int]]], unit: str) -> RangeStacks | None:
+    """Stacks of snapshots (a goroutine dump's), each (time on the timeline axis, pid, folded
+    counts): one bucket per snapshot; the page shows, per pid, the snapshot nearest the range."""
+    st = _Stacks()
+    got: dict[tuple[int, int], int] = {}
+    for k, (_, _, folded) in enumerate(snapshots):
+        for stack, n in folded.items():
+            sid = st.id(stack, n)
+            got[(k, sid)] = got.get((k, sid), 0) + n
+    if not got:
+        return None
+    cut: list[str] = []
+    mapping = _cap_stacks(st.names, st.totals, cut)
+    merged: dict[tuple[int, int], int] = {}
+    for (k, sid), n in got.items():
+        merged[(k, mapping[sid])] = merged.get((k, mapping[sid]), 0) + n
+    frames, parent, frame, leaf = _tree(st.names, (sid for _, sid in merged))
+    entries, ths = _entries(((k, sid, -1, n) for (k, sid), n in merged.items()), leaf)
+    total = sum(n for _, _, n in entries)
+    return RangeStacks(unit=unit, bucket=0.0, t0=0.0, nbuckets=len(snapshots), frames=frames, parent=parent,
+                       frame=frame, entries=entries, total=total, timed=False, cut=cut,
+                       unknown_share=st.unknown / total, unknown_deep=st.deep / total, threads=ths,
+                       snapshots=[(t, pid) for t, pid, _ in snapshots])
+
+
+UNKNOWN_SHARE = 0.05  # advise about [unknown] frames when this share of a graph's stacks hold one
+
+
+def unknown_advice(rs: RangeStacks, call_graph: str, container: bool) -> dict[str, str] | None:
+    """Why stacks hold [unknown] frames and how to get names, when enough of them do:
+    ``call_graph`` is the capture's --call-graph, ``container`` whether a target ran in one."""
+    if rs.unknown_share < UNKNOWN_SHARE:
+        return None
+    share = f"{100 * rs.unknown_share:.0f}%"
+    if rs.unknown_deep >= rs.unknown_share / 2 and call_graph == "fp":
+        why = (f"{share} of these stacks run into frames without a name, most of them in long runs: the frame-pointer "
+               "walk (--call-graph fp) went astray in code built without frame pointers (often libc, or the program "
+               "itself), and read addresses that are not code. Runs of [unknown] are folded into one frame here.")
+        fix = ("capture again with --call-graph dwarf (larger captures), or rebuild the program with frame pointers "
+               "(C/C++: -fno-omit-frame-pointer; Rust: RUSTFLAGS=\"-C force-frame-pointers=yes\"; Go keeps them).")
+    elif container:
+        why = (f"{share} of these stacks hold frames without a name, and a target runs in a container: its binaries and "
+               "their symbols live in the container's filesystem.")
+        fix = ("keep the container running until the capture has finished symbolizing (profiler reads symbols through "
+               "/proc/PID/root), and ship symbols in the image (not stripped binaries, or debug packages).")
+    else:
+        why = f"{share} of these stacks hold frames without a name: stripped binaries, JIT code, or a broken stack walk."
+        fix = ("install the programs' debug symbols (Debian: the -dbgsym packages), give JIT runtimes a perf map "
+               "(/tmp/perf-PID.map), or capture with --call-graph dwarf.")
+    return {"why": why, "fix": fix}

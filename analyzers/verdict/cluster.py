@@ -229,9 +229,9 @@ def role_flame(role: str, nodes: list[NodeInput]) -> flamemod.FlameGraph | None:
     counts: dict[str, int] = {}
     for n in nodes:
         fg = n.analysis.artifacts.get("cpu_flame") if n.analysis is not None else None
-        if not isinstance(fg, flamemod.FlameGraph):
+        if not isinstance(fg, flamemod.FoldedStacks):
             continue
-        for stack, c in _folded(fg.root):
+        for stack, c in fg.counts.items():
             key = f"{n.name};{stack}" if stack else n.name
             counts[key] = counts.get(key, 0) + c
     if not counts:
@@ -239,21 +239,6 @@ def role_flame(role: str, nodes: list[NodeInput]) -> flamemod.FlameGraph | None:
     root = flamemod.build_tree(counts, root_name=role, min_fraction=0.0005)
     return flamemod.FlameGraph(root=root, title=f"On-CPU: {role}", unit="samples",
                                subtitle=f"cpu-clock samples of every {role} node, one root per node")
-
-
-def _folded(root: flamemod.Node) -> list[tuple[str, int]]:
-    """A tree back to folded stacks (each frame's own samples), root frame left out."""
-    out: list[tuple[str, int]] = []
-    stack: list[tuple[flamemod.Node, tuple[str, ...]]] = [(c, (c.name,)) for c in root.children.values()]
-    while stack:
-        node, path = stack.pop()
-        if node.self_ > 0:
-            out.append((";".join(path), node.self_))
-        rest = node.total - node.self_ - sum(c.total for c in node.children.values())
-        if rest > 0:  # children pruned at build time: keep their samples on this frame
-            out.append((";".join(path), rest))
-        stack.extend((c, (*path, c.name)) for c in node.children.values())
-    return out
 
 
 # --------------------------------------------------------------------------- the comparison

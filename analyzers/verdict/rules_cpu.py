@@ -103,6 +103,10 @@ def _pool_cause(t: TargetMetrics, ev: list[Evidence]) -> PoolCause | None:
             rec = (f"{p.pool} waits for a CPU more than it runs: the host's CPUs are oversubscribed, so "
                    f"{'raising ' + p.knob if p.knob else 'more threads'} will not help until it gets CPU time "
                    f"(dedicate cores, move other work off the host); then: {rec}")
+        elif (t.time.demand_util or 0.0) >= 1.0:  # more threads would only queue for the CPUs it already wants
+            rec = (f"the target wants {_pct(t.time.demand_util)} of the CPUs it may use, so "
+                   f"{'raising ' + p.knob if p.knob else 'more threads in ' + p.pool} will not help: give it more "
+                   f"cores, or make {p.pool}'s work cheaper")
         knob = f" (knob: {p.knob})" if p.knob else ""
         queued = f", {_pct(p.states.get('runnable'))} of it queued for a CPU" if p.states.get("runnable", 0) > 0.2 else ""
         sub = (f"pool {p.pool} saturated: its {p.threads} thread{'s want' if p.threads > 1 else ' wants'} a CPU "

@@ -75,7 +75,8 @@ def rule_go_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
            f"the largest wait: {ev.lock_site_goroutines:.0f} goroutines in {site}")
     if ev.lock_what:
         sub += f" ({ev.lock_what})"
-    if ev.lock_holder:
+    if ev.lock_holder and not ev.lock_wait_key:
+        # the mutex profile shows sync locks only: its holder is the largest wait's when that is one
         sub += f"; the lock is held by {ev.lock_holder}"
     sub += _idle_threads(t)
     entry = kg.BY_KEY.get(ev.lock_wait_key)

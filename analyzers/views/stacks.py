@@ -51,14 +51,23 @@ class CpuStacksView:
     warnings: list[str] = field(default_factory=list)
     timed: list[tuple[float, str]] = field(default_factory=list)  # every sample's (time, folded stack)
     error: Exception | None = None  # the member could not be read
+    timed_threads: list[tuple[int, int, str]] = field(default_factory=list)  # (pid, tid, comm) of each of timed
 
 
 def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
     timed: list[tuple[float, str]] = []
+    threads: list[tuple[int, int, str]] = []
+    seen: dict[tuple[str, str | None, str], tuple[int, int, str]] = {}
 
     def keep(t: float | None, stack: str, count: int) -> None:
         if t is not None:
             timed.append((t, stack))
+            ids = c.ids
+            th = seen.get(ids)
+            if th is None:  # one tuple per thread, shared by its samples
+                comm, pid, tid = ids
+                th = seen[ids] = (int(pid) if pid is not None else int(tid), int(tid), comm.strip())
+            threads.append(th)
 
     # one pass: the folded stacks, each sample's (time, stack), and every sample's time, tid and
     # comm from the headers folding parses anyway
@@ -73,7 +82,7 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
     times = subsecond.SampleTimes(t=np.asarray(c.times, dtype=np.float64), tid=np.asarray(c.tids, dtype=np.int64),
                                   comm=c.comms)
     return CpuStacksView(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
-                         warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed)
+                         warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed, timed_threads=threads)
 
 
 def fold_cpu_stacks(bundle: Bundle, c: folding.Collapser, on_chunk: Callable[[int], None] | None = None) -> bool:
@@ -123,6 +132,7 @@ class OffCpuView:
     stacks: WaitStacks = field(default_factory=dict)  # perf: every switch-out's stack per thread
     # (from, to, stack) of each folded interval (perf), or (slot start, slot end, stack, us) per slot (bcc)
     timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = field(default_factory=list)
+    timed_tids: list[int] = field(default_factory=list)  # the thread of each of timed (perf; bcc slots: none)
     error: Exception | None = None  # the folded stacks could not be read
     notes: list[str] = field(default_factory=list)  # perf: what the widths are (upper bounds...)
 
@@ -144,9 +154,14 @@ def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit:
     except Exception as exc:  # noqa: BLE001 - the flame graph says why; the futex stacks still count
         view.error = exc
     timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = []
+    tids: list[int] = []
+
+    def keep(lo: float, hi: float, key: str) -> None:
+        timed.append((lo, hi, key))
+        tids.append(folder.thread)
+
     folder = offcpu.SwitchFolder(by_reason=True, pools=pools, window=window, intervals=intervals, futex=evidence,
-                                 limit=limit, log=bundle.log(members.OFFCPU_STACKS),
-                                 on_interval=(lambda lo, hi, key: timed.append((lo, hi, key))) if evidence else None)
+                                 limit=limit, log=bundle.log(members.OFFCPU_STACKS), on_interval=keep if evidence else None)
     warnings: list[str] = []
     try:
         with bundle.open_binary(members.OFFCPU_STACKS) as fh:
@@ -159,6 +174,7 @@ def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit:
     if view.error is None:
         view.folded = folder.counts
         view.timed = timed
+        view.timed_tids = tids
     view.switches = folder.stats.samples
     view.limited = folder.stats.limited
     view.notes = folder.stats.notes

@@ -19,7 +19,11 @@ are let go; frames of a target that exited before then may come out ``[unknown]`
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
+import os
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from profiler.collectors.base import CaptureContext, Probe
@@ -63,6 +67,17 @@ class SampleCounter:
         self._last = chunk[-1:]
 
 
+def _root_of(pid: int) -> str:
+    """Where a process's files are seen from here: /proc/PID/root when it lives in another mount
+    namespace (a container), as perf opens them."""
+    try:
+        if os.stat(f"/proc/{pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+            return f"/proc/{pid}/root"
+    except OSError:
+        pass
+    return ""
+
+
 class RecordCollector(PerfCollector):
     """perf record on the targets, then perf script into a gzip member at stop."""
 
@@ -80,6 +95,8 @@ class RecordCollector(PerfCollector):
         self.keep_perf_data = keep_perf_data
         self._data: Path | None = None  # perf.data, known once perf is about to start
         self._pids: list[int] | None = None
+        self._counts: tuple[int, int] | None = None
+        self._counts_done = False
 
     def data_path(self, ctx: CaptureContext) -> Path:
         return ctx.writer.path(f".{self.name}.perf.data")
@@ -110,6 +127,12 @@ class RecordCollector(PerfCollector):
         """(samples, call-chain frames) of the targets in perf.data, when already known."""
         return None
 
+    def _counted(self, ctx: CaptureContext, rec: CollectorRecord) -> tuple[int, int] | None:
+        """targets_in_data, once (it may write a member: the off-CPU intervals)."""
+        if not self._counts_done:
+            self._counts, self._counts_done = self.targets_in_data(ctx, rec), True
+        return self._counts
+
     def script_input(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, drop: tuple[int, ...] = ()) -> Path:
         """The perf.data perf script reads: a copy holding the targets' samples only, and a
         uniform sample of them past ``max_symbolized`` samples or ``max_frames`` frames (what
@@ -126,7 +149,7 @@ class RecordCollector(PerfCollector):
         pids = np.asarray(sorted(self.script_pids(ctx)), np.int64)
         mine: pr.Keep = lambda pid, tid, t: np.isin(pid, pids)  # noqa: E731
         try:
-            total, frames = self.targets_in_data(ctx, rec) or pr.count_samples(data, mine)
+            total, frames = self._counted(ctx, rec) or pr.count_samples(data, mine)
             keep = mine
             fraction = min(1.0, self.max_symbolized / max(total, 1), self.max_frames / max(frames, 1))
             if fraction < 1.0:
@@ -146,6 +169,12 @@ class RecordCollector(PerfCollector):
         if not data.exists() or data.stat().st_size == 0:
             rec.status, rec.reason = FAILED, "perf record wrote no data" + (f": {self.died}" if self.died else "")
             return
+        if not ctx.options.inline and os.environ.get("PROFILER_SYMBOLIZER") != "perf":
+            counter = self.counter(ctx)
+            if self._finish_direct(ctx, rec, data, counter):
+                self.after_script(ctx, rec, counter)
+                self._keep(rec, ctx, data)
+                return
         src = self.script_input(ctx, rec, data)
         errpath = ctx.writer.root / f".{self.name}.script.stderr"
         for attempt in (1, 2):
@@ -187,10 +216,84 @@ class RecordCollector(PerfCollector):
             with contextlib.suppress(OSError):
                 src.unlink()
         self.after_script(ctx, rec, counter)
+        self._keep(rec, ctx, data)
+
+    def _keep(self, rec: CollectorRecord, ctx: CaptureContext, data: Path) -> None:
         if self.keep_perf_data:
             kept = members.perf_data(self.name)
             data.replace(ctx.writer.path(kept))
             rec.files.append(kept)
+
+    def _finish_direct(self, ctx: CaptureContext, rec: CollectorRecord, data: Path, counter: SampleCounter) -> bool:
+        """The member written from perf.data without perf script (profiler.formats.perfscript_text:
+        the text perf script prints, byte for byte); perf script names only the samples that
+        cannot be named so, from a copy holding just them. False when the file cannot be read so
+        (the caller runs perf script as before); stats.symbolizer says which it was."""
+        try:
+            import numpy as np
+
+            from profiler.formats import perfdata_reduce as pr
+            from profiler.formats import perfscript_text as pt
+        except ImportError:  # the cluster agent's bare python3
+            return False
+        self._counted(ctx, rec)  # the off-CPU intervals are paired from perf.data first
+        pids = set(self.script_pids(ctx))
+        gosyms = getattr(self, "_gosyms", None) or {}
+        copy = ctx.writer.root / f".{self.name}.targets.perf.data"
+        res = pt.Result()
+
+        def fallback(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> Iterator[bytes]:
+            with np.errstate(over="ignore"):
+                wanted = np.unique(t.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tid.astype(np.uint64))
+
+            def keep(p: np.ndarray, tid_: np.ndarray, t_: np.ndarray) -> np.ndarray:
+                with np.errstate(over="ignore"):
+                    h = t_.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tid_.astype(np.uint64)
+                out: np.ndarray = np.isin(h, wanted)
+                return out
+
+            pr.filter_samples(data, copy, keep)
+            buf = io.BytesIO()
+            errpath = ctx.writer.root / f".{self.name}.script.stderr"
+            argv = script_argv(ctx.perf, copy, self.fields, False)
+            rec.stats["script_argv"] = argv
+            try:
+                rc = run_to_file(argv, buf, timeout=self.script_timeout, stderr_path=errpath, on_cpu=self.add_child_cpu)
+                if rc != 0:
+                    rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
+            except TimeoutError as exc:
+                rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
+            finally:
+                for f in (errpath, copy):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+            yield buf.getvalue()
+
+        def go_table(path: str) -> Callable[[int], tuple[str, int] | None] | None:
+            syms = gosyms.get(path)
+            return syms.name if syms is not None else None
+
+        try:
+            chunks = pt.render(str(data), self.fields, pids=pids, go_tables=go_table, root_of=_root_of,
+                               fallback=fallback, result=res, bound=(self.max_symbolized, self.max_frames))
+            first = next(chunks, b"")  # every sample is read and named before the first chunk
+        except (PerfDataUnsupported, OSError, ValueError, IndexError, KeyError, OverflowError) as exc:
+            rec.stats["symbolizer"] = f"perf script ({type(exc).__name__}: {exc})" if not isinstance(
+                exc, PerfDataUnsupported) else f"perf script ({exc})"
+            return False
+        with ctx.writer.open_member(self.output) as out:
+            if self.output not in rec.files:
+                rec.files.insert(0, self.output)
+            for chunk in itertools.chain([first], chunks):
+                counter(chunk)
+                out.write(chunk)
+        rec.stats["symbolized"] = {"target_samples": res.samples, "target_frames": res.target_frames, "kept": res.kept,
+                                   "fraction": round(res.kept / res.samples, 4) if res.samples else 1.0}
+        rec.stats["symbolizer"] = {"direct": res.kept - res.by_perf, "perf_script": res.by_perf,
+                                   **({"perf_script_for": res.reasons} if res.reasons else {})}
+        if gosyms:
+            rec.stats.update({"go_frames_named": res.go_named, "go_frames_unnamed": res.go_unnamed})
+        return True
 
     def after_script(self, ctx: CaptureContext, rec: CollectorRecord, counter: SampleCounter) -> None:
         # No samples is evidence too (an idle target), not a failure of the collector.

@@ -72,7 +72,7 @@ class RuntimeInfo:
 
 @dataclass
 class ContainerInfo:
-    """The container a target runs in (collectors/containers.py): its cgroup path names it, its
+    """The container a target runs in (collectors/containers/): its cgroup path names it, its
     runtime's state on disk names the rest. Optional fields: a runtime's files may be unreadable."""
 
     runtime: str  # docker | podman | containerd | cri-o | kubernetes

@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from profiler.collectors import host
+from profiler.collectors import cgroup_limits, containers, host
 from profiler.collectors.base import Target
 from profiler.collectors.bcc.common import bcc_status
 
@@ -145,8 +145,8 @@ def target_checks(target: Target) -> list[Check]:
     if not os.path.exists(f"/proc/{target.pid}"):
         checks.append(Check("target alive", FAIL, "the process has exited", scope=scope))
         return checks
-    cg = host.target_cgroup(target.pid)
-    cores = host.cpu_quota_cores(cg)
+    cg = cgroup_limits.target_cgroup(target.pid)
+    cores = cgroup_limits.cpu_quota_cores(cg)
     ncpu = os.cpu_count() or 1
     allowed = host.cpus_allowed(target.pid)
     cpu_detail = f"quota {cores:.2f} cores" if cores else "no CFS quota"
@@ -167,7 +167,7 @@ def target_checks(target: Target) -> list[Check]:
         checks.append(Check("io.max", WARN, cg["io_max"], scope=scope))
     else:
         checks.append(Check("blkio throttle", OK, "none", scope=scope))
-    ci = host.container_info(target.pid)
+    ci = containers.info(target.pid)
     if ci is not None:
         where = f"{ci.runtime} container {ci.name or ci.id[:12]}" + (f" (pod {ci.namespace}/{ci.pod})" if ci.pod else "")
         checks.append(Check("container", WARN, f"{where}, id {ci.id[:12]}, cgroup {ci.cgroup}: its limits above are "

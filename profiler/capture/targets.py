@@ -10,7 +10,7 @@ Rules, in order, for each ``--pid`` value:
 
 ``--container NAME|ID`` (and a ``--pid`` name no process has) takes every process of a running
 container: docker, podman, containerd or a Kubernetes pod's, found through the processes' cgroup
-paths and named by the runtime's state on disk (collectors/containers.py), by its name, a
+paths and named by the runtime's state on disk (collectors/containers/), by its name, a
 Kubernetes ``[NAMESPACE/]POD[/CONTAINER]``, its id or a unique id prefix.
 
 The profiler itself and its ancestors (the shell, sudo) never match: their command lines
@@ -239,9 +239,14 @@ def resolve(queries: list[str], containers: list[str] | None = None) -> list[Tar
 
 
 def resolve_container(query: str, running: list[ctr.Container]) -> list[Target]:
-    """Every process of the container ``query`` names (collectors/containers.py's rules)."""
+    """Every process of the container ``query`` names (collectors/containers/: its rules)."""
     rule, found = ctr.match(query, running)
     if not found:
+        stopped = [st for st in ctr.runtime_state().values() if query in (st.name, st.id) and st.id not in
+                   {c.id for c in running}]
+        if stopped:
+            st = stopped[0]
+            raise TargetError(f"container {st.name or st.id[:12]} ({st.runtime} {st.id[:12]}) is not running")
         names = ", ".join(c.label() for c in running[:6]) + (", ..." if len(running) > 6 else "")
         hint = f"; running: {names}" if running else \
             "; no container runs on this host (docker, podman, containerd and Kubernetes containers are found by their cgroups)"

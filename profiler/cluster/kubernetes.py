@@ -17,7 +17,7 @@ One file holds both, as ``kubectl`` writes them::
 Each running pod of pd, tikv or tidb becomes one node: host = its node's address (reached over
 SSH like a TiUP host), name = the pod's name, the target = its server container by id (the
 node's agent finds the container's processes through their cgroup paths:
-collectors/containers.py), knobs = the component's config. docs/kubernetes.md says how a
+collectors/containers/), knobs = the component's config. docs/kubernetes.md says how a
 capture runs on Kubernetes and what is not built yet.
 """
 

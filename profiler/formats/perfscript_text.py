@@ -61,6 +61,10 @@ class Result:
     by_perf: int = 0  # samples perf script printed (fallback)
     reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples
     first_event: str | None = None  # the event of the first sample perf script would print
+    target_frames: int = 0  # call-chain entries of ``samples``
+    kept: int = 0  # samples printed when ``bound`` thinned them (else ``samples``)
+    go_named: int = 0  # frames of stripped Go binaries named from their own function table
+    go_unnamed: int = 0
 
 
 # (pid, tid, time) of the samples perf script must print -> its text for them (the caller writes the
@@ -127,9 +131,11 @@ def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
 def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
            merge: Merge | None = None, go_tables: Callable[[str], Callable[[int], tuple[str, int] | None] | None] | None = None,
            root_of: Callable[[int], str] | None = None, fallback: Fallback | None = None,
-           result: Result | None = None) -> Iterator[bytes]:
+           result: Result | None = None, bound: tuple[int, int] | None = None) -> Iterator[bytes]:
     """perf script's text for ``path`` (``--pid``: ``pids``), in chunks. Raises
-    PerfDataUnsupported, before yielding anything, for a file perf would print otherwise."""
+    PerfDataUnsupported, before yielding anything, for a file perf would print otherwise.
+    ``bound`` (samples, call-chain entries): past either, a uniform sample of the samples is
+    printed (perfdata_reduce.thinning: by each sample's time and thread, reproducible)."""
     res = result if result is not None else Result()
     want = fields.split(",")
     if any(w not in KNOWN_FIELDS for w in want):
@@ -169,7 +175,15 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
             return ok & keep(pid, tid, t) if keep is not None else ok
 
     st = perfstacks.read(path, keep=keep_all, tracepoint=trace)
-    res.samples = len(st)
+    res.samples = res.kept = len(st)
+    res.target_frames = int(st.nr.sum())
+    if bound is not None and len(st):
+        fraction = min(1.0, bound[0] / max(len(st), 1), bound[1] / max(res.target_frames, 1))
+        if fraction < 1.0:
+            from profiler.formats.perfdata_reduce import thinning
+
+            st = st.select(thinning(fraction)(st.pid, st.tid, st.time))
+            res.kept = len(st)
     reps, body_idx = _bodies(st)
     starts, flat = perfstacks.chains(path, st, reps)
     sym = Symbolizer(st, bids, root_of, go_tables, kernel_bid)
@@ -181,6 +195,7 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
         frames.addr = np.where(per, ips, frames.addr)
     bodies = _body_texts(frames, want)
+    _go_counts(frames, body_idx, res)
     by_perf = np.zeros(len(st), bool)
     if frames.unsupported:
         bad = np.asarray(sorted(frames.unsupported), np.int64)
@@ -208,6 +223,20 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
     res.written = len(st)
     yield from _samples(st, body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None, want,
                         names, width, callchain, evtypes, trace, states)
+
+
+def _go_counts(fr: Frames, body_idx: np.ndarray, res: Result) -> None:
+    """Frames of stripped Go binaries named from their function tables, and left unnamed, over
+    every printed sample (what the collectors' stats have counted since they named them)."""
+    go = np.asarray([d.go is not None for d in fr.dsos] + [False], bool)
+    if not go.any() or not len(fr.dso):
+        return
+    in_go = go[np.where(fr.dso >= 0, fr.dso, len(fr.dsos))]
+    body_of = np.repeat(np.arange(len(fr.starts) - 1), np.diff(fr.starts))
+    per_sample = np.bincount(body_idx, minlength=len(fr.starts) - 1)
+    weight = per_sample[body_of]
+    res.go_named = int(weight[in_go & (fr.sym <= -2)].sum())
+    res.go_unnamed = int(weight[in_go & (fr.sym == -1)].sum())
 
 
 def _is_dummy(ev: object) -> bool:

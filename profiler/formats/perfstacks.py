@@ -135,6 +135,7 @@ class Stacks:
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # tracepoint columns (see ``fields``)
     lost: int = 0
     plan: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
+    nr: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # call-chain entries (context markers too)
 
     def __len__(self) -> int:
         return len(self.time)
@@ -142,7 +143,7 @@ class Stacks:
     def select(self, which: np.ndarray) -> Stacks:
         """The samples ``which`` (a mask or indices) keeps, in order."""
         cols = {k: getattr(self, k)[which] for k in ("event", "pid", "tid", "time", "cpu", "period", "pos", "misc", "body",
-                                                     "comm", "gen", "kgen")}
+                                                     "comm", "gen", "kgen", "nr")}
         return Stacks(self.file, **cols, comms=self.comms, side=self.side, side_at=self.side_at,
                       extra={k: v[which] for k, v in self.extra.items()}, lost=self.lost, plan=self.plan)
 
@@ -224,7 +225,7 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
         if o_time >= 0 and any(ev.sample_id_all for ev in f.events) is False:
             o_time = 0
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("event", "pid", "tid", "time", "cpu", "period", "pos",
-                                                              "misc", "hash")}
+                                                              "misc", "hash", "nr")}
         extra: dict[str, list[np.ndarray]] = {}
         side_t: list[int] = []
         side_p: list[int] = []
@@ -253,10 +254,12 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
                 n = len(c.offs)
                 if lay.callchain >= 0:
                     h = _chain_hash(rec, c.offs, lay.callchain)
+                    cols["nr"].append(rec.u64[c.offs + lay.callchain].astype(np.int64))
                 elif ev.sample_type & S_IP:
                     o_ip = 8 + (8 if ev.sample_type & S_IDENTIFIER else 0)
                     h = _mix(rec.u64[c.offs + o_ip] ^ U64(0x5A5A5A5A5A5A5A5A)
                              ^ (rec.u32[c.offs + 4] & np.uint32(7)).astype(U64) * U64(0xA24BAED4963EE407))
+                    cols["nr"].append(np.ones(n, np.int64))
                 else:
                     raise PerfDataUnsupported("samples without call chain or instruction pointer")
                 cols["event"].append(np.full(n, idx, np.int64))
@@ -301,7 +304,7 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
                                       + gen.astype(U64) * U64(0xC2B2AE3D27D4EB4F)
                                       + kgen.astype(U64) * U64(0x165667B19E3779F9)))
     return Stacks(path, c_["event"], c_["pid"], c_["tid"], c_["time"], c_["cpu"], c_["period"], c_["pos"], c_["misc"],
-                  body, comm_of_sample, gen, kgen, comm_ids, side_sorted, side_at, ex, lost, plan)
+                  body, comm_of_sample, gen, kgen, comm_ids, side_sorted, side_at, ex, lost, plan, c_["nr"])
 
 
 def _state(side: list[Side], side_at: np.ndarray, pid: np.ndarray,

@@ -21,6 +21,7 @@ Block events are read from perf.data directly, without perf script: see ``perfda
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import struct
 import subprocess
@@ -91,7 +92,7 @@ def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], f
     period the total (perf script's cost, and ours, grows with the samples printed; a profile
     repeats its stacks thousands of times); ``merged`` then receives the counts. A file that
     cannot be merged is read as it is."""
-    if fields:
+    if fields and os.environ.get("PROFILER_SYMBOLIZER") != "perf":
         try:
             return _read_direct(perf_data, consume, fields, merge, merged, direct if direct is not None else Direct())
         except pdata.PerfDataUnsupported as exc:

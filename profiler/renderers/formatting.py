@@ -63,7 +63,9 @@ def cores(used: float | None, avail: float | None) -> str:
 
 _SEED_ASIDE = re.compile(r"\(seeds? \d{3}(?:, \d{3})*: ")
 _SEED = re.compile(r"\bseeds? \d{3}(?:, \d{3})*")
-_DEVNO = re.compile(r"(?<![\d.:])(\d{1,4}):(\d{1,6})(?![\d.:])")
+# a device number: not inside a longer number, a time (12:30:01) or a version (1.2:3), but at the
+# end of a sentence ("reads on 254:0.") it is one
+_DEVNO = re.compile(r"(?<![\d:])(?<!\d\.)(\d{1,4}):(\d{1,6})(?![\d:]|\.\d)")
 
 
 def plain(text: Any, devices: dict[str, str] | None = None) -> str:

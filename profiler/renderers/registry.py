@@ -12,6 +12,8 @@ from typing import Any
 
 from profiler.renderers import (
     cluster,
+    flamegraph_svg,
+    heatmap_svg,
     pprof_out,
     report_html,
     report_json,
@@ -23,7 +25,8 @@ from profiler.renderers.protocol import BinaryRenderer, Registry, Renderer
 
 REPORTS: Registry[Renderer[Any, Any]] = Registry(report_text.RENDERER, report_json.RENDERER, report_markdown.RENDERER,
                                                  report_html.RENDERER)
-PICTURES = report_html.PICTURES  # the SVGs the HTML report embeds: flame graphs, latency and sub-second heatmaps
+# the pictures: flame graphs, latency and sub-second heatmaps as SVG
+PICTURES: Registry[Renderer[Any, Any]] = Registry(flamegraph_svg.RENDERER, heatmap_svg.LATENCY, heatmap_svg.SUBSECOND)
 
 CLUSTER: Registry[Renderer[Any, Any]] = Registry(cluster.TEXT, cluster.JSON, cluster.MARKDOWN,
                                                  cluster.HTML)  # a cluster bundle's report

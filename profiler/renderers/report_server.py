@@ -57,12 +57,16 @@ def html_context(a: Analysis, flame: bool, flame_why: str | None) -> dict[str, A
             "metrics": [{"title": m["title"], "value": value(m["value"], m["unit"]),
                          "groups": ", ".join(f"{k}: {value(v, m['unit'])}" for k, v in list(m["groups"].items())[:6]
                                              if k != "all"),
-                         "panel": m["panel"], "meaning": m["meaning"], "reading": m["reading"]}
+                         "panel": m["panel"], "meaning": m["meaning"], "reading": m["reading"],
+                         "range_panel": f"server_{str(m['key']).replace('.', '_')}_{t['pid']}"}
                         for m in t["metrics"]],
         })
     failures = [f"{n} {k}" for k, n in s["failures"].items()]
+    reason = s.get("reason") or ""
+    warnings = [w for w in a.warnings if w.startswith(("server-status", "/metrics of pid", "server-"))
+                and not (reason and reason in w)]  # the collector's reason is said once, in capture health
     return {"s": s, "targets": targets, "failures": failures, "flame": flame, "flame_why": flame_why,
-            "warnings": [w for w in a.warnings if w.startswith(("server-status", "/metrics of pid", "server-"))]}
+            "warnings": list(dict.fromkeys(warnings))}
 
 
 def text_lines(a: Analysis) -> list[str]:

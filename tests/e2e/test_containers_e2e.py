@@ -53,6 +53,16 @@ def _cgroup_v1(cid_path: str, controller: str) -> Path:
     return Path("/sys/fs/cgroup") / controller / cid_path.lstrip("/")
 
 
+def _root_disk() -> tuple[str, str] | None:
+    """(/dev/NAME, MAJ:MIN) of the disk holding /, for a blkio limit; None when it is not a plain disk."""
+    dev = os.stat("/").st_dev
+    majmin = f"{os.major(dev)}:{os.minor(dev)}"
+    for name in os.listdir("/sys/block"):
+        if Path(f"/sys/block/{name}/dev").read_text().strip() == majmin and os.path.exists(f"/dev/{name}"):
+            return f"/dev/{name}", majmin
+    return None
+
+
 def _report(out: Path) -> dict:
     rj = out.parent / f"{out.name}.json"
     assert main(["report", str(out), "--format", "json", "-o", str(rj), "--force"]) == 0
@@ -95,8 +105,10 @@ def test_container_pinned_by_cpuset(lab: tuple[lab_mod.Lab, str], tmp_path: Path
 def test_container_under_a_cpu_quota_found_by_id_prefix(lab: tuple[lab_mod.Lab, str], tmp_path: Path) -> None:
     """The same program under --cpus 0.2 (a CFS quota of 20 ms per 100 ms), named by `--pid ID-PREFIX`."""
     lab_, image = lab
+    disk = _root_disk()
     r = lab_.run(image, [APP, "-mode", "cpu", "-workers", "2", "-stdin-exit=false"],
-                cpus=0.2, env={"GOMAXPROCS": "2"}, lifetime=120)
+                 cpus=0.2, env={"GOMAXPROCS": "2"}, lifetime=120, memory="256m",
+                 extra=["--device-write-bps", f"{disk[0]}:1mb"] if disk else [])
     assert lab_.inspect(r.id, "{{.HostConfig.NanoCpus}}") == "200000000"
     cg = ctr.process_ref(r.pid)
     assert cg is not None and cg.id == r.id
@@ -112,6 +124,10 @@ def test_container_under_a_cpu_quota_found_by_id_prefix(lab: tuple[lab_mod.Lab, 
     t = m.targets[0]
     assert t.container_info is not None and t.container_info.id == r.id
     assert t.cgroup.get("cpu_quota_us") == 20000 and t.cgroup.get("cpu_period_us") == 100000
+    # the other limits, as the runtime set them
+    assert t.cgroup.get("memory_limit_bytes") == int(lab_.inspect(r.id, "{{.HostConfig.Memory}}")) == 256 << 20
+    if disk:
+        assert t.cgroup.get("blkio_throttle") == {"write_bps": {disk[1]: 1 << 20}}
     rep = _report(out)
     v = rep["verdict"]
     assert v["category"] == "cpu", v["headline"]
@@ -138,6 +154,10 @@ def test_unknown_container_is_one_line_with_what_runs(lab: tuple[lab_mod.Lab, st
     assert "no running container matches 'no-such-container-here'" in err and "running: " in err
     assert r.name in err or ", ..." in err  # the running ones are named (the first six)
     assert not (tmp_path / "x").exists()
+    lab_.podman("stop", "-t", "0", r.id)
+    rc = main(["attach", "--container", r.name, "-d", "1s", "-o", str(tmp_path / "y")])
+    err = capsys.readouterr().err
+    assert rc == 3 and f"container {r.name} (podman {r.id[:12]}) is not running" in err, err
 
 
 @pytest.mark.skipif(lab_mod.docker_why_not() is not None, reason=lab_mod.docker_why_not() or "")

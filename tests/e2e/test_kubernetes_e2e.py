@@ -161,12 +161,15 @@ def test_tidbcluster_pods_captured_by_container_id_with_their_limits(host_lab: H
 
 
 @pytest.mark.skipif(lab_mod.containerd_why_not() is not None, reason=lab_mod.containerd_why_not() or "")
-def test_a_pods_container_under_containerd_found_by_namespace_pod_and_container(tmp_path: Path) -> None:
+@pytest.mark.parametrize("node", ["host", "kind"])
+def test_a_pods_container_under_containerd_found_by_namespace_pod_and_container(tmp_path: Path, node: str) -> None:
     """What a node of a containerd-based Kubernetes holds for one TiKV pod, made by containerd
     itself (tests/containers.ContainerdLab): the pod's pause container and its server container
     in the kubelet's cgroupfs layout, with the CRI plugin's annotations and the pod's CPU limit.
     `attach --container NAMESPACE/POD` takes the server and not the pause container, names it from
-    containerd's own state, and the verdict names the pod's limit."""
+    containerd's own state, and the verdict names the pod's limit. ``kind``: containerd runs in a
+    mount namespace of its own with its config and state on a tmpfs only it sees, as a kind node's
+    containerd runs inside the node's container: the state is read through /proc/PID/root."""
     from profiler.collectors import containers as ctr
 
     from profiler.bundle import Bundle
@@ -176,7 +179,9 @@ def test_a_pods_container_under_containerd_found_by_namespace_pod_and_container(
         binary = gobuild.build()
     except (FileNotFoundError, RuntimeError) as exc:
         pytest.skip(f"the Go workload cannot be built: {exc}")
-    lab = lab_mod.ContainerdLab()
+    lab = lab_mod.ContainerdLab(own_mount_namespace=node == "kind")
+    if node == "kind":  # the host cannot see the daemon's files where its command line says they are
+        assert not (lab.tmp / "run" / "config.toml").exists()
     uid = str(uuid.uuid4())
     ann = {"io.kubernetes.cri.sandbox-name": "basic-tikv-0", "io.kubernetes.cri.sandbox-namespace": "tidb-cluster",
            "io.kubernetes.cri.sandbox-uid": uid}
@@ -199,6 +204,7 @@ def test_a_pods_container_under_containerd_found_by_namespace_pod_and_container(
         assert (ci.runtime, ci.id, ci.pod, ci.namespace, ci.pod_uid, ci.container, ci.qos) == \
             ("containerd", server.id, "basic-tikv-0", "tidb-cluster", uid, "tikv", "burstable")
         assert ci.state is not None and ci.state.endswith(f"/io.containerd.runtime.v2.task/k8s.io/{server.id}/config.json")
+        assert ci.state.startswith("/proc/") == (node == "kind"), ci.state
         assert m.targets[0].cgroup.get("cpu_quota_us") == 25000
         assert any("main.burnCPU" in ln and f"({app})" in ln for ln in Bundle.open(out).iter_lines("cpu.perf.txt.gz"))
         code, text = _cli(["report", str(out), "--format", "json"])

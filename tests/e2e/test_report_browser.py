@@ -112,7 +112,7 @@ def test_drag_selects_a_range_and_redraws_the_flame_graphs(browser: Browser, per
     part = browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
     assert part != whole and "in the range" in part
     assert browser.js("document.querySelector('#flame-cpu .flame-top table').textContent") != whole_top
-    assert "Selected" in browser.js("document.querySelector('#flames .range-bar').textContent")
+    assert "Selected" in browser.js("document.querySelector('#explore-bar .eb-range').textContent")
     # the count drawn for the range, against the raw samples (the page works in buckets: the
     # range is widened to whole buckets, as FlameScope's are)
     g = browser.js("(() => { const p = JSON.parse(document.getElementById('profiler-page').textContent).flames.cpu;"
@@ -125,7 +125,7 @@ def test_drag_selects_a_range_and_redraws_the_flame_graphs(browser: Browser, per
     assert shown == expected
     browser.screenshot(shots(tmp_path) / "report-range.png")
     # back to the whole capture
-    browser.click(*browser.center("#flames .range-bar button"))
+    browser.click(*browser.center("#explore-bar .clear-range"))
     assert browser.js("window.profilerReport.state.range") is None
     assert browser.js("document.querySelector('#flame-cpu .flame-info').textContent") == whole
 
@@ -152,7 +152,7 @@ def test_heatmap_drag_selects_a_range(browser: Browser, perf_page: Path) -> None
     z = browser.center('#cpu-heatmap rect[data-c="1"][data-r="30"]', scroll=False)
     browser.drag(*a, *z)
     lo, hi = browser.js("window.profilerReport.state.range")
-    off = browser.js("JSON.parse(document.getElementById('profiler-page').textContent).cpu_heatmap.offset")
+    off = browser.js("JSON.parse(document.getElementById('profiler-page').textContent).explore.cpu_cells.offset")
     assert lo == pytest.approx(off + 1 + 5 / 50) and hi == pytest.approx(off + 1 + 31 / 50)
     assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
 
@@ -172,7 +172,7 @@ def test_a_range_without_traced_stacks_says_where_they_are(browser: Browser, tmp
     browser.open(out)
     browser.js("window.profilerReport.setRange([3.8, 6.2])")  # between the duty-cycled off-CPU windows
     info = browser.js("document.querySelector('#flame-offcpu .flame-info').textContent")
-    assert info.startswith("0 us in the range: none here") and re.search(r"windows only: \d+\.\d-\d+\.\d s", info)
+    assert info.startswith("0 us in the range") and re.search(r"not measured in this range: .* traced only \d+\.\d-\d+\.\d s", info)
     assert "in the range" in browser.js("document.querySelector('#flame-cpu .flame-info').textContent")
     assert browser.errors() == []
 
@@ -192,7 +192,7 @@ def test_the_goroutine_view_is_the_pages_flame_graph(browser: Browser, tmp_path:
     browser.open(out)
     assert browser.errors() == []
     info = browser.js("document.querySelector('#flame-goroutine .flame-info').textContent")
-    assert re.match(r"\d+ goroutines \(one snapshot", info), info
+    assert re.match(r"\d+ goroutines \(snapshot at [\d.]+ s: the middle of the window\)", info), info
     assert browser.js("document.querySelector('#flame-goroutine svg text').textContent").startswith("all (")
     names = browser.js("[...document.querySelectorAll('#flame-goroutine g.fr text')].map(t => t.textContent)")
     assert "sync.Mutex.Lock" in names  # the root's children are the waits
@@ -200,34 +200,19 @@ def test_the_goroutine_view_is_the_pages_flame_graph(browser: Browser, tmp_path:
                " s.dispatchEvent(new Event('input')); })()")
     assert re.match(r"matched \d", browser.js("document.querySelector('#flame-goroutine .flame-match').textContent"))
     assert browser.js("document.querySelectorAll('#flame-goroutine .flame-top table tr').length") > 1
+    # a range picks the snapshot nearest its middle (each snapshot's time, from the page's data)
+    snaps = browser.js("JSON.parse(document.getElementById('profiler-page').textContent).explore.goroutines.snap_t")
     browser.js("window.profilerReport.setRange([1.0, 2.0])")
-    assert browser.js("document.querySelector('#flame-goroutine .flame-info').textContent") == info  # a snapshot
+    nearest = min(snaps, key=lambda t: abs(t - 1.5))
+    moved = browser.js("document.querySelector('#flame-goroutine .flame-info').textContent")
+    assert f"snapshot at {nearest:.2f} s: the nearest to the range's middle" in moved, (moved, snaps)
     browser.center("#goroutine-flame-section")
     browser.screenshot(shots(tmp_path) / "report-goroutines.png")
 
 
-def test_a_framed_picture_reaches_its_frame_whole(browser: Browser, tmp_path: Path) -> None:
-    """The IO heatmap's frame gets the renderer's SVG exactly, as the browser parses the srcdoc
-    attribute (single-quoted: only & and ' are escaped in it), hostile text included."""
-    from profiler.renderers import report_html
-
-    a = analyze(Bundle.open(PERF))
-    svg = report_html.PICTURES.find(a.artifacts["io_heatmap"], "svg").render(a.artifacts["io_heatmap"])  # type: ignore[union-attr]
-    hostile = '<text>&amp; "quoted" \'single\' &lt;/iframe&gt; &#34;</text></svg>'
-    frame, why = report_html._artifact_svg(a, "io_heatmap")
-    assert frame is not None and why is None
-    doc = svg.replace("</svg>", hostile) if svg.rstrip().endswith("</svg>") else svg
-    out = tmp_path / "frame.html"
-    out.write_text(f'<!doctype html><html><body>'
-                   f"<iframe sandbox='allow-scripts' srcdoc='{report_html.attribute(doc)}'></iframe>"
-                   f'{frame}</body></html>', encoding="utf-8")
-    browser.open(out)
-    got = browser.js("[...document.querySelectorAll('iframe')].map(f => f.srcdoc)")
-    assert got[0] == doc
-    assert got[1].endswith(svg) and "<script" in got[1]
-    # the frame has the picture's proportions at the page's width: no scroll box inside it
-    w, h = (int(re.search(rf'<svg[^>]*\s{k}="(\d+)', svg).group(1)) for k in ("width", "height"))  # type: ignore[union-attr]
-    fw, fh = browser.js("(() => { const r = document.querySelectorAll('iframe')[1].getBoundingClientRect();"
-                        " return [r.width, r.height]; })()")
-    assert fh / fw == pytest.approx(h / w, rel=0.02)
-    assert len(out.read_bytes()) < 1.05 * (len(doc.encode()) + len(svg.encode()) + 200)  # no <, > or " blown up
+def test_no_picture_is_framed_and_nothing_is_drawn_twice(browser: Browser, perf_page: Path) -> None:
+    """The IO heatmap and the dip flame graph were SVGs in frames (their own scripts, another
+    orientation); every picture is now drawn by the page, once: no frame, no fallback copy."""
+    browser.open(perf_page)
+    assert browser.js("document.querySelectorAll('iframe, noscript svg').length") == 0
+    assert browser.js("document.querySelectorAll('#io-heatmap canvas').length") == 1

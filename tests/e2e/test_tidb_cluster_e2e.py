@@ -31,7 +31,6 @@ from tests.hosts import HostLab, host_lab  # noqa: F401 - the fixture
 pytestmark = [
     pytest.mark.privileged,
     pytest.mark.slow,
-    pytest.mark.skipif(bool(tidb.missing()), reason=f"no TiDB binaries: set {', '.join(tidb.missing())}"),
     pytest.mark.skipif(shutil.which("sysbench") is None or shutil.which("mysql") is None,
                        reason="sysbench and the mysql client load and check TiDB"),
 ]
@@ -73,6 +72,7 @@ def _sysbench(db: tidb.Instance, what: str, seconds: int = 600) -> list[str]:
             f"--threads={THREADS}", f"--time={seconds}", "--report-interval=1", what]
 
 
+@pytest.mark.skipif(bool(tidb.missing()), reason=f"no TiDB binaries: set {', '.join(tidb.missing())}")
 def test_tiup_cluster_of_real_servers_names_the_limiting_tier(host_lab: HostLab, tmp_path: Path) -> None:  # noqa: F811
     pd_h, kv_h, db_h = host_lab.add("pd1"), host_lab.add("kv1"), host_lab.add("db1")
     cluster = tidb.TidbCluster(SERVER_CONFIGS)
@@ -142,3 +142,44 @@ def test_tiup_cluster_of_real_servers_names_the_limiting_tier(host_lab: HostLab,
         assert "rocksdb:low" in knobs["rocksdb.max-background-jobs"]["sizes"]
         assert knobs["raftdb.max-background-jobs"]["value"] == 2
     print(f"\ncluster of real servers started in {started:.0f}s; " + "; ".join(figures))
+
+
+@pytest.mark.skipif(bool(tidb.missing(("pd", "tidb"))), reason=f"no PD/TiDB binaries: set {', '.join(tidb.missing(('pd', 'tidb')))}")
+def test_real_pd_and_tidb_give_their_server_metrics_and_knobs(host_lab: HostLab, tmp_path: Path) -> None:  # noqa: F811
+    """Real pd-server and tidb-server (TiDB on its embedded store: no TiKV needed) from a TiUP-style
+    topology: each node's own status port answers over its host's address (a node's bare python3
+    has no psutil), the loaded TiDB under a fifth of a core is the limiting tier, PD is idle, and
+    TiDB's knobs from server_configs are in the report."""
+    pd_h, db_h = host_lab.add("pd1"), host_lab.add("db1")
+    cluster = tidb.TidbCluster({"tidb": {"performance.max-procs": 2, "log.slow-threshold": 300}})
+    cluster.add(pd_h, "pd")
+    db = cluster.add(db_h, "tidb")
+    cluster.start()
+    cluster.sql("create database if not exists sbtest")
+    subprocess.run(_sysbench(db, "prepare"), check=True, capture_output=True, timeout=600)
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(cluster.topology())
+    assert db.pid is not None
+    db_h.limit_cpu(db.pid, 0.2)
+    before = _cpu_stat(host_lab.cgroups[-1])
+    out = tmp_path / "cap"
+    code, text = _cli(["cluster", "run", "--topology", str(topo), "--ssh-config", str(host_lab.ssh_config),
+                       "-d", "10s", "-o", str(out), "--no-report", "--", *_sysbench(db, "run")])
+    after = _cpu_stat(host_lab.cgroups[-1])
+    assert code in (0, 130, 143), text
+    for n in load_cluster(out).nodes:
+        assert _ok_or_losses(n.status, n.reason), (n.name, n.reason)
+    throttled = (after["nr_throttled"] - before["nr_throttled"]) / max(1, after["nr_periods"] - before["nr_periods"])
+    assert throttled >= 0.3, throttled  # the kernel's account: TiDB was held by its quota
+    code, js = _cli(["report", str(out), "--format", "json"])
+    rep = json.loads(js)
+    nodes = {n["role"]: n for n in rep["nodes"]}
+    assert rep["verdict"]["limiting_tier"] == "tidb", rep["verdict"]
+    assert nodes["tidb"]["verdict"]["category"] == "cpu" and "quota" in nodes["tidb"]["verdict"]["headline"]
+    assert nodes["pd"]["verdict"]["category"] == "not_saturated", nodes["pd"]["verdict"]["headline"]
+    for role in ("pd", "tidb"):
+        assert role in {r["server"] for r in nodes[role]["server"]}, (role, nodes[role]["server"][:3])
+    qps = next(r for r in nodes["tidb"]["server"] if r["key"] == "tidb.qps")
+    assert qps["value"] > 0
+    knobs = {k["knob"]: k for k in nodes["tidb"]["knobs"]}
+    assert knobs["performance.max-procs"]["value"] == 2 and knobs["performance.max-procs"]["note"]

@@ -151,10 +151,13 @@ class TiDB:
         return ["sysbench", test, "--db-driver=mysql", "--mysql-host=127.0.0.1", f"--mysql-port={self.port}",
                 "--mysql-user=root", "--mysql-db=sbtest", *args]
 
-    def go_ycsb(self, verb: str, *props: str) -> list[str]:
-        """go-ycsb against this server's MySQL port (its debug listener moved to loopback)."""
+    def go_ycsb(self, verb: str, *props: str, files: tuple[str, ...] = ()) -> list[str]:
+        """go-ycsb against this server's MySQL port (its debug listener moved to loopback: pass
+        ``debug.pprof=127.0.0.1:0``); ``files``: workload property files (``-P``)."""
         argv = [binary("go-ycsb"), verb, "mysql", "-p", "mysql.host=127.0.0.1", "-p", f"mysql.port={self.port}",
                 "-p", "mysql.user=root", "-p", "mysql.db=test"]
+        for f in files:
+            argv += ["-P", f]
         for p in props:
             argv += ["-p", p]
         return argv

@@ -177,6 +177,34 @@ def test_go_ycsb_cumulative_reports_become_intervals() -> None:
     assert s is not None and s.transactions == 1000000 and s.seconds == 611.7
 
 
+def test_go_ycsb_v1_0_3_total_row_gives_the_combined_percentiles() -> None:
+    # go-ycsb v1.0.3 against tidb-server v8.5.3 here: banner, TOTAL sorted between READ and UPDATE
+    p = parse("go-ycsb-v1.0.3-total-row-properties-banner.txt")
+    assert p.tool == "go-ycsb" and p.unknown == 0 and not p.intervals
+    s = p.summary
+    assert s is not None and s.transactions == 20000 and s.seconds == pytest.approx(9.060063186)
+    # the TOTAL row's own figures, not the largest of READ's and UPDATE's (UPDATE p99 45695 us)
+    assert s.latency_ms["p99"] == pytest.approx(35.455) and s.latency_ms["p50"] == pytest.approx(1.832)
+    assert not any("upper bound" in n for n in p.notes)
+
+
+def test_go_ycsb_cumulative_reports_every_2s_with_read_modify_write() -> None:
+    p = parse("go-ycsb-interval-2-cumulative-read-modify-write.txt")
+    assert p.tool == "go-ycsb" and p.unknown == 0 and len(p.intervals) == 2
+    one, two = p.intervals
+    assert (one.end, two.end) == (2.0, 4.0)
+    assert one.tps == pytest.approx(3773 / 2.0) and two.tps == pytest.approx((9532 - 3773) / 2.0)  # TOTAL's counts
+    s = p.summary
+    assert s is not None and s.transactions == 12043  # TOTAL: READ 8000 + READ_MODIFY_WRITE 4043 (its UPDATEs inside)
+    assert {o.name for o in s.ops} == {"READ", "READ_MODIFY_WRITE", "TOTAL", "UPDATE"}
+    assert any("since the run started" in n for n in p.notes)
+
+
+def test_go_ycsb_load_run() -> None:
+    s = parse("go-ycsb-load-insert-dotransactions-false.txt").summary
+    assert s is not None and s.transactions == 2000 and [o.name for o in s.ops] == ["INSERT", "TOTAL"]
+
+
 # ------------------------------------------------------------------------------- go-tpc
 
 
@@ -207,15 +235,24 @@ def test_go_tpc_summary_missing_an_error_row() -> None:
 
 
 def test_go_tpc_current_blocks_and_summary() -> None:
-    p = parse("go-tpc-current-summary-prefixed.constructed.txt")
-    assert p.tool == "go-tpc" and p.unknown == 0 and len(p.intervals) == 2
-    one, two = p.intervals
-    assert (one.end, two.end) == (10.0, 20.0)
-    assert one.tps == pytest.approx((83 + 1014 + 91 + 980 + 96) / 10.0)
-    assert one.errors == pytest.approx(2 / 10.0) and two.errors == 0.0
+    # go-tpc v1.0.7 against tidb-server v8.5.3 here: three [Current] blocks, Finished, [Summary] with *_ERR rows
+    p = parse("go-tpc-tpcc-current-blocks-err-rows-efficiency.txt")
+    assert p.tool == "go-tpc" and p.unknown == 0 and len(p.intervals) == 3
+    one, two, three = p.intervals
+    assert (one.end, two.end, three.end) == (9.9, 19.9, 29.9)
+    assert one.tps == pytest.approx((18 + 235 + 11 + 162 + 14) / 9.9)
+    assert two.latency_ms["p99"] == 1275.1  # NEW_ORDER's, the largest of the block
     s = p.summary
-    assert s is not None and s.extra == {"tpmC": 6036.0, "tpmTotal": 13584.3, "efficiency": 586.6}
-    assert s.transactions == 164 + 2012 + 181 + 1955 + 191
+    assert s is not None and s.extra == {"tpmC": 1115.1, "efficiency": 8671.2}  # no tpmTotal in v1.0.7
+    assert s.transactions == 47 + 648 + 38 + 550 + 55 and s.seconds == 34.9
+    assert s.errors == pytest.approx((2 + 1) / 34.9)
+    assert [o.name for o in s.ops if o.error] == ["NEW_ORDER_ERR", "PAYMENT_ERR"]
+
+
+def test_go_tpc_prepare_progress_is_known_in_lower_case() -> None:
+    # v1.0.7's prepare writes "creating table warehouse" (not "Creating table"): go-tpc's, not unknown lines
+    p = parse("go-tpc-tpcc-prepare-lowercase-creating-table.txt")
+    assert p.tool == "go-tpc" and p.unknown == 0 and not p.intervals and p.summary is None
 
 
 # ------------------------------------------------------------------------------- detection

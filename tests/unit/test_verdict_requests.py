@@ -146,3 +146,31 @@ def test_docs_list_every_request_phase_and_goroutine_wait() -> None:
     from profiler.analyzers.verdict.findings import THRESHOLDS
 
     assert {k for k in THRESHOLDS if k.startswith(("req.", "cpu.host", "cpu.capture"))} <= set(thresholds)
+
+
+# ----------------------------------------------------------------------------- real TiDB (v8.5.3, unistore)
+
+
+def test_tidb_hot_rows_are_lock_contention_naming_the_waiter_and_citing_lock_keys() -> None:
+    a, v, t = _verdict("tidb-unistore-pessimistic-hot-rows")
+    assert v.category == "lock_contention" and v.primary.rule == "request_lock_wait"
+    assert "lockwaiter.(*Waiter).Wait" in v.primary.sub_cause and "lock_keys" in v.primary.sub_cause
+    rows = {e.metric: e for e in v.primary.evidence}
+    assert rows["tidb.lock_keys.waiting"].crossed and rows["tidb.lock_keys.share"].crossed
+    p99 = rows["tidb.lock_keys.p99"]
+    assert p99.value is not None and p99.value > 0.1 and p99.panel == "TiDB > KV Duration > KV Cmd Duration 99 (lock_keys)"
+    assert t.server.app_lock_waits >= 16 and not t.server.rpc_by_tier  # the waits are unistore's own
+    assert v.primary.tier is None
+
+
+def test_tidb_sessions_queueing_for_tokens_are_named_as_such() -> None:
+    a, v, t = _verdict("tidb-unistore-token-limit-queue")
+    assert v.category == "lock_contention" and v.primary.rule == "request_queue_wait"
+    assert "token" in v.primary.sub_cause.lower() and "(*TokenLimiter).Get" in v.primary.sub_cause
+    assert "token-limit" in v.primary.recommendation
+
+
+def test_tidb_idle_with_its_background_work_is_not_saturated() -> None:
+    a, v, t = _verdict("tidb-unistore-idle")
+    assert v.category == "not_saturated"
+    assert all(f.score < 0.35 for f in v.findings if f.category != "not_saturated")

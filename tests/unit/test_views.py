@@ -50,7 +50,8 @@ def test_one_analysis_opens_each_member_once(backend: str, sample: Path, monkeyp
     a = analysis.analyze(bundle)
     assert dict(counts) == dict.fromkeys(sorted(EVIDENCE[backend]), 1)
     # and everything was drawn from those single reads
-    assert set(a.artifacts) == {"cpu_flame", "cpu_heatmap", "offcpu_flame", "io_heatmap", "cpu_range", "offcpu_range"}, a.missing_artifacts
+    assert set(a.artifacts) == {"cpu_flame", "cpu_heatmap", "offcpu_flame", "io_heatmap", "cpu_range", "offcpu_range",
+                                "explore"}, a.missing_artifacts
 
 
 def test_one_read_per_member_with_several_targets(monkeypatch: pytest.MonkeyPatch) -> None:
