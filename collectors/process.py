@@ -47,6 +47,7 @@ def spawn(
     cwd: str | None = None,
     stdin_pipe: bool = False,
     new_session: bool = True,
+    stdin: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a helper that cannot outlive the profiler (parent-death signal).
 
@@ -54,11 +55,12 @@ def spawn(
     them in order). ``new_session=False`` is for the load command of ``profiler run``: a new
     session would also put it in a new scheduler autogroup, which changes how it shares the
     CPUs with the server it drives (measured: a third less sysbench throughput against a
-    MariaDB of the same session), so the load stays in ours.
+    MariaDB of the same session), so the load stays in ours. ``stdin``: an open descriptor the
+    child gets as its standard input (the bcc helpers' control socket).
     """
     proc = subprocess.Popen(
         argv,
-        stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+        stdin=stdin if stdin is not None else (subprocess.PIPE if stdin_pipe else subprocess.DEVNULL),
         stdout=stdout,
         stderr=stderr,
         start_new_session=new_session,

@@ -61,6 +61,7 @@ class FoldOptions:
     pid_filter: frozenset[int] | None = None
     tid_filter: frozenset[int] | None = None
     compat: str = "ours"  # ours | inferno | perl
+    group_by: tuple[str, ...] = ()  # pprof inputs: label keys whose values root the stacks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,6 +285,19 @@ class Collapser:
         if self.on_sample is not None:
             self.ids = pkey
             self.on_sample(float(t) if t is not None else None, stack, count)
+
+    def frame_modules(self) -> dict[str, str]:
+        """Function name -> the binary (perf's dso) it was first read in: for exports' mappings."""
+        out: dict[str, str] = {}
+        for cache in (self._namer.cache, self._namer.cache_java):
+            for line, names in cache.items():
+                i = line.rfind(" (")
+                if i < 0 or not line.endswith(")") or not names:
+                    continue
+                module = line[i + 2 : -1]
+                for n in names.split(";"):
+                    out.setdefault(n, module)
+        return out
 
     def _resplit(self, header: str, body: str) -> None:
         # whitespace-only lines end a sample too (the reference trims lines before testing)

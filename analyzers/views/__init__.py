@@ -10,11 +10,16 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
   stat             stat.csv                              stat.csv
   syscalls         syscalls.csv (older: syscalls-rate.csv) syscalls.csv
   cpu              cpu.perf.txt.gz                       cpu.perf.txt.gz
-  offcpu           offcpu.perf.txt.gz + offcpu.csv.gz    offcpu.folded.gz
-  io               block.trace.gz                        block.hist.jsonl.gz
+  offcpu           offcpu.perf.txt.gz + offcpu.csv.gz    offcpu.slots.jsonl.gz (older: offcpu.folded.gz)
+  io               block.events.bin (older: block.trace.gz) block.hist.jsonl.gz
   waits            (none)                                futex.summary.json, futex.folded.gz,
                                                          offcpu.summary.json
   load             load.log + load.times.csv.gz           (same)
+  server           server-status.jsonl, server-metrics.jsonl.gz and its profiles (analyzers/server/view.py)
+
+The same readers serve the verbs with their own options (``read_offcpu``, ``fold_cpu_stacks``,
+``read_cpu_times``, ``read_block_trace``, ``read_block_hist``): a flame graph or heatmap of a
+bundle and the report read each member the one way.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ class OffCpuView:
 
     source: str  # the stack member: offcpu.perf.txt.gz (perf) or offcpu.folded.gz (bcc)
     folded: dict[str, int] = field(default_factory=dict)  # blocked us per wait reason;pool;stack
-    switches: int = 0  # perf: switch-outs folded (at most OFFCPU_MAX_SWITCHES)
+    switches: int = 0  # perf: samples folded (at most OFFCPU_MAX_SWITCHES; switch-ins and side-band records too)
+    switch_outs: int = 0  # perf: the blocked intervals among them (a flame graph's "N switches")
     limited: bool = False  # perf: the member holds more switches than were folded
     sampled: tuple[int, int] | None = None  # perf: (switch-outs symbolized, the targets' switch-outs) when the collector sampled
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
@@ -142,7 +143,7 @@ class OffCpuView:
 
 
 def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit: int | None,
-                      evidence: bool) -> OffCpuView:
+                      evidence: bool, on_interval: Callable[[float, float, str, int], None] | None = None) -> OffCpuView:
     view = OffCpuView(source=members.OFFCPU_STACKS)
     intervals = None
     try:
@@ -157,11 +158,15 @@ def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit:
     tids: list[int] = []
 
     def keep(lo: float, hi: float, key: str) -> None:
-        timed.append((lo, hi, key))
-        tids.append(folder.thread)
+        if evidence:
+            timed.append((lo, hi, key))
+            tids.append(folder.thread)
+        if on_interval is not None:
+            on_interval(lo, hi, key, folder.thread)
 
     folder = offcpu.SwitchFolder(by_reason=True, pools=pools, window=window, intervals=intervals, futex=evidence,
-                                 limit=limit, log=bundle.log(members.OFFCPU_STACKS), on_interval=keep if evidence else None)
+                                 limit=limit, log=bundle.log(members.OFFCPU_STACKS),
+                                 on_interval=keep if evidence or on_interval is not None else None)
     warnings: list[str] = []
     try:
         with bundle.open_binary(members.OFFCPU_STACKS) as fh:
@@ -176,6 +181,7 @@ def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit:
         view.timed = timed
         view.timed_tids = tids
     view.switches = folder.stats.samples
+    view.switch_outs = folder.stats.switches
     view.limited = folder.stats.limited
     view.notes = folder.stats.notes
     view.futex = folder.futex
@@ -212,15 +218,18 @@ def _read_bcc_offcpu(bundle: Bundle, *, pools: bool) -> OffCpuView:
 
 
 def read_offcpu(bundle: Bundle, *, pools: bool = True, window: TimeWindow = WHOLE,
-                limit: int | None = OFFCPU_MAX_SWITCHES, evidence: bool = True) -> OffCpuView | None:
+                limit: int | None = OFFCPU_MAX_SWITCHES, evidence: bool = True,
+                on_interval: Callable[[float, float, str, int], None] | None = None) -> OffCpuView | None:
     """The off-CPU stacks of whichever backend wrote them (perf first), or None: the one reader
     of the off-CPU members, for the report (the defaults) and for a flame graph (its own
     ``pools`` and ``window``, every switch: ``limit`` None, and no ``evidence``: the per-thread
     stacks, futex stacks and timed intervals the verdict and the report's ranges use). Both
     backends count blocked microseconds. A bcc capture has no per-switch times: ``window`` is
-    for perf's members."""
+    for perf's members, and so is ``on_interval``, which sees each blocked interval folded
+    (from, to, folded stack, thread id: an export labels them)."""
     if bundle.has(members.OFFCPU_STACKS):
-        return _read_perf_offcpu(bundle, pools=pools, window=window, limit=limit, evidence=evidence)
+        return _read_perf_offcpu(bundle, pools=pools, window=window, limit=limit, evidence=evidence,
+                                 on_interval=on_interval)
     if bundle.has(members.OFFCPU_SLOTS):  # bcc, per time slot (the whole-capture folded file is its sum)
         from profiler.analyzers.views.slots import read_offcpu_slots
 

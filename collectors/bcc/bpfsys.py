@@ -25,10 +25,12 @@ BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_RAW_TRACEPOINT_
 
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, MAP_STACK_TRACE, MAP_LRU_HASH = 1, 2, 5, 6, 7, 9
 PERCPU_MAPS = (MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, 10)  # 10: LRU_PERCPU_HASH
-PROG_TRACEPOINT, PROG_RAW_TRACEPOINT = 5, 17
+PROG_TRACEPOINT, PROG_RAW_TRACEPOINT, PROG_PERF_EVENT = 5, 17, 7
 BPF_ANY, BPF_NOEXIST = 0, 1
 
-_PERF_TYPE_TRACEPOINT = 2
+_PERF_TYPE_SOFTWARE, _PERF_TYPE_TRACEPOINT = 1, 2
+_PERF_COUNT_SW_CPU_CLOCK = 0
+_ATTR_FREQ = 1 << 10
 _PERF_SAMPLE_RAW = 1 << 10
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
 _IOC_ENABLE = 0x2400
@@ -284,3 +286,36 @@ def attach_raw_tracepoint(prog_fd: int, name: str) -> int:
         return _bpf(BPF_RAW_TRACEPOINT_OPEN, a)
     except OSError as exc:
         raise OSError(exc.errno, f"attaching to raw tracepoint {name}: {exc.strerror}") from None
+
+
+def online_cpus() -> list[int]:
+    try:
+        with open("/sys/devices/system/cpu/online") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return list(range(os.cpu_count() or 1))
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def attach_cpu_clock(prog_fd: int, cpu: int, freq: int) -> int:
+    """Run a perf_event program ``freq`` times a second on one CPU (cpu-clock, every task);
+    returns the event's fd, whose closing detaches it."""
+    attr = ctypes.create_string_buffer(112)
+    struct.pack_into("<IIQQQQQ", attr, 0, _PERF_TYPE_SOFTWARE, 112, _PERF_COUNT_SW_CPU_CLOCK, freq, 0, 0, _ATTR_FREQ)
+    fd = int(_libc.syscall(_nr(1), ctypes.byref(attr), -1, cpu, -1, _PERF_FLAG_FD_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"perf_event_open cpu-clock on CPU {cpu}: {os.strerror(err)}")
+    try:
+        for req, arg in ((_IOC_SET_BPF, prog_fd), (_IOC_ENABLE, 0)):
+            if _libc.ioctl(fd, req, arg) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"attaching to cpu-clock on CPU {cpu}: {os.strerror(err)}")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -26,18 +26,15 @@ import os
 import platform
 import re
 import signal
-import subprocess
-import sys
+import socket
 import threading
 import time
-from collections import deque
-from typing import IO, Any
+from typing import Any
 
 from profiler.collectors import host
-from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe
-from profiler.collectors.bcc import bpfsys, objects
-from profiler.collectors.bcc.symbols import KERNEL_SUFFIX, clean, reap_within
+from profiler.collectors.bcc import bpfsys, objects, zygote
+from profiler.collectors.bcc.symbols import KERNEL_SUFFIX, clean
 
 from profiler.bundle import FAILED, OK, PARTIAL, RUNNING, CollectorRecord
 from profiler.errors import CapabilityError
@@ -233,7 +230,9 @@ class BccCollector(CollectorBase):
 
     def __init__(self) -> None:
         self.rec: CollectorRecord | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.zyg: zygote.Zygote | None = None
+        self.sock: socket.socket | None = None
+        self.eof = threading.Event()  # the helper's socket closed
         self.ctx: CaptureContext | None = None
         self.t0_ns = 0
         self.end_ns = 0
@@ -253,7 +252,6 @@ class BccCollector(CollectorBase):
         self.counters: dict[str, int] = {}
         self.helper_cpu: float | None = None
         self._reader: threading.Thread | None = None
-        self._stderr: deque[str] = deque(maxlen=20)
         self._stack = contextlib.ExitStack()
         self._stopping = False
 
@@ -291,18 +289,22 @@ class BccCollector(CollectorBase):
         settings = {"program": self.program, "tracefs": tracefs, "slot_ns": self.slot_ns, "prefer": self.prefer,
                     "targets": self.pids if self.needs_targets else [], **self.settings(ctx)}
         try:
-            self.proc = _proc.spawn([sys.executable, "-m", "profiler.collectors.bcc.helper"], stdin_pipe=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps(settings) + "\n").encode())
-            self.proc.stdin.flush()
+            self.zyg = zygote.acquire()
+            self.sock = self.zyg.fork(self.name, settings)
         except OSError as exc:
+            if self.zyg is not None:
+                zygote.release(self.zyg)
+                self.zyg = None
             raise CapabilityError(f"{self.name}: could not start the bcc helper: {exc.strerror or exc}") from None
         self.open_outputs(ctx)
         self._reader = threading.Thread(target=self._read, name=f"bcc-{self.name}", daemon=True)
         self._reader.start()
-        threading.Thread(target=self._read_stderr, name=f"bcc-{self.name}-err", daemon=True).start()
         ctx.writer.record(self.rec)
+
+    @property
+    def helper_pid(self) -> int | None:
+        """The pid of this collector's helper process (None until the helper reported it)."""
+        return self.zyg.child(self.name).pid if self.zyg is not None else None
 
     def check_started(self, ctx: CaptureContext) -> None:
         """Wait a moment for the helper to attach; a helper still compiling goes on in the background."""
@@ -312,7 +314,7 @@ class BccCollector(CollectorBase):
         """Wait up to ``timeout`` s for the programs to be attached; raise with the helper's reason if it gave up."""
         deadline = time.monotonic() + timeout
         while not self.attached.is_set() and time.monotonic() < deadline:
-            if self.error is not None or (self.proc is not None and self.proc.poll() is not None and not self.attached.is_set()):
+            if self.error is not None or (self.eof.is_set() and not self.attached.is_set()):
                 if self._reader is not None:
                     self._reader.join(1.0)
                 raise CapabilityError(f"{self.name}: {self._failure()}")
@@ -320,9 +322,7 @@ class BccCollector(CollectorBase):
         return self.attached.is_set()
 
     def poll(self) -> str | None:
-        if self._stopping or self.proc is None:
-            return None
-        if self.proc.poll() is None:
+        if self._stopping or self.sock is None or not self.eof.is_set():
             return None
         return f"died: {self._failure()}"
 
@@ -332,16 +332,15 @@ class BccCollector(CollectorBase):
             return
         self._stopping = True
         self.end_ns = time.monotonic_ns()
-        if self.proc is not None and self.proc.stdin is not None:
+        if self.sock is not None:
             with contextlib.suppress(OSError, ValueError):
-                self.proc.stdin.write((json.dumps({"cmd": "stop", "end_ns": self.end_ns}) + "\n").encode())
-                self.proc.stdin.flush()
+                self.sock.sendall((json.dumps({"cmd": "stop", "end_ns": self.end_ns}) + "\n").encode())
 
     def stop(self, ctx: CaptureContext) -> CollectorRecord:
         rec = self.rec or CollectorRecord(name=self.name, backend=self.backend)
         if rec.status != RUNNING and rec.ended is not None:
             return rec  # already stopped
-        if self.proc is None:
+        if self.sock is None:
             rec.status, rec.reason = FAILED, rec.reason or "never started"
             ctx.writer.record(rec)
             return rec
@@ -362,6 +361,7 @@ class BccCollector(CollectorBase):
         finally:
             self._stack.close()
             self.cleanup()
+            self._let_go(rec)
         ctx.writer.record(rec)
         return rec
 
@@ -392,52 +392,60 @@ class BccCollector(CollectorBase):
     # -- internals
 
     def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None and self.ctx is not None
-        for line in self.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            kind = msg.get("kind")
-            if kind == "attached":
-                self.t0_ns, self.how = int(msg["t0"]), str(msg.get("how"))
-                self.load_seconds = msg.get("load_seconds")
-                if self.rec is not None:
-                    self.rec.started = int(msg.get("attached") or msg["t0"]) / 1e9
-                    self.rec.stats["loaded"] = str(msg.get("why") or self.how)
-                self.attached.set()
-            elif kind == "data":
-                self.messages += 1
-                self.last_data_ns = time.monotonic_ns()
-                self.counters = dict(msg.get("counters") or self.counters)
-                try:
-                    with self.lock:
-                        self.on_data(self.ctx, msg)
-                except Exception as exc:  # noqa: BLE001 - keep reading; stop() says it
-                    self.data_error = self.data_error or f"writing what the kernel aggregated failed: {type(exc).__name__}: {exc}"
-            elif kind == "end":
-                self.misses = msg.get("misses")
-                self.ended = True
-            elif kind == "error":
-                self.error = str(msg.get("message"))
+        assert self.sock is not None and self.ctx is not None
+        with self.sock.makefile("rb") as lines:
+            for line in lines:
+                self._message(line)
+        self.eof.set()
 
-    def _read_stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        err: IO[bytes] = self.proc.stderr
-        for line in err:
-            text = line.decode("utf-8", "replace").strip()
-            if text:
-                self._stderr.append(text[:300])
+    def _message(self, line: bytes) -> None:
+        assert self.ctx is not None
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
+        kind = msg.get("kind")
+        if kind == "attached":
+            self.t0_ns, self.how = int(msg["t0"]), str(msg.get("how"))
+            self.load_seconds = msg.get("load_seconds")
+            if self.rec is not None:
+                self.rec.started = int(msg.get("attached") or msg["t0"]) / 1e9
+                self.rec.stats["loaded"] = str(msg.get("why") or self.how)
+            self.attached.set()
+        elif kind == "data":
+            self.messages += 1
+            self.last_data_ns = time.monotonic_ns()
+            self.counters = dict(msg.get("counters") or self.counters)
+            try:
+                with self.lock:
+                    self.on_data(self.ctx, msg)
+            except Exception as exc:  # noqa: BLE001 - keep reading; stop() says it
+                self.data_error = self.data_error or f"writing what the kernel aggregated failed: {type(exc).__name__}: {exc}"
+        elif kind == "end":
+            self.misses = msg.get("misses")
+            self.ended = True
+        elif kind == "error":
+            self.error = str(msg.get("message"))
 
     def _reap(self) -> int | None:
-        """Wait for the helper (killed after STOP_WAIT) and take its CPU time from the kernel's
-        accounting of the reaped child (stats.helper_cpu_seconds)."""
-        if self.proc is None:
+        """The helper's exit status and CPU time, as the helper process reported them after
+        reaping it (stats.helper_cpu_seconds); None when it did not say in time."""
+        if self.zyg is None:
             return None
-        rc, cpu = reap_within(self.proc, STOP_WAIT)
-        if cpu is not None:
-            self._cpu(cpu)
-        return rc
+        child = self.zyg.wait_exit(self.name, STOP_WAIT)
+        if child.cpu is not None:
+            self._cpu(child.cpu)
+        return child.status
+
+    def _let_go(self, rec: CollectorRecord) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+        if self.zyg is not None:
+            cpu = zygote.release(self.zyg)
+            if cpu:  # the last collector to let go says what the helper process itself cost
+                rec.stats["helper_parent_cpu_seconds"] = round(cpu, 3)
+            self.zyg = None
 
     def _cpu(self, seconds: float) -> None:
         self.helper_cpu = round(seconds, 3)
@@ -445,9 +453,10 @@ class BccCollector(CollectorBase):
     def _failure(self) -> str:
         if self.error:
             return self.error
-        rc = self.proc.poll() if self.proc is not None else None
-        last = next((ln for ln in reversed(self._stderr) if "Error" in ln or "error" in ln), None)
-        return f"the bcc helper {signal_text(rc)}" + (f" ({last})" if last else "")
+        child = self.zyg.wait_exit(self.name, 2.0) if self.zyg is not None else None
+        if child is None or child.status is None:
+            return "the bcc helper ended without a word (its exit was not reported)"
+        return f"the bcc helper (pid {child.pid}) {signal_text(child.status)}"
 
     def _note(self, rec: CollectorRecord, rc: int | None) -> None:
         rec.stats["backend_reason"] = self.backend_reason or rec.stats.get("backend_reason")

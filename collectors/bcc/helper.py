@@ -1,21 +1,32 @@
-"""The bcc helper process (collectors layer): one collector's BPF programs, in a process of their own.
+"""The bcc helper processes (collectors layer): each collector's BPF programs in a process of their own.
 
-``python -m profiler.collectors.bcc.helper`` is started by a bcc collector (collectors/bcc/common.py),
-as bcc's own tools are each a process: whatever goes wrong in it (a fault in libbcc or clang when it
-has to compile, a signal) ends this process and that one collector, never the capture. It reads
-one JSON line of settings on stdin, loads the program (the prebuilt object when it fits this
-kernel, else compiled with bcc: collectors/bcc/objects.py), writes the capture's settings to its
-`cfg` map and attaches; then every ``slot_ns`` it moves the finished slots out of the maps
-(collectors/bcc/sides.py) and writes them to stdout, one JSON message a line:
+``python -m profiler.collectors.bcc.helper`` is started once per capture by the first bcc
+collector (collectors/bcc/zygote.py). It imports the loader and reads the prebuilt objects, then
+waits on its control socket (its stdin, a SOCK_SEQPACKET socketpair) for requests: each is one
+collector's settings with one end of a socketpair. For each it forks a child that serves that
+collector alone, so a collector's helper is a process of its own, as bcc's own tools are,
+without paying an interpreter's start-up per collector (four processes starting side by side
+on a busy 2-CPU host took a second and more). Whatever goes wrong in a child (a fault in libbcc
+or clang when it has to compile, a signal, a Python error) ends that child and that one
+collector, never the capture; the parent reports each child's pid, and its exit status and CPU
+time when it ends, on the control socket:
+
+    {"forked": NAME, "pid": PID}        {"exited": NAME, "pid": PID, "status": CODE or -SIGNAL, "cpu": S}
+
+A child loads its program (the prebuilt object when it fits this kernel, else compiled with
+bcc: collectors/bcc/objects.py), writes the capture's settings to its `cfg` map and attaches;
+then every ``slot_ns`` it moves the finished slots out of the maps (collectors/bcc/sides.py)
+and writes them on its socket, one JSON message a line:
 
     {"kind": "attached", "t0": NS, "how": "prebuilt"|"compiled", "why": "...", "load_seconds": S}
     {"kind": "data", ...}            every interval (and once more at the stop, "final": true)
     {"kind": "end", "misses": N, ...} after the stop: detached, everything sent
     {"kind": "error", "message": "..."} and exit 1 when it cannot go on
 
-It stops on a ``{"cmd": "stop", "end_ns": NS}`` line, or when stdin closes (the profiler is
-gone; its death signal would end us anyway). The programs are detached by closing their perf
-events, and freed with this process's descriptors however it ends.
+It stops on a ``{"cmd": "stop", "end_ns": NS}`` line, or when its socket closes (the profiler
+is gone). The programs are detached by closing their perf events and raw tracepoint links, and
+freed with the child's descriptors however it ends. The helper itself ends when its control
+socket closes and its children have ended; it dies with the profiler (parent-death signal).
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
+import socket
 import sys
 import time
 from typing import Any
@@ -33,9 +46,17 @@ from profiler.collectors.bcc.sides import SIDES, Side
 SETTLE_NS = 50_000_000  # a slot is drained once it ended this long ago
 
 
-def emit(msg: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+class Channel:
+    """One collector's socket: JSON lines out, command lines in."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def emit(self, msg: dict[str, Any]) -> None:
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
 
 
 def candidates(program: str, prefer: str) -> list[tuple[str, str]]:
@@ -55,8 +76,9 @@ def describe(name: str, how: str, obj: objects.BpfObject) -> str:
 
 
 class Run:
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], chan: Channel) -> None:
         self.settings = settings
+        self.chan = chan
         self.side: Side = SIDES[settings["program"]](settings)
         self.tracefs = str(settings["tracefs"])
         self.loaded: objects.Loaded | None = None
@@ -73,7 +95,7 @@ class Run:
                 continue
             assert self.obj is not None
             why = describe(name, how, self.obj) + (f" ({failed[0]})" if failed else "")
-            emit({"kind": "attached", "t0": self.side.t0, "attached": time.monotonic_ns(), "how": how, "why": why,
+            self.chan.emit({"kind": "attached", "t0": self.side.t0, "attached": time.monotonic_ns(), "how": how, "why": why,
                   "load_seconds": round(time.monotonic() - t, 4)})
             return
         raise RuntimeError("; ".join(failed) or "nothing to load")
@@ -91,7 +113,7 @@ class Run:
             self.side.bind(loaded.maps)
             self.side.configure(time.monotonic_ns(), list(self.settings.get("targets") or []),
                                 int(self.settings.get("kstack_every", 1)))
-            objects.attach(obj, loaded, self.tracefs)
+            objects.attach(obj, loaded, self.tracefs, int(self.settings.get("freq", 49)))
         except BaseException:
             loaded.close()
             raise
@@ -108,7 +130,7 @@ class Run:
                     last[key] = {**msg.get(key, {}), **last[key]}
             msg.update(last, final=True)
         if msg is not None:
-            emit({"kind": "data", **msg})
+            self.chan.emit({"kind": "data", **msg})
 
     def misses(self) -> int | None:
         assert self.loaded is not None
@@ -124,7 +146,7 @@ class Run:
         step = self.side.slot_ns / 1e9
         next_drain = time.monotonic() + step
         buf = b""
-        fd = sys.stdin.fileno()
+        fd = self.chan.fd
         while True:
             timeout = max(0.0, next_drain - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)
@@ -150,26 +172,94 @@ class Run:
         assert self.loaded is not None
         self.loaded.detach()
         self.drain(True, end_ns)
-        emit({"kind": "end", "misses": self.misses(), "detached": time.monotonic_ns()})
+        self.chan.emit({"kind": "end", "misses": self.misses(), "detached": time.monotonic_ns()})
         self.loaded.close()
 
 
-def main() -> int:
-    line = sys.stdin.readline()
-    if not line:
-        return 1
-    run = Run(json.loads(line))
+def serve(settings: dict[str, Any], fd: int) -> int:
+    """One collector, in a forked child: load, attach, drain until stopped."""
+    chan = Channel(fd)
+    run = Run(settings, chan)
     try:
         run.start()
     except Exception as exc:  # noqa: BLE001 - said to the collector, which records it
-        emit({"kind": "error", "stage": "start", "message": str(exc) or type(exc).__name__})
+        chan.emit({"kind": "error", "stage": "start", "message": str(exc) or type(exc).__name__})
         return 1
     try:
         run.loop()
     except Exception as exc:  # noqa: BLE001
-        emit({"kind": "error", "stage": "capture", "message": f"{type(exc).__name__}: {exc}"})
+        chan.emit({"kind": "error", "stage": "capture", "message": f"{type(exc).__name__}: {exc}"})
         return 1
     return 0
+
+
+def _report(ctl: socket.socket, msg: dict[str, Any]) -> None:
+    try:
+        ctl.send(json.dumps(msg).encode())
+    except OSError:
+        pass  # the profiler is gone: nobody to tell
+
+
+def _fork(ctl: socket.socket, settings: dict[str, Any], fd: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child: this collector only
+        code = 1
+        try:
+            ctl.close()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by its socket, never by a terminal's Ctrl-C
+            code = serve(settings, fd)
+        finally:
+            os._exit(code)
+    os.close(fd)
+    return pid
+
+
+def _reap(ctl: socket.socket, children: dict[int, str]) -> None:
+    while children:
+        try:
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        name = children.pop(pid, "?")
+        _report(ctl, {"exited": name, "pid": pid, "status": os.waitstatus_to_exitcode(status),
+                      "cpu": round(ru.ru_utime + ru.ru_stime, 4)})
+
+
+def zygote(ctl: socket.socket) -> int:
+    """Fork one child per request until the control socket closes, then wait for them."""
+    objects.shipped()  # read once here: every child has it
+    children: dict[int, str] = {}
+    while True:
+        ready, _, _ = select.select([ctl], [], [], 0.1)
+        _reap(ctl, children)
+        if not ready:
+            continue
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 20, 4)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            break
+        settings = json.loads(data)
+        if not fds:
+            continue
+        pid = _fork(ctl, settings, fds[0])
+        for extra in fds[1:]:
+            os.close(extra)
+        children[pid] = str(settings.get("collector", "?"))
+        _report(ctl, {"forked": children[pid], "pid": pid})
+    while children:  # the profiler stopped asking: the children end once their collectors stop them
+        _reap(ctl, children)
+        time.sleep(0.05)
+    return 0
+
+
+def main() -> int:
+    # stdin is the control socket; the parent-death signal was set by collectors/process.py
+    return zygote(socket.socket(fileno=os.dup(sys.stdin.fileno())))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ PROGRAMS: dict[str, Program] = {p.source: p for p in (
             (("USER_STACKS", 16384), ("WAIT_ENTRIES", 32768), ("LOCK_ENTRIES", 16384), ("MAX_THREADS", 16384)),
             raw_since=(4, 17), raw_as=(("syscalls:sys_enter_futex", "raw_syscalls:sys_enter"),
                                        ("syscalls:sys_exit_futex", "raw_syscalls:sys_exit"))),
+    # the live view's sampler: a perf_event program on every CPU's cpu-clock ("perf:" events)
+    Program("oncpu.c", (("perf:cpu-clock", "pf_oncpu"),),
+            (("COUNT_ENTRIES", 32768), ("USER_STACKS", 16384), ("KERNEL_STACKS", 8192))),
 )}
 RAW = "+raw"
 
@@ -157,6 +160,11 @@ class ProgSpec:
     insns: bytes
     maps_at: list[tuple[int, str]]  # (instruction index of an ld_imm64 map load, map name)
     raw: bool = False  # attached to the raw tracepoint (a BPF_PROG_TYPE_RAW_TRACEPOINT program)
+
+    @property
+    def perf_event(self) -> bool:
+        """A BPF_PROG_TYPE_PERF_EVENT program on a software event of every CPU ("perf:cpu-clock")."""
+        return self.tracepoint.startswith("perf:")
 
 
 @dataclass
@@ -257,7 +265,8 @@ def compile_object(source: str, tracefs: str) -> BpfObject:
                 struct.pack_into("<i", code, idx * 8 + 4, 0)  # this process's fd: filled in at load
             progs.append(ProgSpec(fn, tp, bytes(code), at, raw))
         # a raw program reads no tracepoint field: only the classic build depends on their layout
-        layouts = {} if raw else {tp: tracepoint_layout(tracefs, tp) for tp, _fn in prog.tracepoints}
+        layouts = {} if raw else {tp: tracepoint_layout(tracefs, tp) for tp, _fn in prog.tracepoints
+                                  if not tp.startswith("perf:")}
     finally:
         b.cleanup()
     import platform
@@ -328,7 +337,8 @@ def load(obj: BpfObject, entries: dict[str, int], tracefs: str) -> Loaded:
             for idx, name in p.maps_at:
                 struct.pack_into("<i", code, idx * 8 + 4, loaded.maps[name].fd)
             try:
-                kind = bpfsys.PROG_RAW_TRACEPOINT if p.raw else bpfsys.PROG_TRACEPOINT
+                kind = (bpfsys.PROG_PERF_EVENT if p.perf_event else
+                        bpfsys.PROG_RAW_TRACEPOINT if p.raw else bpfsys.PROG_TRACEPOINT)
                 loaded.progs[p.name] = bpfsys.prog_load(kind, bytes(code), p.name)
             except OSError as exc:
                 raise ObjectUnusable(f"the kernel refused the prebuilt {p.name}: {exc.strerror or exc}") from None
@@ -338,8 +348,13 @@ def load(obj: BpfObject, entries: dict[str, int], tracefs: str) -> Loaded:
     return loaded
 
 
-def attach(obj: BpfObject, loaded: Loaded, tracefs: str) -> None:
+def attach(obj: BpfObject, loaded: Loaded, tracefs: str, freq: int = 49) -> None:
+    """Attach every program (``freq``: samples per second per CPU of a perf_event program)."""
     for p in obj.progs:
+        if p.perf_event:
+            for cpu in bpfsys.online_cpus():
+                loaded.attached.append(bpfsys.attach_cpu_clock(loaded.progs[p.name], cpu, freq))
+            continue
         if p.raw:
             loaded.attached.append(bpfsys.attach_raw_tracepoint(loaded.progs[p.name], p.tracepoint.partition(":")[2]))
             continue

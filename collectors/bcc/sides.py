@@ -246,4 +246,19 @@ class FutexSide(Side):
                 "ustacks": self.stacks("u", "ustacks", {w[3] for w in waiting})}
 
 
-SIDES: dict[str, type[Side]] = {s.program: s for s in (SyscallsSide, BlockSide, OffCpuSide, FutexSide)}
+class OnCpuSide(Side):
+    """The live view's sampler (oncpu.c): samples per slot, thread and stack pair."""
+
+    program = "oncpu.c"
+    counters = ("samples", "counts_full", "user_stack_lost", "kernel_stack_lost")
+    layouts = {"counts": (struct.Struct("<IIIiiI16s"), struct.Struct("<Q"))}
+    sizes = {"count_entries": "counts", "user_stacks": "ustacks", "kernel_stacks": "kstacks"}
+
+    def drain(self, cutoff: int | None) -> Msg | None:
+        rows = [[slot, tgid, tid, _comm(comm), us, ks, n]
+                for (slot, tgid, tid, us, ks, _pad, comm), (n,) in self.take("counts", cutoff)]
+        return {"rows": rows, "ustacks": self.stacks("u", "ustacks", {r[4] for r in rows}),
+                "kstacks": self.stacks("k", "kstacks", {r[5] for r in rows}), "counters": self.read_counters()}
+
+
+SIDES: dict[str, type[Side]] = {s.program: s for s in (SyscallsSide, BlockSide, OffCpuSide, FutexSide, OnCpuSide)}

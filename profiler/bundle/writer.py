@@ -19,7 +19,7 @@ import gzip
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, cast
 
@@ -40,6 +40,24 @@ def atomic_write_bytes(path: Path, data: bytes, root: Path | None = None) -> Non
     write_output(path, data, force=True, fsync=True, special=False, root=root if root is not None else path.parent)
 
 
+class _Tee:
+    """A member's file that also hands each write to a listener (which must not raise)."""
+
+    def __init__(self, fh: IO[bytes], hear: Callable[[bytes], None]) -> None:
+        self._fh, self._hear = fh, hear
+
+    def write(self, data: bytes) -> int:
+        n = self._fh.write(data)
+        try:
+            self._hear(bytes(data))
+        except Exception:  # noqa: BLE001 - a listener never costs the bundle a byte
+            pass
+        return n
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._fh, name)
+
+
 class BundleWriter:
     """Creates a bundle directory and keeps its manifest current as collectors finish."""
 
@@ -47,6 +65,8 @@ class BundleWriter:
         self.root = Path(root)
         self.manifest = manifest
         self._lock = threading.RLock()  # collectors finish side by side (session._stop_all)
+        # member -> hears every byte written to it, uncompressed, as it is written (the live view)
+        self.tees: dict[str, Callable[[bytes], None]] = {}
         self.unsaved: str | None = None  # why the last manifest rewrite failed (a full disk), if it did
         self.ran_short: str | None = None  # the first such failure: the capture is partial
         prepare_output_dir(self.root, force, BUNDLE)  # --force: only an earlier capture's own files go
@@ -132,8 +152,9 @@ class BundleWriter:
         gz = name.endswith(".gz") if compress is None else compress
         with open_output(final, force=True, fsync=True, keep_partial=True, root=self.root) as raw:
             fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)) if gz else raw
+            tee = self.tees.get(name)
             try:
-                yield fh
+                yield cast(IO[bytes], _Tee(fh, tee)) if tee is not None else fh
             finally:
                 if fh is not raw:
                     fh.close()

@@ -140,6 +140,7 @@ class Session:
         extra_options: dict[str, Any] | None = None,
         on_stopped: Callable[[CollectorRecord, Manifest], None] | None = None,
         early: EarlyReads | None = None,
+        tees: dict[str, Callable[[bytes], None]] | None = None,
     ) -> None:
         self.targets = targets
         self.output = Path(output)
@@ -156,6 +157,7 @@ class Session:
         self.say = say  # one line for the user (tracefs mounted, a collector ended early); None: nothing
         self.extra_options = extra_options or {}
         self.early = early  # handed to the collectors (their writers' taps)
+        self.tees = tees or {}  # member -> hears what is written to it (the live view)
         self.on_stopped = on_stopped  # hears each collector's record (and the manifest) once its files are final
         self._signal: int | None = None  # a stop signal arrived (profiler/capture/signals.py)
         self._finishing = False  # the stop path runs: a second signal cannot cut it
@@ -211,6 +213,7 @@ class Session:
             writer = BundleWriter(self.output, manifest, force=self.force)
         except OSError as exc:
             raise CapabilityError(f"cannot create the bundle at {self.output}: {exc.strerror or exc}") from None
+        writer.tees.update(self.tees)
         ctx = CaptureContext(writer=writer, targets=self.targets, options=self.options, perf=self.perf, early=self.early)
         result = CaptureResult(manifest=manifest, output=self.output)
         load_proc: subprocess.Popen[bytes] | None = None

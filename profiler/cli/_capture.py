@@ -44,6 +44,7 @@ CALL_GRAPH = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf
 INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (at least 10ms).")
 BACKEND = typer.Option("auto", "--backend", help="auto (default: in-kernel aggregation with bcc where the host supports it, else perf; the manifest says which and why), bcc, or perf (docs/bcc.md).")
 NO_REPORT = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
+LIVE = typer.Option(False, "--live", help="Redraw the running verdict in the terminal every --interval during the capture: its top evidence, the top waits, the top on-CPU functions per thread pool, the load's throughput and latency (docs/cli.md#live).")
 KEEP_PERF_DATA = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle.")
 COLLECTOR = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10.")
 STATUS_URL = typer.Option(None, "--status-url", help="The target's HTTP status port, when profiler cannot find it or it is on another host: http://HOST:PORT, or PID=http://HOST:PORT (repeatable).")
@@ -93,7 +94,7 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
 def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, force: bool,
             keep_perf_data: bool, collectors: list[str] | None, load: list[str] | None = None,
             report: bool = True, load_log: Path | None = None, load_start: LoadStart | None = None,
-            containers: list[str] | None = None) -> CaptureResult:
+            containers: list[str] | None = None, live: bool = False) -> CaptureResult:
     """Shared by attach and run: resolve, capture, summarize; raises Interrupted after finishing on Ctrl-C."""
     from profiler.capture.session import Session
     from profiler.capture.signals import describe
@@ -115,15 +116,34 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
         from profiler.usecases.report import early_reads
 
         early, on_stopped = early_reads(out)
-    bars = Bars()
+    bars = Bars(enabled=False if live else None)  # --live: the screen is the live view's
+    watch = None
+    if live:
+        from profiler.bundle import members
+        from profiler.usecases.live import LiveCapture
+
+        watch = LiveCapture(out, used, load_log=out / members.LOAD_LOG if (load or load_log) else None)
     session = Session(targets, out, options, chosen, force=force, load=load, load_log=load_log, load_start=load_start,
                       on_stopped=on_stopped, early=early, progress=bars, say=bars.say,
+                      tees=watch.tees() if watch is not None else None,
                       extra_options={"keep_perf_data": keep_perf_data, "backend_used": used, "backend_reason": why,
                                      **({"collectors": collectors} if collectors else {})})
+    screen = sampler = None
+    if watch is not None:
+        from profiler.cli.live import LiveScreen, on_cpu_sampler
+
+        manifest = session.prepare()
+        sampler = on_cpu_sampler(watch, [t.pid for t in targets], options.interval)
+        screen = LiveScreen(watch, lambda: manifest, options.interval)
+        screen.start()
     try:
         result = session.run()
     finally:
         bars.done()
+        if screen is not None:
+            screen.stop()
+        if sampler is not None:
+            sampler.stop()
     try:
         show_summary(result.manifest, out)
     except OSError:

@@ -51,6 +51,7 @@ def command(
     interval: str = shared.INTERVAL,
     backend: str = shared.BACKEND,
     no_report: bool = shared.NO_REPORT,
+    live: bool = shared.LIVE,
     keep_perf_data: bool = shared.KEEP_PERF_DATA,
     collectors: list[str] = shared.COLLECTOR,
     load_log: Path = typer.Option(None, "--load-log", help="The output of a load started elsewhere (sysbench, go-ycsb, go-tpc): followed during the capture and put on its timeline."),
@@ -70,7 +71,8 @@ def command(
     options = make_options(parse_duration(duration), frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
     result = capture(pid or [], output, options, containers=container or [], force=force, keep_perf_data=keep_perf_data,
-                     collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start)
+                     collectors=collectors or None, report=not no_report, load_log=load_log, load_start=start,
+                     live=live)
     partial_is_an_error(result)
 
 

@@ -89,6 +89,7 @@ def command(
     min_width: float = typer.Option(0.1, "--min-width", help="Leave out frames narrower than this many pixels."),
     width: int = typer.Option(1200, "--width", help="Image width in pixels."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
+    group_by: list[str] = typer.Option(None, "--group-by", help="pprof inputs: root the stacks at the values of this sample label (repeatable), as go tool pprof -tagroot does: a TiDB profile's Top SQL digest, a Go program's pprof.Do labels."),
     fmt: str = typer.Option(None, "--format", help="svg (default), folded, pprof (gzipped profile.proto for go tool pprof) or speedscope; by default from -o's extension (.pb.gz, .speedscope.json)."),
 ) -> None:
     from profiler.analyzers.stacks.folding import COMPAT_MODES, FoldOptions
@@ -112,6 +113,7 @@ def command(
         include_pid=pid, include_tid=tid, annotate_kernel=kernel, annotate_jit=jit, include_addrs=addrs,
         event_filter=event, pools=pools, count_samples=samples, compat=compat, window=parse_window(t_from, t_to),
         pid_filter=frozenset(only_pid) if only_pid else None, tid_filter=frozenset(only_tid) if only_tid else None,
+        group_by=tuple(group_by or ()),
     )
     progress = Bars()
     if exporting is not None:

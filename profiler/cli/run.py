@@ -36,6 +36,7 @@ def command(
     interval: str = shared.INTERVAL,
     backend: str = shared.BACKEND,
     no_report: bool = shared.NO_REPORT,
+    live: bool = shared.LIVE,
     keep_perf_data: bool = shared.KEEP_PERF_DATA,
     collectors: list[str] = shared.COLLECTOR,
     status_url: list[str] = shared.STATUS_URL,
@@ -47,7 +48,7 @@ def command(
     options = make_options(parse_duration(duration) if duration else None, frequency, call_graph, interval, backend,
                            status_options(status_url, status_interval, not no_server_cpu_profile))
     result = capture(pid, output, options, force=force, keep_perf_data=keep_perf_data,
-                     collectors=collectors or None, load=list(load), report=not no_report)
+                     collectors=collectors or None, load=list(load), report=not no_report, live=live)
     code = result.load_exit_code
     if code:
         raise typer.Exit(code)  # the load's own failure comes first: it is what the user ran

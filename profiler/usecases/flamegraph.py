@@ -131,6 +131,8 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
     bundle = src.bundle() if src.format.directory else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))
+    if opts.group_by and src.format is not pprof.FORMAT:
+        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
     if opts.window.bounded and src.format in UNTIMED:
         raise UsageError(f"--from/--to need timestamps: {UNTIMED[src.format]}")
     req = _Request(input, src, bundle, opts, progress)
@@ -228,14 +230,18 @@ def _pprof(req: _Request) -> Stacks:
     i = profile.index(opts.event_filter)
     st = profile.sample_types[i]
     if opts.count_samples:
-        counts = fold_stacks((frames, 1) for frames, _ in profile.stacks(i))
+        counts = fold_stacks((frames, 1) for frames, _ in profile.stacks(i, opts.group_by))
         unit = "samples"
     else:
-        counts = fold_stacks(profile.stacks(i))
+        counts = fold_stacks(profile.stacks(i, opts.group_by))
         unit = _UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
     samples = sum(1 for _ in profile.stacks(i))
+    keys = profile.label_keys()
+    unlabeled = [f"{src.name}: no sample carries the label {k!r}" + (f" (its labels: {', '.join(keys)})" if keys else
+                                                                     " (it has no labels)")
+                 for k in opts.group_by if k not in keys]
     return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
-                  warnings=profile.warnings + _log_warnings(src.log))
+                  warnings=profile.warnings + unlabeled + _log_warnings(src.log))
 
 
 def _bundle_offcpu(req: _Request) -> Stacks:
@@ -259,7 +265,7 @@ def _bundle_offcpu(req: _Request) -> Stacks:
         return Stacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
     if not view.folded:
         raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
-    return Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switches, source=source,
+    return Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
                   warnings=warnings, notes=view.notes + bundles.collector_note(bundle, "offcpu-stacks"))
 
 
@@ -403,10 +409,8 @@ def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
 
 def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
            warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
-    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format."""
-    stacks = load_stacks(input, opts, offcpu=offcpu, progress=progress, stdin=stdin)
-    _check(stacks, opts, warn)
-    from profiler.renderers.registry import EXPORTS
+    """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format,
+    with their labels, times and binaries (profiler/usecases/export.py)."""
+    from profiler.usecases import export as exporting
 
-    writer = EXPORTS.pick(StackProfile, fmt)
-    return writer.render(stack_profile(stacks, offcpu)), stacks
+    return exporting.export(input, opts, fmt, offcpu=offcpu, progress=progress, warn=warn, stdin=stdin)

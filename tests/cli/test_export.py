@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.workloads import gobuild
 from tests.workloads.goservers import GoWorkload, children, get
 
 PERF = SAMPLES / "perf" / "fio-fsync-and-python-locks"
+CONVOY = SAMPLES / "perf" / "fsync-writer-and-lock-convoy"
 
 
 def _folded(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, int]:
@@ -37,11 +39,13 @@ def _folded(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, int]:
     return out
 
 
-def _read_back(path: Path) -> dict[str, int]:
+def _read_back(path: Path, roots: tuple[str, ...] = ()) -> dict[str, int]:
+    """Our reader's stacks of an export, rooted at the values of ``roots`` (labels): the thread
+    and pool are labels of the samples, not frames."""
     p = parse_profile(gzip.decompress(path.read_bytes()))
     out: dict[str, int] = {}
-    for frames, v in p.stacks(0):
-        key = ";".join(frames)
+    for frames, v in p.stacks(0, roots):
+        key = ";".join(f.split("=", 1)[1] if i < len(roots) else f for i, f in enumerate(frames))
         out[key] = out.get(key, 0) + v
     return out
 
@@ -68,18 +72,29 @@ def test_bundle_export_reads_back_to_the_folded_stacks(offcpu: bool, tmp_path: P
     folded = _folded(capsys, str(PERF), *extra)
     out = tmp_path / "x.pb.gz"
     assert main(["flamegraph", str(PERF), *extra, "-o", str(out)]) == 0
-    assert _read_back(out) == folded
+    # the folded stacks' root frames (the thread; the wait reason and pool) are the samples' labels
+    assert _read_back(out, ("wait", "thread") if offcpu else ("thread",)) == folded
     kind = parse_profile(gzip.decompress(out.read_bytes())).sample_types[0]
     assert (kind.type, kind.unit) == (("offcpu", "microseconds") if offcpu else ("cpu", "nanoseconds"))
     ss = tmp_path / "x.speedscope.json"
     assert main(["flamegraph", str(PERF), *extra, "--format", "speedscope", "-o", str(ss)]) == 0
     doc = json.loads(ss.read_text())
     frames = [f["name"] for f in doc["shared"]["frames"]]
-    prof = doc["profiles"][0]
-    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json" and prof["type"] == "sampled"
-    assert prof["unit"] == ("microseconds" if offcpu else "nanoseconds")
-    back = {";".join(frames[i] for i in s): w for s, w in zip(prof["samples"], prof["weights"], strict=True)}
-    assert back == folded and prof["endValue"] == sum(folded.values())
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    # one time-ordered profile per thread; together, the folded stacks without their roots
+    strip = 2 if offcpu else 1
+    back: dict[str, int] = {}
+    for prof in doc["profiles"]:
+        assert prof["type"] == "sampled" and prof["unit"] == ("microseconds" if offcpu else "nanoseconds")
+        assert re.fullmatch(r".+ \(\d+\)", prof["name"]), prof["name"]  # "comm (tid)"
+        for smp, w in zip(prof["samples"], prof["weights"], strict=True):
+            k = ";".join(frames[i] for i in smp)
+            back[k] = back.get(k, 0) + w
+    want: dict[str, int] = {}
+    for k, v in folded.items():
+        rest = ";".join(k.split(";")[strip:]) or "[no stack]"
+        want[rest] = want.get(rest, 0) + v
+    assert back == want and len(doc["profiles"]) > 1
 
 
 def test_refuses_existing_output_and_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,3 +182,74 @@ def test_a_live_go_profile_round_trips_through_our_export(tmp_path: Path, kids: 
     got = subprocess.run([str(_go()), "tool", "pprof", "-raw", str(again)], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert "cpu/nanoseconds" in got or "Sample types" in got
+
+
+def test_speedscope_profiles_are_in_time_order_per_thread(tmp_path: Path) -> None:
+    """Each thread's profile lists its samples in the order they were taken: checked against the
+    perf script text's own order of that thread's samples."""
+    ss = tmp_path / "t.speedscope.json"
+    assert main(["flamegraph", str(PERF), "--format", "speedscope", "-o", str(ss)]) == 0
+    doc = json.loads(ss.read_text())
+    text = gzip.decompress((PERF / "cpu.perf.txt.gz").read_bytes()).decode()
+    per: dict[str, list[float]] = {}
+    for m in re.finditer(r"^(\S.*?)\s+(?:\d+/)?(\d+)\s+(?:\[\d+\]\s+)?(\d+\.\d+):\s+\d+\s+cpu-clock", text, re.M):
+        per.setdefault(f"{m.group(1).strip()} ({m.group(2)})", []).append(float(m.group(3)))
+    for prof in doc["profiles"]:
+        assert len(prof["samples"]) == len(per[prof["name"]]), prof["name"]  # every sample of the thread
+        assert per[prof["name"]] == sorted(per[prof["name"]])
+
+
+def test_a_value_past_int64_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "big.folded"
+    src.write_text(f"main;work {1 << 64}\n")
+    capsys.readouterr()
+    assert main(["flamegraph", str(src), "-o", str(tmp_path / "big.pb.gz")]) == 7
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit pprof's 64-bit integers" in err
+    assert not (tmp_path / "big.pb.gz").exists()
+
+
+@needs_go
+def test_go_tool_pprof_lists_our_labels_duration_and_binaries(tmp_path: Path) -> None:
+    out = tmp_path / "c.pb.gz"
+    assert main(["flamegraph", str(CONVOY), "-o", str(out)]) == 0
+    tags = subprocess.run([str(_go()), "tool", "pprof", "-tags", str(out)], capture_output=True, text=True,
+                          timeout=120, check=True).stdout
+    for key, value in (("thread", "spinner"), ("thread", "locker-0"), ("pool", "locker"), ("tid", "13014"),
+                       ("pid", "12963"), ("target", "python3 (12963)")):
+        assert re.search(rf"^ {key}: Total", tags, re.M) and re.search(rf"%\): {re.escape(value)}$", tags, re.M), (key, value)
+    top = subprocess.run([str(_go()), "tool", "pprof", "-top", str(out)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    manifest = json.loads((CONVOY / "manifest.json").read_text())
+    assert f"Duration: {manifest['duration']:.0f}s" in top or re.search(r"Duration: [\d.]+s", top)
+    raw = subprocess.run([str(_go()), "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert "PeriodType: cpu nanoseconds" in raw and "Mappings" in raw and "libpython3" in raw
+    assert "python3" not in raw.split("Locations")[1].split("Mappings")[0].split()  # no thread-name root frame
+
+
+@needs_go
+def test_a_go_profile_with_labels_keeps_them_through_our_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Go program's pprof.Do labels (as TiDB's Top SQL digests ride its CPU samples): our reader
+    groups by them and our export carries them, as go tool pprof -tags reads both files."""
+    binary = gobuild.build(Path(__file__).resolve().parents[1] / "workloads" / "golabels" / "main.go", name="golabels")
+    prof = tmp_path / "labels.pb.gz"
+    subprocess.run([str(binary), "-o", str(prof), "-seconds", "1.5"], check=True, timeout=60)
+
+    def tags(path: Path) -> str:
+        return subprocess.run([str(_go()), "tool", "pprof", "-tags", str(path)], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+
+    theirs = tags(prof)
+    assert "sql_digest" in theirs and ": aaa" in theirs
+    p = parse_profile(gzip.decompress(prof.read_bytes()))
+    assert {"sql_digest", "stmt"} <= set(p.label_keys())
+    folded = _folded(capsys, str(prof), "--group-by", "sql_digest")
+    roots = {k.split(";")[0] for k in folded}
+    # the runtime's own work (GC, the profiler's writer) carries no label: "sql_digest unset"
+    assert "sql_digest=aaa" in roots and roots <= {"sql_digest=aaa", "sql_digest=bbb", "sql_digest unset"}
+    scan = sum(v for k, v in folded.items() if "main.scanRows" in k)
+    assert scan and scan == sum(v for k, v in folded.items() if k.startswith("sql_digest=aaa;") and "main.scanRows" in k)
+    out = tmp_path / "again.pb.gz"
+    assert main(["flamegraph", str(prof), "-o", str(out)]) == 0
+    assert tags(out) == theirs  # every label value with the same totals

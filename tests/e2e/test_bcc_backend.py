@@ -525,8 +525,8 @@ def test_a_helper_that_dies_ends_only_its_own_collector(tmp_path):
             c.start(ctx)
         assert victim.wait_attached(60) and other.wait_attached(60)
         time.sleep(1.6)  # a few 0.5 s slots sent
-        assert victim.proc is not None
-        os.kill(victim.proc.pid, signal.SIGSEGV)
+        assert victim.helper_pid is not None and victim.helper_pid != other.helper_pid
+        os.kill(victim.helper_pid, signal.SIGSEGV)
         deadline = time.monotonic() + 10
         while victim.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

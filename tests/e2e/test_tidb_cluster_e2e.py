@@ -154,7 +154,9 @@ def test_real_pd_and_tidb_give_their_server_metrics_and_knobs(host_lab: HostLab,
     cluster = tidb.TidbCluster({"tidb": {"performance.max-procs": 2, "log.slow-threshold": 300}})
     cluster.add(pd_h, "pd")
     db = cluster.add(db_h, "tidb")
+    t0 = time.monotonic()
     cluster.start()
+    started = time.monotonic() - t0
     cluster.sql("create database if not exists sbtest")
     subprocess.run(_sysbench(db, "prepare"), check=True, capture_output=True, timeout=600)
     topo = tmp_path / "topology.yaml"
@@ -163,8 +165,10 @@ def test_real_pd_and_tidb_give_their_server_metrics_and_knobs(host_lab: HostLab,
     db_h.limit_cpu(db.pid, 0.2)
     before = _cpu_stat(host_lab.cgroups[-1])
     out = tmp_path / "cap"
+    t1 = time.monotonic()
     code, text = _cli(["cluster", "run", "--topology", str(topo), "--ssh-config", str(host_lab.ssh_config),
                        "-d", "10s", "-o", str(out), "--no-report", "--", *_sysbench(db, "run")])
+    took = time.monotonic() - t1
     after = _cpu_stat(host_lab.cgroups[-1])
     assert code in (0, 130, 143), text
     for n in load_cluster(out).nodes:
@@ -183,3 +187,6 @@ def test_real_pd_and_tidb_give_their_server_metrics_and_knobs(host_lab: HostLab,
     assert qps["value"] > 0
     knobs = {k["knob"]: k for k in nodes["tidb"]["knobs"]}
     assert knobs["performance.max-procs"]["value"] == 2 and knobs["performance.max-procs"]["note"]
+    timings = {n.name: n.timings for n in load_cluster(out).nodes}
+    print(f"\nPD and TiDB ready in {started:.0f}s; cluster run (10 s window) {took:.1f}s; TiDB throttled "
+          f"{throttled:.0%} of periods; {qps['value']:.0f} queries/s; per node: {timings}")

@@ -113,7 +113,8 @@ def test_the_shipped_objects_are_built_from_these_sources():
         raw_as = dict(program.raw_as) if name.endswith(objects.RAW) else {}
         assert [p.tracepoint for p in obj.progs] == [raw_as.get(tp, tp) for tp, _fn in program.tracepoints]
         assert all(p.raw == name.endswith(objects.RAW) for p in obj.progs)
-        assert bool(obj.layouts) != name.endswith(objects.RAW)  # a raw program reads no tracepoint field
+        # a raw tracepoint or perf_event program reads no tracepoint field: only classic ones have layouts
+        assert sorted(obj.layouts) == sorted(p.tracepoint for p in obj.progs if not p.raw and not p.perf_event)
         for p in obj.progs:
             assert [i for i, _fd in objects.map_loads(p.insns)] == [i for i, _name in p.maps_at]
             assert {n for _i, n in p.maps_at} <= {m.name for m in obj.maps}
