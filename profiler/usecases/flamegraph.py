@@ -8,7 +8,7 @@ the SVG renderer. No option parsing, no terminal output: progress goes to the ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
@@ -195,7 +195,7 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Met
     if opts.window.bounded or opts.compat == "inferno":
         direct = perfdata.Direct()
         c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name,
-                                      direct=direct)
+                                      direct=direct, samples=lambda items: _fold_items(items, opts))
         out = _from_collapser(c, opts, input, log)
         out.warnings.extend(_by_perf(direct, name or input))
         return out
@@ -204,7 +204,8 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Met
     merged: list[perfdata.Merged] = []
     direct = perfdata.Direct()
     c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
-                                  merge=merge, merged=merged, name=name, direct=direct)
+                                  merge=merge, merged=merged, name=name, direct=direct,
+                                  samples=lambda items: _fold_items(items, fold_opts))
     out = _from_collapser(c, opts, input, log)
     out.warnings.extend(_by_perf(direct, name or input))
     if merged:
@@ -212,6 +213,19 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Met
         # sample was folded, else none (the subtitle leaves it out rather than understate it)
         out.samples = merged[0].samples if c.skipped == 0 and not c.weird else 0
     return out
+
+
+def _fold_items(items: Iterator[perfdata.Item], opts: FoldOptions) -> Collapser:
+    """The direct path's samples folded as they come: each distinct stack's lines once (by
+    their key), perf's own text (what it named) as text; the same counts as folding the text."""
+    c = Collapser(opts)
+    for item in items:
+        if isinstance(item, bytes):
+            c.feed_block(item.decode("utf-8", "replace"))
+        else:
+            c.feed_sample(*item)
+    c.close()
+    return c
 
 
 def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
@@ -380,6 +394,8 @@ def export_formats() -> tuple[str, ...]:
 
 def export_format(fmt: str | None, output: str | None) -> str | None:
     """The export --format asks for, or the output file's extension names (.pb.gz, .speedscope.json); else None."""
+    if not fmt and (not output or output.lower().endswith((".svg", ".folded", ".txt"))):
+        return None  # not an export: the renderer registry is not imported
     from profiler.renderers.registry import EXPORTS
 
     if fmt:

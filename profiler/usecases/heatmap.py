@@ -49,7 +49,7 @@ class HeatmapRequest:
 
     cpu: bool = False  # the sub-second heatmap of CPU samples instead
     by: str = "none"
-    log: bool = False
+    log: bool = True  # a log latency axis (linear squashes most IOs into the bottom row)
     colour: str = "log"
     rows: int = 50
     step_sec: float | None = None

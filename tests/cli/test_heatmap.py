@@ -276,3 +276,18 @@ def test_report_entry_points(tmp_path: Path) -> None:
         renderer = REGISTRY.find(model, "svg")
         assert renderer is not None
         _svg_ok(renderer.render(model))
+
+
+def test_the_latency_axis_is_log_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Linear rows squashed most IOs of a skewed trace into the bottom row (issue 28): log is the
+    default, --linear asks for HeatMap's axis, and --step-lat (a linear row height) implies it."""
+    src = str(SAMPLES / "two-devices.txt")
+    capsys.readouterr()
+    assert main(["heatmap", src, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["panels"][0]["rows"]["scale"] == "log"
+    assert main(["heatmap", src, "--json", "--linear"]) == 0
+    assert json.loads(capsys.readouterr().out)["panels"][0]["rows"]["scale"] == "linear"
+    assert main(["heatmap", src, "--json", "--step-lat", "100"]) == 0
+    assert json.loads(capsys.readouterr().out)["panels"][0]["rows"]["scale"] == "linear"
+    assert main(["heatmap", src, "--json", "--log", "--step-lat", "100"]) == 2
+    assert "give --linear" in capsys.readouterr().err
