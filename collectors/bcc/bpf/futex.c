@@ -9,13 +9,7 @@
 // already changed) count as attempts without a wait; ETIMEDOUT ends a timed wait (idle
 // pools) and is counted apart. Map sizes (MAX_THREADS, WAIT_ENTRIES, LOCK_ENTRIES,
 // USER_STACKS) are set when the maps are created; the rest is in cfg (common.h).
-//
-// Built twice (collectors/bcc/objects.py): with PF_RAW the programs attach to the raw
-// raw_syscalls tracepoints (sys_enter: the user registers and the syscall number; sys_exit:
-// the registers and the return value) and keep to futex calls themselves, reading the futex's
-// address and operation from the saved user registers (the syscall ABI: struct pt_regs, which
-// the kernel keeps stable for ptrace). A raw tracepoint program does not keep other BPF
-// programs (block-io's) off the CPU while it runs; a classic one does (docs/bcc.md).
+
 
 #define FUTEX_CMD_MASK 0x7f  // ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
 
@@ -82,16 +76,12 @@ BPF_HASH(waits, struct wait_key, struct wait_val, WAIT_ENTRIES);
 BPF_HASH(locks, struct lock_key, struct lock_val, LOCK_ENTRIES);
 BPF_STACK_TRACE(ustacks, USER_STACKS);
 // counters: 0 waits entered, 1 waits paired, 2 fstart full, 3 waits full, 4 locks full,
-// 5 user stack lost (EEXIST collision), 6 user stack lost (other)
+// 5 user stack lost (EEXIST collision), 6 user stack lost (other), 7 waits whose stack was sampled
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 
 #define HAVE_TARGETS
 #include "common.h"
 
-#ifdef PF_RAW
-#include <asm/unistd.h>
-#include <linux/ptrace.h>
-#endif
 
 static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
 {
@@ -108,9 +98,14 @@ static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
         return PASS;
     u32 tid = (u32)id;
     struct fstart_t st = {.ts = bpf_ktime_get_ns(), .uaddr = uaddr, .tgid = tgid};
-    st.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+    if (sampled(c)) {
+        st.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+        bump(7);
+    } else {
+        st.ustack = UNSAMPLED;
+    }
     if (st.ustack == -EEXIST) bump(5);
-    else if (st.ustack < 0) bump(6);
+    else if (st.ustack < 0 && st.ustack != UNSAMPLED) bump(6);
     if (fstart.update(&tid, &st) != 0)
         bump(2);
     else
@@ -119,43 +114,18 @@ static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
 }
 
 
-#ifdef PF_RAW
-int pf_futex_enter(struct bpf_raw_tracepoint_args *ctx)
-{
-    if (ctx->args[1] != __NR_futex)
-        return PASS;
-    struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-    u64 uaddr = 0, op = 0;
-    bpf_probe_read_kernel(&uaddr, sizeof(uaddr), &PT_REGS_PARM1(regs));
-    bpf_probe_read_kernel(&op, sizeof(op), &PT_REGS_PARM2(regs));
-    return futex_enter(ctx, uaddr, (int)op);
-}
-#else
 int pf_futex_enter(struct tracepoint__syscalls__sys_enter_futex *args)
 {
     return futex_enter(args, (u64)args->uaddr, args->op);
 }
-#endif
 
-#ifdef PF_RAW
-int pf_futex_exit(struct bpf_raw_tracepoint_args *ctx)
-#else
 int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
-#endif
 {
     struct pf_cfg *c = config();
     if (!c)
         return PASS;
     u64 id = bpf_get_current_pid_tgid();
-#ifdef PF_RAW
-    // every syscall exits here: only the target threads' are looked at, and only a thread that
-    // entered a waiting futex call has an fstart entry
-    if (!is_target(c, id >> 32))
-        return PASS;
-    long ret = (long)ctx->args[1];
-#else
     long ret = args->ret;
-#endif
     u32 tid = (u32)id;
     struct fstart_t *st = fstart.lookup(&tid);
     if (!st)
