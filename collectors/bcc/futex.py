@@ -49,14 +49,14 @@ class BccFutex(BccCollector):
     name = "futex-waits"
     program = "futex.c"
 
-    def __init__(self, user_stacks: int = 16384, wait_entries: int = 32768, lock_entries: int = 16384,
-                 max_threads: int = 16384, stack_every: int = 8) -> None:
+    def __init__(self, user_stacks: int = 16384, wait_entries: int = 8192, lock_entries: int = 4096,
+                 max_threads: int = 16384, stack_every: int = 32) -> None:
         super().__init__()
         self.stack_every = max(1, stack_every)
         self.user_stacks = user_stacks
         self.wait_entries = wait_entries
         self.lock_entries = lock_entries
-        self.max_threads = max_threads
+        self.max_threads = 1 << max(1, max_threads - 1).bit_length()  # a power of two: the program masks into it
         self.out: Any = None
         self.sym: symbols.Symbols | None = None
         self.table: StackTable | None = None
@@ -165,7 +165,7 @@ class BccFutex(BccCollector):
         with ctx.writer.open_member(MEMBER) as fh:
             fh.write("".join(f"{s} {n}\n" for s, n in sorted(self.folded.items())).encode())
         lost = int(c.get("user_stack_collision", 0)) + int(c.get("user_stack_error", 0))
-        dropped = int(c.get("fstart_full", 0)) + int(c.get("waits_full", 0))
+        dropped = int(c.get("shared_entry", 0)) + int(c.get("waits_full", 0))
         summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],

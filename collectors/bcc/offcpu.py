@@ -76,8 +76,8 @@ class BccOffCpu(BccCollector):
     name = "offcpu-stacks"
     program = "offcpu.c"
 
-    def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 65536,
-                 max_threads: int = 16384, stack_every: int = 8, ongoing: bool = False) -> None:
+    def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 16384,
+                 max_threads: int = 16384, stack_every: int = 32, ongoing: bool = False) -> None:
         super().__init__()
         self.stack_every = max(1, stack_every)
         self.user_stacks = user_stacks

@@ -73,7 +73,8 @@ class Side:
             for pid in tg:
                 self.maps["targets"].update(U32.pack(pid), b"\x01")
         inline = (tg + [0] * INLINE_TARGETS)[:INLINE_TARGETS]
-        table = self.maps.get("start") or self.maps.get("offstart")  # the per-thread array programs mask into
+        # the per-thread array the program masks thread ids (or task hashes) into
+        table = self.maps.get("start") or self.maps.get("offstart") or self.maps.get("fstart")
         mask = table.max_entries - 1 if table is not None else 0
         self.maps["cfg"].update(U32.pack(0), CFG.pack(t0, self.slot_ns, stack_every, len(tg), *inline, mask, 0))
 
@@ -212,16 +213,16 @@ class OffCpuSide(Side):
 
 class FutexSide(Side):
     program = "futex.c"
-    counters = ("entered", "paired", "fstart_full", "waits_full", "locks_full", "user_stack_collision", "user_stack_error",
+    counters = ("entered", "paired", "shared_entry", "waits_full", "locks_full", "user_stack_collision", "user_stack_error",
                 "stacks_sampled")
-    layouts = {"waits": (struct.Struct("<IIIIiI16s"), struct.Struct("<QQQQQQ")),
-               "locks": (struct.Struct("<IIQ"), struct.Struct("<QQQ")), "fstart": (U32, struct.Struct("<QQiI"))}
+    layouts = {"waits": (struct.Struct("<IIIIiI"), struct.Struct("<QQQQQQ16s")),
+               "locks": (struct.Struct("<IIQ"), struct.Struct("<QQQ")), "fstart": (U32, struct.Struct("<QQiIII"))}
     sizes = {"user_stacks": "ustacks", "wait_entries": "waits", "lock_entries": "locks", "max_threads": "fstart"}
     TOP_LOCKS = 200
 
     def drain(self, cutoff: int | None) -> Msg | None:
         rows = [[slot, back, tgid, tid, _comm(comm), us, total, count, timeouts, eagain, mx, head]
-                for (slot, back, tgid, tid, us, _pad, comm), (total, count, timeouts, eagain, mx, head)
+                for (slot, back, tgid, tid, us, _pad), (total, count, timeouts, eagain, mx, head, comm)
                 in self.take("waits", cutoff)]
         return {"rows": rows, "ustacks": self.stacks("u", "ustacks", {r[5] for r in rows}), "counters": self.read_counters()}
 
@@ -236,10 +237,9 @@ class FutexSide(Side):
             locks.append([tgid, uaddr, total, count, mx])
         locks.sort(key=lambda x: -x[2])
         waiting = []
-        for k, v in self.maps["fstart"].items():
-            (tid,) = U32.unpack(k)
-            ts, uaddr, us, tgid = fval.unpack(v)
-            if not self.t0 <= ts <= end_ns:
+        for _k, v in self.maps["fstart"].items():
+            ts, uaddr, us, tgid, tid, _pad = fval.unpack(v)
+            if not ts or not self.t0 <= ts <= end_ns:
                 continue
             comm = _alive_comm(tgid, tid)
             if comm is not None:

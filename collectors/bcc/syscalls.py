@@ -35,7 +35,7 @@ class BccSyscalls(BccCollector):
     name = "syscalls"
     program = "syscalls.c"
 
-    def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
+    def __init__(self, max_threads: int = 16384, count_entries: int = 16384) -> None:
         super().__init__()
         self.max_threads = 1 << max(1, max_threads - 1).bit_length()  # a power of two: the program masks thread ids
         self.count_entries = count_entries

@@ -33,10 +33,12 @@
 #define PASS 1
 
 struct fstart_t {
-    u64 ts;
+    u64 ts;    // 0: no wait of this entry's thread in progress
     u64 uaddr;
     s32 ustack;
     u32 tgid;
+    u32 tid;   // the thread this entry holds (threads whose ids collide share it)
+    u32 pad;
 };
 
 struct wait_key {
@@ -46,7 +48,6 @@ struct wait_key {
     u32 tid;
     s32 ustack;
     u32 pad;
-    char comm[16];
 };
 
 struct wait_val {
@@ -56,6 +57,7 @@ struct wait_val {
     u64 eagain;    // returned at once
     u64 max_ns;
     u64 head_ns;   // back > 0: the time spent in the slot the wait began in
+    char comm[16]; // the thread's name when the entry was made
 };
 
 struct lock_key {
@@ -71,11 +73,14 @@ struct lock_val {
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-BPF_HASH(fstart, u32, struct fstart_t, MAX_THREADS);
+// The wait in progress per thread, in an array indexed by the thread id (cfg.mask + 1 entries,
+// a power of two): a wait whose entry another thread's wait took over is not timed, and counted
+// (counter 2).
+BPF_ARRAY(fstart, struct fstart_t, MAX_THREADS);
 BPF_HASH(waits, struct wait_key, struct wait_val, WAIT_ENTRIES);
 BPF_HASH(locks, struct lock_key, struct lock_val, LOCK_ENTRIES);
 BPF_STACK_TRACE(ustacks, USER_STACKS);
-// counters: 0 waits entered, 1 waits paired, 2 fstart full, 3 waits full, 4 locks full,
+// counters: 0 waits entered, 1 waits paired, 2 waits lost to a shared entry, 3 waits full, 4 locks full,
 // 5 user stack lost (EEXIST collision), 6 user stack lost (other), 7 waits whose stack was sampled
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 
@@ -97,19 +102,25 @@ static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
     if (cmd != 0 && cmd != 6 && cmd != 9 && cmd != 11 && cmd != 13)
         return PASS;
     u32 tid = (u32)id;
-    struct fstart_t st = {.ts = bpf_ktime_get_ns(), .uaddr = uaddr, .tgid = tgid};
+    u32 idx = tid & c->mask;
+    struct fstart_t *st = fstart.lookup(&idx);
+    if (!st)
+        return PASS;
+    if (st->ts && st->tid != tid)
+        bump(2);  // another thread's wait held this entry: it will not be timed
+    st->ts = bpf_ktime_get_ns();
+    st->uaddr = uaddr;
+    st->tgid = tgid;
+    st->tid = tid;
     if (sampled(c)) {
-        st.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+        st->ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
         bump(7);
     } else {
-        st.ustack = UNSAMPLED;
+        st->ustack = UNSAMPLED;
     }
-    if (st.ustack == -EEXIST) bump(5);
-    else if (st.ustack < 0 && st.ustack != UNSAMPLED) bump(6);
-    if (fstart.update(&tid, &st) != 0)
-        bump(2);
-    else
-        bump(0);
+    if (st->ustack == -EEXIST) bump(5);
+    else if (st->ustack < 0 && st->ustack != UNSAMPLED) bump(6);
+    bump(0);
     return PASS;
 }
 
@@ -127,8 +138,9 @@ int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
     u64 id = bpf_get_current_pid_tgid();
     long ret = args->ret;
     u32 tid = (u32)id;
-    struct fstart_t *st = fstart.lookup(&tid);
-    if (!st)
+    u32 idx = tid & c->mask;
+    struct fstart_t *st = fstart.lookup(&idx);
+    if (!st || !st->ts || st->tid != tid)
         return PASS;
     u64 now = bpf_ktime_get_ns();
     u64 delta = now > st->ts ? now - st->ts : 0;
@@ -141,28 +153,32 @@ int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
     }
     struct wait_key wk = {.slot = s1, .back = s1 > s0 ? s1 - s0 : 0, .tgid = st->tgid, .tid = tid,
                           .ustack = st->ustack};
-    bpf_get_current_comm(&wk.comm, sizeof(wk.comm));
     struct lock_key lk = {.tgid = st->tgid, .uaddr = st->uaddr};
-    fstart.delete(&tid);
+    st->ts = 0;  // consumed
     bump(1);
 
-    struct wait_val zw = {};
-    struct wait_val *w = waits.lookup_or_try_init(&wk, &zw);
+    struct wait_val *w = waits.lookup(&wk);
     if (!w) {
-        bump(3);
-        return PASS;
+        struct wait_val zw = {};
+        bpf_get_current_comm(&zw.comm, sizeof(zw.comm));
+        waits.update(&wk, &zw);
+        w = waits.lookup(&wk);
+        if (!w) {
+            bump(3);
+            return PASS;
+        }
     }
+    // the key holds the thread, whose waits end one at a time: plain adds
     if (ret == -EAGAIN) {
-        __sync_fetch_and_add(&w->eagain, 1);
+        w->eagain += 1;
         return PASS;
     }
     if (ret == -ETIMEDOUT)
-        __sync_fetch_and_add(&w->timeouts, 1);
+        w->timeouts += 1;
     else
-        __sync_fetch_and_add(&w->count, 1);
-    __sync_fetch_and_add(&w->total_ns, delta);
-    if (head)
-        __sync_fetch_and_add(&w->head_ns, head);
+        w->count += 1;
+    w->total_ns += delta;
+    w->head_ns += head;
     if (delta > w->max_ns)
         w->max_ns = delta;
 
