@@ -430,6 +430,7 @@ def squeeze_blank_lines(text: str) -> str:
 
 
 def open_tolerant(raw: IO[bytes], log: ReadLog, *, text: bool = True, head: bytes = b"",
-                  buffer: int = 1 << 20) -> IO[bytes]:
-    """``raw`` read through a :class:`TolerantReader`, buffered."""
-    return io.BufferedReader(TolerantReader(raw, log, text=text, head=head), buffer)
+                  buffer: int = 1 << 20, line_limit: int = LINE_LIMIT) -> IO[bytes]:
+    """``raw`` read through a :class:`TolerantReader`, buffered (``line_limit``: a format whose
+    records are longer than text lines, e.g. a /metrics body inside one JSON line)."""
+    return io.BufferedReader(TolerantReader(raw, log, text=text, head=head, line_limit=line_limit), buffer)

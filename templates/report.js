@@ -62,7 +62,7 @@
     if (!(v > 0) || !isFinite(v)) return 1;
     if (unit === "%" && v <= 100) return v > 50 ? 100 : niceMax(v);
     var e = Math.pow(10, Math.floor(Math.log10(v)));
-    var ms = [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10];
+    var ms = [1, 1.2, 2, 3, 4, 6, 8, 10];  // each divides into round quarters or thirds (the grid lines)
     for (var i = 0; i < ms.length; i++) if (ms[i] * e >= v * 0.999) return ms[i] * e;
     return 10 * e;
   }
@@ -422,13 +422,15 @@
     });
     if (p.stacked) for (var j = i0; j < i1; j++) if (acc[j] > top) top = acc[j];
     var ymax = niceMax(top, p.unit);
+    var lead = ymax / Math.pow(10, Math.floor(Math.log10(ymax) + 1e-9));
+    var div = Math.abs(lead - 3) < 1e-6 || Math.abs(lead - 6) < 1e-6 ? 3 : 4;  // round grid values
     function x(t) { return PL + pw * (t - v[0]) / (v[1] - v[0]); }
     function y(val) { return PT + ph - ph * Math.min(val, ymax) / ymax; }
     this.x = x;
     var clipId = "clip-" + this.key.replace(/[^\w-]/g, "_");
     el("rect", {x: PL, y: 0, width: pw, height: H}, el("clipPath", {id: clipId}, el("defs", {}, svg)));
-    for (var g = 0; g <= 4; g++) {
-      var gv = ymax * g / 4;
+    for (var g = 0; g <= div; g++) {
+      var gv = ymax * g / div;
       el("line", {x1: PL, x2: PL + pw, y1: y(gv), y2: y(gv), "class": "grid"}, svg);
       el("text", {x: PL - 6, y: y(gv) + 4, "class": "tick", "text-anchor": "end"}, svg).textContent = fmtNum(gv);
     }
@@ -545,12 +547,29 @@
       if (Object.keys(panels[k].series || {}).length && T.length) charts.push(new Chart(holder, k, panels[k]));
     });
     R.charts = charts;
+    wheelZoom(holder, PL);
     R.on("cursor", function () { charts.forEach(function (c) { c.showCursor(state.cursor); }); });
     R.on("range", function () { charts.forEach(function (c) { c.showRange(state.range, c.sel); c.showRange(state.compare, c.cmp); }); });
     R.on("view", function () { charts.forEach(function (c) { c.draw(); }); });
     R.on("filter", function () { charts.forEach(function (c) { c.draw(); }); });
     R.onResize(function () { charts.forEach(function (c) { c.draw(); }); });
   }
+  // Ctrl (or Cmd) + wheel over a chart or the tracks zooms around the pointer; Shift + wheel pans
+  function wheelZoom(holder, left) {
+    holder.addEventListener("wheel", function (evt) {
+      var svg = evt.target.closest && evt.target.closest("svg");
+      if (!svg || !(evt.ctrlKey || evt.metaKey || evt.shiftKey)) return;
+      evt.preventDefault();
+      var r = svg.getBoundingClientRect(), v = state.view, w = v[1] - v[0];
+      var f = Math.max(0, Math.min(1, (evt.clientX - r.left - left * r.width / svg.viewBox.baseVal.width) /
+        ((r.width) * (1 - (left + PR) / svg.viewBox.baseVal.width))));
+      var d = evt.deltaY || evt.deltaX;
+      if (evt.shiftKey && !(evt.ctrlKey || evt.metaKey)) { R.setView([v[0] + w * 0.1 * Math.sign(d), v[1] + w * 0.1 * Math.sign(d)]); return; }
+      var nw = w * (d > 0 ? 1.25 : 0.8), t = v[0] + f * w;
+      R.setView([t - f * nw, t + (1 - f) * nw]);
+    }, {passive: false});
+  }
+  R.wheelZoom = wheelZoom;
   var resizers = [], resizeTimer = null;
   R.onResize = function (f) { resizers.push(f); };
   window.addEventListener("resize", function () {
@@ -705,6 +724,7 @@
     R.on("range", function () { if (svg && svg._place) svg._place(); });
     R.on("cursor", function () { if (svg && svg._cursor) svg._cursor(state.cursor); });
     R.on("view", draw); R.on("filter", draw); R.onResize(draw);
+    wheelZoom(holder, LW);
     draw();
   }
 
@@ -724,7 +744,9 @@
     toolbar();  // last: its summary reads what the views computed for the range
     document.querySelectorAll(".pick-range").forEach(function (b) {
       b.addEventListener("click", function () {
-        R.setRange([+b.getAttribute("data-from"), +b.getAttribute("data-to")]);
+        // the load's times count from the capture's start, the timeline's from its first sample
+        var off = (PAGE.cli || {}).offset || 0;
+        R.setRange([+b.getAttribute("data-from") - off, +b.getAttribute("data-to") - off]);
         var t = document.getElementById("explore-bar"); if (t) t.scrollIntoView({block: "start"});
       });
     });

@@ -151,6 +151,29 @@
         ctx.fillStyle = heat(Math.log1p(cells[key]) / Math.log1p(max));
         ctx.fillRect(Math.max(PL, x0), PT + ph - (b + 1) * bh, Math.max(1, Math.min(W - PR, x1) - Math.max(PL, x0)), Math.max(1, bh));
       });
+      // p50 (solid) and p99 (dashed) of each column, from its rows
+      var percol = {};
+      for (i = 0; i < io.c.length; i++) {
+        if (!keep(i)) continue;
+        (percol[io.col[i]] = percol[io.col[i]] || {})[io.row[i]] = (percol[io.col[i]][io.row[i]] || 0) + io.c[i];
+      }
+      function yOf(r) { var b = bin(r) + 0.5; return PT + ph - b * bh; }
+      [[0.5, []], [0.99, [5, 4]]].forEach(function (q) {
+        ctx.beginPath(); ctx.setLineDash(q[1]); ctx.strokeStyle = "#1d2630"; ctx.lineWidth = 1.2;
+        var started = false;
+        Object.keys(percol).map(Number).sort(function (a, b) { return a - b; }).forEach(function (c) {
+          var rows = percol[c], rs = Object.keys(rows).map(Number).sort(function (a, b) { return a - b; }), n = 0, acc = 0, k;
+          rs.forEach(function (r) { n += rows[r]; });
+          if (n < (q[0] > 0.9 ? 20 : 3)) { started = false; return; }
+          for (k = 0; k < rs.length; k++) { acc += rows[rs[k]]; if (acc >= n * q[0]) break; }
+          var xm = x(io.t0 + (c + 0.5) * io.column), ym = yOf(rs[Math.min(k, rs.length - 1)]);
+          if (xm < PL || xm > W - PR) { started = false; return; }
+          if (started) ctx.lineTo(xm, ym); else ctx.moveTo(xm, ym);
+          started = true;
+        });
+        ctx.stroke();
+      });
+      ctx.setLineDash([]);
       svg = el("svg", {viewBox: "0 0 " + W + " " + H, width: W, height: H, "class": "io-axes"}, wrap);
       var labels = scale === "log" ? [] : [0, 0.25, 0.5, 0.75, 1].map(function (f) { return [f * top, PT + ph - f * ph]; });
       if (scale === "log") for (var r = rmin; r <= rmax + 1; r++) if (r % io.per_decade === 0 || (rmax - rmin < 8 && r % 2 === 0)) labels.push([edge(r), PT + ph - (r - rmin) * bh]);
@@ -168,7 +191,7 @@
       R.dragSelect(hit, tAt, function (rg) { place(rg || state.range); });
       place(state.range);
       h("div", "muted small", holder, (scale === "log" ? "Latency on a log axis" : "Latency on a linear axis") + ", time across (the timeline's zoom); " +
-        "colour: IOs per cell (log). Drag across it to select a range." + (io.notes.length ? " " + io.notes.join("; ") + "." : ""));
+        "colour: IOs per cell (log); lines: each column's p50 (solid) and p99 (dashed). Drag across it to select a range." + (io.notes.length ? " " + io.notes.join("; ") + "." : ""));
       stat();
     }
     function place(rg) {
@@ -201,7 +224,7 @@
       groups.forEach(function (gi) { total += by[gi].n; });
       h("div", "muted small", stats, (r ? "The range (widened to whole " + io.column + " s columns: " + R.fmtSec(Math.max(0, io.t0 + c0 * io.column)) + " to " +
         R.fmtSec(io.t0 + c1 * io.column) + ")" : "The whole capture") + (R.mask ? ", IOs issued by " + R.filterName() : "") +
-        ": the block trace covers it whole. Percentiles are known to a latency row (\u00b126%).");
+        ": the " + (io.source === "histograms" ? "in-kernel histograms cover" : "block trace covers") + " it whole. Percentiles are known to a latency row (\u00b126%).");
       var wide = h("div", "wide", stats), tb = h("table", "small", wide), hr = h("tr", null, tb);
       ["device, op", "IOs", "IO/s", "p50", "p99", "largest"].forEach(function (t, k) { h("th", k ? "num" : null, hr, t); });
       groups.forEach(function (gi) {
@@ -285,7 +308,7 @@
         parts.sort(function (a, b) { return b[1] - a[1]; });
         td.className = "range-val num";
         td.textContent = parts.length ? parts.slice(0, 3).map(function (x) { return (parts.length > 1 ? x[0] + ": " : "") + R.fmtNum(x[1]) + " " + p.unit; }).join(", ") +
-          " (" + measured + " of " + (b1 - b0) + " buckets scraped)" : "no scrape in the range";
+          " (" + R.fmtNum(measured * STEP) + "/" + R.fmtNum((b1 - b0) * STEP) + " s scraped)" : "no scrape in the range";
       });
     }
     R.on("range", draw); R.on("filter", draw);

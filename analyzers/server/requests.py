@@ -39,6 +39,12 @@ class RequestTime:
     server: str
     total: PhaseTime | None
     phases: list[PhaseTime] = field(default_factory=list)  # most time first
+    present: list[str] = field(default_factory=list)  # every phase whose histogram the scrapes hold, observed or not
+
+    def reports(self, kind: str) -> bool:
+        """The server times phases of this kind (its histograms are there, whether or not any request
+        went through them in the window)."""
+        return any(kr.BY_KEY[k].kind == kind for k in self.present if k in kr.BY_KEY)
 
     def of_kind(self, *kinds: str) -> list[PhaseTime]:
         return [p for p in self.phases if p.kind in kinds]
@@ -83,10 +89,12 @@ def request_time(server: str | None, scrapes: list[S.Scrape]) -> RequestTime | N
     names = set().union(*(s.snap.names() for s in scrapes))
     total: PhaseTime | None = None
     phases: list[PhaseTime] = []
+    present: list[str] = []
     for p in kr.for_server(server):
         name = next((n for n in (p.metric, *p.aliases) if f"{n}_sum" in names), None)
         if name is None:
             continue
+        present.append(p.key)
         pt = phase_time(p, name, scrapes)
         if pt is None:
             continue
@@ -94,12 +102,12 @@ def request_time(server: str | None, scrapes: list[S.Scrape]) -> RequestTime | N
             total = pt
         else:
             phases.append(pt)
-    if total is None and not phases:
+    if total is None and not phases and not present:
         return None
     if total is not None and total.waiting > 0:
         phases = [_with_share(pt, total.waiting) for pt in phases]
     phases.sort(key=lambda pt: (-pt.waiting, pt.key))
-    return RequestTime(server=server, total=total, phases=phases)
+    return RequestTime(server=server, total=total, phases=phases, present=present)
 
 
 def _with_share(pt: PhaseTime, total: float) -> PhaseTime:

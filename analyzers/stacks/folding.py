@@ -114,6 +114,9 @@ class Collapser:
         self._event: str | None = event_base(self.opts.event_filter) if self.opts.event_filter else None
         self._namer = FrameNamer(self.opts)
         self._body: dict[str, str] = {}
+        self._keyed: dict[tuple[int, bool], str] = {}  # folded frames by the key of their lines (feed_sample)
+        self._line_names: dict[tuple[int, bool], list[str | None]] = {}  # feed_sample's lines, named
+        self._tables: list[list[str]] = []
         self._cached = 0
         self._body_java: dict[str, str] = {}
         self._last_event: str | None = None
@@ -159,6 +162,21 @@ class Collapser:
         self._rest = text[cut + 2 :]
         self._blocks(text[:cut])
 
+    def feed_block(self, text: str) -> None:
+        """Whole samples of perf script text (one or more, each ending where a blank line or, for
+        samples without a call chain, its line would): folded at once, not held for a cut."""
+        for block in text.split("\n\n"):
+            if block.strip("\n"):
+                self._one(block.rstrip("\n"))
+
+    def feed_sample(self, header: str, key: int, ids: Callable[[], list[int]], table: list[str]) -> None:
+        """One sample already cut: its header line and its frame lines, ``table[i]`` for each i
+        of ``ids()`` (each line as perf prints it, newline included). ``key`` names the lines:
+        samples with equal keys print equal lines, so each distinct stack is folded once, and
+        each distinct line named once, without re-reading text. The same counts as feeding
+        ``header + "\\n" + "".join(table[i] for i in ids()) + "\\n"``."""
+        self._one(header, key, lambda: [table[i] for i in ids()], (ids, table))
+
     def close(self) -> dict[str, int]:
         """Fold whatever is left: a last sample without its blank line counts, as in inferno
         (stackcollapse-perf.pl folds a sample only at a blank line: ``--compat perl`` drops it)."""
@@ -179,7 +197,12 @@ class Collapser:
             if block:
                 one(block)
 
-    def _one(self, block: str) -> None:
+    def _one(self, block: str, key: int | None = None, lines: Callable[[], list[str]] | None = None,
+             ids: tuple[Callable[[], list[int]], list[str]] | None = None) -> None:
+        """One sample: its text, or (``key``, ``lines``) its header line and its keyed frame lines."""
+        if key is not None:
+            self._sample(block, "", key, lines, ids)
+            return
         if block[0] == "\n":
             block = block.lstrip("\n")
             if not block:
@@ -193,6 +216,10 @@ class Collapser:
             header, body = block, ""
         else:
             header, body = block[:nl], block[nl + 1 :]
+        self._sample(header, body, None, None, None)
+
+    def _sample(self, header: str, body: str, key: int | None, lines: Callable[[], list[str]] | None,
+                ids: tuple[Callable[[], list[int]], list[str]] | None) -> None:
         if len(header) > HEADER_LIMIT:
             self.weird += 1
             return
@@ -201,6 +228,10 @@ class Collapser:
             self.weird += 1
             return
         comm, pid, tid, _cpu, t, period, gap, event, rest = m.groups()
+        if key is not None and (rest or header[:1] in ("#", "\n")):
+            assert lines is not None  # a payload or a frame on the header line: the text decides
+            self._one(header + "\n" + "".join(lines()).rstrip("\n"))
+            return
         if rest and body and FRAME_LINE.match(rest):
             # variant 4 without call chains: every line is a sample of its own, and perf
             # prints no blank line between them.
@@ -254,7 +285,14 @@ class Collapser:
             # variant 4: the only frame rides on the header line; tracepoint payload does not
             # parse as a frame and yields nothing.
             body = rest + ("\n" + body if body else "")
-        if pname.startswith("java"):
+        if key is not None:
+            assert lines is not None
+            java = pname.startswith("java")
+            frames = self._keyed.get((key, java))
+            if frames is None:
+                frames = self._keyed[(key, java)] = (self._fold_ids(ids[0](), ids[1], java) if ids is not None
+                                                     else self._fold_body("".join(lines()).rstrip("\n"), java))
+        elif pname.startswith("java"):
             frames = self._body_java.get(body)
             if frames is None:
                 frames = self._body_java[body] = self._fold_body(body, True)
@@ -285,6 +323,23 @@ class Collapser:
         if self.on_sample is not None:
             self.ids = pkey
             self.on_sample(float(t) if t is not None else None, stack, count)
+
+    def _fold_ids(self, ids: list[int], table: list[str], java: bool) -> str:
+        """_fold_body of ``table[i]`` for i in ``ids``: each line named once per table."""
+        names = self._line_names.get((id(table), java))
+        if names is None or len(names) != len(table):
+            names = self._line_names[(id(table), java)] = [None] * len(table)
+            self._tables.append(table)  # held: its id names its cache
+        namer = self._namer
+        cache = namer.cache_java if java else namer.cache
+        for i in ids:
+            if names[i] is None:
+                ln = table[i].rstrip("\n")
+                r = cache.get(ln)
+                if r is None:
+                    r = cache[ln] = ";".join(namer.name(ln, java))
+                names[i] = r
+        return ";".join(filter(None, [names[i] for i in reversed(ids)]))
 
     def frame_modules(self) -> dict[str, str]:
         """Function name -> the binary (perf's dso) it was first read in: for exports' mappings."""

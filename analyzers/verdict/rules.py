@@ -19,8 +19,10 @@ from profiler.analyzers.verdict.findings import (
     ramp,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
+from profiler.analyzers.verdict.rules_requests import client_rows, requests_of
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE
+from profiler.knowledge import requests as kr
 from profiler.knowledge.waits import BY_KEY
 
 
@@ -154,12 +156,42 @@ def rule_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
     return Finding("memory", "memory_pressure", score, "memory pressure", sub, ev, rec, t.label)
 
 
+def condition_wait_weight(t: TargetMetrics) -> tuple[float, str]:
+    """How much of the busy threads' futex time counts as waiting on a lock, and why ("" when all of it).
+
+    A futex wait is a lock acquire (a mutex or rwlock: the off-CPU stacks name it) or a condition
+    wait: a thread waiting for another to signal it. Unnamed, a condition wait may be a request
+    waiting for a row lock (InnoDB's, in request code) or a pool thread waiting for its next task
+    (TiKV's read pool, raftstore and apply threads between tasks, thousands of times a second
+    under load): the OS alone cannot tell them apart, and reads both as lock waits. A server that
+    times its own lock waits can: when its histograms are there (TiKV's lock manager and scheduler
+    latches), its condition waits count only as much as its requests wait on locks, lock acquires
+    in full; without off-CPU stacks that name lock acquires (the bcc backend's user stacks are
+    not symbolized), the server's timings decide alone. Without such a server, all of it counts,
+    as before."""
+    rt = requests_of(t)
+    if rt is None or not rt.reports(kr.LOCK):
+        return 1.0, ""
+    acquire = t.stacks.lock_acquire_share
+    waiting = max((p.waiting for p in rt.of_kind(kr.LOCK)), default=0.0)
+    said = ramp(waiting, "req.lock_waiting")
+    weight = (acquire or 0.0) + (1.0 - (acquire or 0.0)) * said
+    named = ("no off-CPU stacks name lock acquires: " if acquire is None
+             else f"{_pct(acquire)} lock acquires (off-CPU stacks), ")
+    return weight, (f"{named}the condition waits counted as much as the server's own histograms say its requests "
+                    f"wait on locks ({waiting:.2f} waiting on average: "
+                    f"{', '.join(kr.BY_KEY[k].title for k in rt.present if kr.BY_KEY[k].kind == kr.LOCK)})")
+
+
 def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
     if not t.time.active_states:
         return None
     fut = t.time.active_states.get("futex", 0.0)
     ev = [evidence("futex_wait_share", fut, "lock.futex", f"{t.time.active_threads} busy threads")]
-    score = ramp(fut, "lock.futex")
+    weight, why = condition_wait_weight(t)
+    if why:
+        ev.append(evidence("lock_share_of_futex_time", weight, None, why, unit="of futex time"))
+    score = ramp(fut * weight, "lock.futex")
     if t.time.busy_vcsw_rate is not None:
         # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
         # makes its waiters block and wake constantly.
@@ -205,6 +237,25 @@ def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
     return Finding("lock_contention", "lock_contention", score, "lock contention", sub, ev, rec, t.label)
 
 
+def waits_elsewhere(t: TargetMetrics) -> tuple[list[Evidence], str] | None:
+    """Where a calm server's requests spend their time when another tier serves it: TiDB's statements
+    waiting for TiKV's answers (its KV request duration) or PD's timestamps, by its own histograms."""
+    rt = requests_of(t)
+    if rt is None or rt.total is None:
+        return None
+    rpc = [p for p in rt.of_kind(kr.RPC) if p.share is not None and p.tier]
+    if not rpc:
+        return None
+    best = max(rpc, key=lambda p: (p.share or 0.0, p.key))
+    if (best.share or 0.0) < 0.5:
+        return None
+    text = (f"its requests spend {_pct(best.share)} of their time waiting for the {best.tier} tier "
+            f"({best.title.lower()}: {best.waiting:.1f} waiting on average, p99 {(best.p99 or 0) * 1000:.1f} ms"
+            + (f", most in {best.top}" if best.top else "") + ")")
+    return [evidence(f"{best.key}.share", best.share, None, f"{best.title}: share of the request time ({best.metric})",
+                     unit="of request time", panel=best.panel)], text
+
+
 def rule_not_saturated(t: TargetMetrics, m: Metrics, others: list[Finding]) -> Finding:
     worst = max((f.score for f in others), default=0.0)
     ev = []
@@ -222,6 +273,14 @@ def rule_not_saturated(t: TargetMetrics, m: Metrics, others: list[Finding]) -> F
         sub += f"; threads wait by design (idle, not held back): {by} of thread time"
         ev.append(Evidence("idle_by_design_share", float(sum(v for _, v in t.time.idle_by_design)), None, "of thread time",
                            "pollers, reapers, parked runtime/pool threads, timers (profiler.knowledge.waits)"))
+    crows, ctext = client_rows(t, m)
+    ev.extend(crows)
+    if ctext:
+        sub += f"; {ctext}"
+    elsewhere = waits_elsewhere(t)
+    if elsewhere is not None:
+        ev.extend(elsewhere[0])
+        sub += f"; {elsewhere[1]}"
     go_idle = rules_server.idle_goroutines(t, t.server)
     if go_idle is not None:
         ev.extend(go_idle[0])

@@ -1,7 +1,9 @@
 """Bounded HTTP GET for the server-status collector (collectors layer): nothing a server returns is trusted.
 
-Every request has a deadline for the whole exchange and for each read of its body, and a cap on
-the body's decompressed size (a larger body is cut and not kept); every failure comes back as a
+Every request has a deadline for the whole exchange, kept by a watchdog that shuts the socket
+down when it passes (a server that drips its status line or headers a byte a second is cut
+there, a timeout, not read for as long as it cares to drip), a deadline for each read of its
+body, and a cap on the body's decompressed size (a larger body is cut and not kept); every failure comes back as a
 :class:`Reply` whose ``error`` is one of the failure kinds below, counted by kind in the
 collector's stats and named in its index. The ``looks_*`` checks refuse HTML and other answers
 that are not what was asked for.
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import ssl
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -58,6 +62,9 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip
             conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", port, timeout=timeout)
     except (ValueError, OSError) as exc:
         return Reply(error=ERROR, detail=str(exc)[:200])
+    watchdog = threading.Timer(timeout, _cut, (conn,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         headers = {"Accept": accept, "User-Agent": "profiler-server-status", "Connection": "close"}
         if gzip_ok:
@@ -79,6 +86,8 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip
                 conn.sock.settimeout(min(left, READ_TIMEOUT))
             piece = resp.read1(1 << 16) if hasattr(resp, "read1") else resp.read(1 << 16)
             if not piece:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError
                 break
             raw += len(piece)
             if inflate is not None:
@@ -101,16 +110,31 @@ def fetch(url: str, *, timeout: float, max_bytes: int, accept: str = "*/*", gzip
     except TimeoutError:
         return fail_reply(reply, TIMEOUT, f"no complete answer within {timeout:g}s", t0)
     except http.client.IncompleteRead as exc:
+        if time.monotonic() >= deadline:
+            return fail_reply(reply, TIMEOUT, f"no complete answer within {timeout:g}s", t0)
         return fail_reply(reply, CUT, f"the server closed the connection mid-body ({len(exc.partial)} bytes read)", t0)
     except ConnectionRefusedError:
         return fail_reply(reply, REFUSED, "connection refused", t0)
     except (http.client.HTTPException, OSError, ssl.SSLError) as exc:
+        if time.monotonic() >= deadline:  # the watchdog cut a server that dripped past the deadline
+            return fail_reply(reply, TIMEOUT, f"no complete answer within {timeout:g}s", t0)
         kind = CUT if reply.status else ERROR
         return fail_reply(reply, kind, f"{type(exc).__name__}: {str(exc)[:160]}", t0)
     finally:
+        watchdog.cancel()
         conn.close()
     reply.seconds = time.monotonic() - t0
     return reply
+
+
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """The deadline passed: end the exchange wherever it is (the reading side then fails)."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def fail_reply(reply: Reply, kind: str, detail: str, t0: float) -> Reply:

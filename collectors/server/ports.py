@@ -1,19 +1,34 @@
 """Finding a server's status port (collectors layer), for the server-status collector.
 
-The known flags and defaults of each server kind (tidb-server ``-status`` 10080, pd-server
-``--client-urls`` 2379, tikv-server ``--status-addr`` 20180, etcd ``--listen-client-urls`` /
-``--listen-metrics-urls`` 2379), else the target's own listening TCP sockets
-(``/proc/PID/net/tcp*`` matched to the inodes of its ``/proc/PID/fd``). Only this host's
-addresses are kept (a wildcard listener is reached on loopback); a target in another network
-namespace is reached from a thread that joins it (:func:`join_netns`). Probing what answers is
-the collector's (collectors/server/status.py), over collectors/server/bounded_http.py.
+Attaching to a production server must never look like an attack on it, nor count as a failed
+client: a Redis logs "Possible SECURITY ATTACK" for an HTTP request line, a MariaDB counts a
+connection closed before its handshake as an aborted connect. So a port is asked only where it
+is named, or where the target is known to serve HTTP:
+
+- the known flags of each server kind (tidb-server ``-status`` 10080, pd-server
+  ``--client-urls`` 2379, tikv-server ``--status-addr`` 20180, etcd ``--listen-client-urls`` /
+  ``--listen-metrics-urls`` 2379), and its kind's default port only where the target itself
+  listens on that port (another process's server there is never asked);
+- ``--status-url``, the user's own word;
+- the target's own listening TCP sockets (``/proc/PID/net/tcp*`` matched to the inodes of its
+  ``/proc/PID/fd``) only when its executable is a Go program that links Go's HTTP server
+  (:func:`serves_http`: ``net/http.(*conn).serve`` in its function table), never for a known
+  kind (its flags and defaults say where its status port is), and each socket is first only
+  connected to and listened on (:func:`speaks_first`): a server that talks first (MySQL's
+  handshake, SSH, SMTP) is no HTTP server and is left without being sent anything.
+
+Only this host's addresses are kept (a wildcard listener is reached on loopback); a target in
+another network namespace is reached from a thread that joins it (:func:`join_netns`). Probing
+what answers is the collector's (collectors/server/status.py), over bounded_http.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import os
+import select
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -88,8 +103,10 @@ def as_url(value: str, default_scheme: str = "http") -> str | None:
     return f"{parts.scheme}://{host}:{port}"
 
 
-def flag_candidates(kind: str | None, cmdline: list[str]) -> list[Candidate]:
-    """Status URLs named by the target's own flags, then its kind's default."""
+def flag_candidates(kind: str | None, cmdline: list[str],
+                    listening: list[tuple[str, int]] | None = None) -> list[Candidate]:
+    """Status URLs named by the target's own flags, then its kind's default (only where the
+    target listens on that port, when ``listening``, its own sockets, is given)."""
     out: list[Candidate] = []
     if kind is None:
         return out
@@ -106,8 +123,10 @@ def flag_candidates(kind: str | None, cmdline: list[str]) -> list[Candidate]:
                 url = as_url(p)
                 if url:
                     out.append(Candidate(url, f"flag --{flag}"))
+    ports = None if listening is None else {port for _ip, port in listening}
     for url in DEFAULTS[kind]:
-        out.append(Candidate(url, f"default for {kind}"))
+        if ports is None or urlsplit(url).port in ports:
+            out.append(Candidate(url, f"default for {kind}"))
     return out
 
 
@@ -212,12 +231,67 @@ def reachable(url: str, local: set[str]) -> tuple[str | None, str]:
     return None, f"{url}: {host} is not an address of this host (name it with --status-url to use it)"
 
 
-def socket_candidates(pid: int) -> list[Candidate]:
+LISTENING = "listening socket"  # a candidate's source when nothing named it: checked before it is asked
+GO_HTTP_SERVER = b"net/http.(*conn).serve"  # in the function table of every Go program serving HTTP
+_HTTP_SERVERS: dict[tuple[int, int, int], bool] = {}  # (dev, inode, size) of an executable -> serves_http
+
+
+def serves_http(pid: int) -> bool:
+    """Whether the target's executable is a Go program linking Go's HTTP server (the one kind of
+    program whose unnamed sockets are worth asking: Go's /metrics and /debug/pprof handlers)."""
+    try:
+        fd = os.open(f"/proc/{pid}/exe", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino, st.st_size)
+        if key not in _HTTP_SERVERS:
+            found = False
+            if st.st_size > 0:
+                with contextlib.suppress(OSError, ValueError), mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+                    found = mm.find(GO_HTTP_SERVER) >= 0
+            _HTTP_SERVERS[key] = found
+        return _HTTP_SERVERS[key]
+    finally:
+        os.close(fd)
+
+
+def speaks_first(host: str, port: int, wait: float = 0.3) -> str | None:
+    """Connect, send nothing and listen for ``wait`` seconds: what a server that talks first said
+    (a MySQL handshake, an SSH banner), or None when it waited for the client, as HTTP does, or
+    could not be reached (the request that follows says why)."""
+    try:
+        sock = socket.create_connection((host.strip("[]"), port), timeout=wait)
+    except OSError:
+        return None
+    try:
+        ready, _, _ = select.select([sock], [], [], wait)
+        if not ready:
+            return None
+        with contextlib.suppress(OSError):
+            head = sock.recv(64)
+            return repr(head[:32]) if head else None
+        return None
+    finally:
+        sock.close()
+
+
+def socket_candidates(pid: int, kind: str | None = None) -> tuple[list[Candidate], str | None]:
+    """The target's own listening sockets worth asking, and why none are (None when some are)."""
+    if kind is not None:
+        return [], None  # a known server: its flags and defaults name its status port
+    found = listening_sockets(pid)
+    if not found:
+        return [], None
+    if not serves_http(pid):
+        return [], (f"its {len(found)} listening socket(s) were not asked: it is no Go HTTP server, and another "
+                    "protocol (Redis, MySQL...) would take an HTTP request as an attack or a failed client")
     out = []
-    for ip, port in listening_sockets(pid):
+    for ip, port in found:
         host = f"[{ip}]" if ":" in ip else ip
-        out.append(Candidate(f"http://{host}:{port}", "listening socket"))
-    return out
+        out.append(Candidate(f"http://{host}:{port}", LISTENING))
+    return out, None
 
 
 # --------------------------------------------------------------------------- network namespaces

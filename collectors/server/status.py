@@ -36,6 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe, Target
 from profiler.collectors.server.bounded_http import (
@@ -53,16 +54,19 @@ from profiler.collectors.server.bounded_http import (
     looks_pprof,
 )
 from profiler.collectors.server.ports import (
+    LISTENING,
     Candidate,
     Endpoint,
     as_url,
     flag_candidates,
     join_netns,
+    listening_sockets,
     local_addresses,
     netns_of,
     reachable,
     server_kind,
     socket_candidates,
+    speaks_first,
 )
 
 from profiler.bundle import FAILED, OK, PARTIAL, SKIPPED, CollectorRecord, members
@@ -74,7 +78,7 @@ PROBE_TIMEOUT = 2.0  # s, each probe request
 METRICS_TIMEOUT = 5.0
 PROFILE_TIMEOUT = 10.0
 GIVE_UP_AFTER = 2  # consecutive timeouts or refusals after which a port is left alone
-METRICS_MAX = 32 << 20  # bytes of one /metrics body (decompressed)
+METRICS_MAX = members.SERVER_METRICS_BODY_MAX  # bytes of one /metrics body (decompressed)
 PROFILE_MAX = 64 << 20  # bytes of one profile
 PROBE_MAX = 256 << 10
 MAX_CANDIDATES = 16
@@ -145,7 +149,10 @@ class ServerStatusCollector(CollectorBase):
         named = [Candidate(u, "--status-url") for u in self.urls.get(t.pid, []) + self.urls.get(None, [])]
         cands: list[Candidate] = []
         refused: list[str] = []
-        for c in flag_candidates(kind, list(t.cmdline)) + socket_candidates(t.pid):
+        own, not_asked = socket_candidates(t.pid, kind)
+        if not_asked:
+            refused.append(not_asked)
+        for c in flag_candidates(kind, list(t.cmdline), listening_sockets(t.pid)) + own:
             url, why = reachable(c.url, local)
             if url is None:
                 refused.append(why)
@@ -161,8 +168,9 @@ class ServerStatusCollector(CollectorBase):
         local = local_addresses()
         self.plans = [self._plan(t, local) for t in ctx.targets]
         if not any(p.candidates for p in self.plans):
-            why = "; ".join(f"{p.target.comm} (pid {p.target.pid}) listens on no TCP port and names no status address"
-                            + (f" ({'; '.join(p.refused)})" if p.refused else "") for p in self.plans)
+            why = "; ".join(f"{p.target.comm} (pid {p.target.pid}) names no status address"
+                            + (f" ({'; '.join(p.refused)})" if p.refused else " and listens on no TCP port")
+                            for p in self.plans)
             return Probe(False, f"no HTTP status port to ask: {why} (name one with --status-url http://HOST:PORT)",
                          "name one with --status-url http://HOST:PORT")
         return Probe(True)
@@ -312,8 +320,15 @@ class ServerStatusCollector(CollectorBase):
         for c in plan.candidates:
             if self.stop_event.is_set():
                 break
+            if c.source == LISTENING:  # nobody named it: is it HTTP? listened to, sent nothing
+                parts = urlsplit(c.url)
+                said = speaks_first(parts.hostname or "", parts.port or 0)
+                if said is not None:
+                    ep.tried.append(f"{c.url} ({c.source}): speaks first ({said}): not HTTP, not asked")
+                    continue
             if ep.metrics is None:
-                r = fetch(f"{c.url}/metrics", timeout=PROBE_TIMEOUT, max_bytes=PROBE_MAX)
+                r = fetch(f"{c.url}/metrics", timeout=self._timeout(PROBE_TIMEOUT), max_bytes=PROBE_MAX)
+                self._count(r)
                 if r.error is None and looks_exposition(r.body) and not looks_html(r.body, r.content_type):
                     ep.metrics, ep.source = c.url, ep.source or c.source
                 elif r.error == TOO_LARGE and "text/plain" in r.content_type:
@@ -321,7 +336,8 @@ class ServerStatusCollector(CollectorBase):
                 else:
                     ep.tried.append(f"{c.url}/metrics ({c.source}): {r.detail or 'not Prometheus text'}")
             if ep.pprof is None:
-                r = fetch(f"{c.url}/debug/pprof/", timeout=PROBE_TIMEOUT, max_bytes=PROBE_MAX)
+                r = fetch(f"{c.url}/debug/pprof/", timeout=self._timeout(PROBE_TIMEOUT), max_bytes=PROBE_MAX)
+                self._count(r)
                 if r.error is None and b"goroutine" in r.body:
                     ep.pprof = c.url
                     ep.source = ep.source or c.source
@@ -373,18 +389,24 @@ class ServerStatusCollector(CollectorBase):
             return
         r = fetch(url, timeout=self._timeout(METRICS_TIMEOUT), max_bytes=METRICS_MAX, gzip_ok=True,
                   accept="text/plain;version=0.0.4;q=1,*/*;q=0.1")
+        line = b""
         if r.error is None:
             if looks_html(r.body, r.content_type):
                 r = fail_reply(r, HTML, "answered HTML, not Prometheus text", t0)
                 r.seconds = time.monotonic() - t0
             elif not looks_exposition(r.body):
                 r = fail_reply(r, NOT_TEXT, "not Prometheus text exposition", t0)
+            else:
+                rec = {"pid": plan.target.pid, "t0": round(t0, 6), "t1": round(t0 + r.seconds, 6), "url": url,
+                       "body": r.body.decode("utf-8", "replace")}
+                # UTF-8 as it came (no \u escapes): a record is at most about twice its body, and the
+                # reader takes it whole (members.SERVER_METRICS_LINE_MAX); beyond, control characters
+                line = json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+                if len(line) > members.SERVER_METRICS_LINE_MAX:
+                    r = fail_reply(r, NOT_TEXT, "mostly control characters, not Prometheus text: not kept", t0)
         self._count(r, plan)
         member = None
         if r.error is None:
-            rec = {"pid": plan.target.pid, "t0": round(t0, 6), "t1": round(t0 + r.seconds, 6), "url": url,
-                   "body": r.body.decode("utf-8", "replace")}
-            line = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
             with self._lock:
                 if self._metrics is not None and not self._closed:
                     try:

@@ -46,6 +46,8 @@ FUTEX_SLOTS = "futex.slots.jsonl.gz"
 SERVER_STATUS = "server-status.jsonl"
 # ... their /metrics scrapes (JSON lines: pid, t0, t1, url, body) ...
 SERVER_METRICS = "server-metrics.jsonl.gz"
+SERVER_METRICS_BODY_MAX = 32 << 20  # bytes of one /metrics body kept (decompressed) ...
+SERVER_METRICS_LINE_MAX = 2 * SERVER_METRICS_BODY_MAX + (1 << 20)  # ... and of its record, JSON-escaped (UTF-8, no \u escapes)
 # ... and their Go profiles, one file each (see server_profile)
 
 # the load: `profiler run`'s load command output, or the log `profiler attach --load-log` followed

@@ -29,7 +29,7 @@ from profiler.bundle.manifest import (
 from profiler.bundle.members import MANIFEST
 from profiler.errors import BundleError
 from profiler.files import contained
-from profiler.tolerant import ReadLog, open_tolerant, squeeze_blank_lines
+from profiler.tolerant import LINE_LIMIT, ReadLog, open_tolerant, squeeze_blank_lines
 
 
 class Bundle:
@@ -132,7 +132,7 @@ class Bundle:
             log = self.reads[name] = ReadLog(name)
         return log
 
-    def open_binary(self, name: str, *, text: bool = True) -> IO[bytes]:
+    def open_binary(self, name: str, *, text: bool = True, line_limit: int = LINE_LIMIT) -> IO[bytes]:
         """Open a member for reading its bytes, decompressed (gzip by magic), tolerantly: damage
         ends the stream early and is written down in ``reads[name]``. ``text=False`` for binary
         members (no CRLF folding, no line limit)."""
@@ -145,30 +145,39 @@ class Bundle:
         # (lazy) open counts its skipped lines where the reading's damage is
         log = self.log(name)
         log.reset()
-        return open_tolerant(raw, log, text=text)
+        return open_tolerant(raw, log, text=text, line_limit=line_limit)
 
     def open_text(self, name: str) -> IO[str]:
         return io.TextIOWrapper(self.open_binary(name), encoding="utf-8", errors="replace", newline="\n")
 
-    def iter_lines(self, name: str) -> Iterator[str]:
+    def iter_lines(self, name: str, *, line_limit: int = LINE_LIMIT) -> Iterator[str]:
         """Yield the member's lines (without newline), as far as they can be read (see ``reads``).
         Runs of blank lines come as two at most (no reader tells two from two hundred, and a
-        member of nothing but newlines must not cost a Python step per line)."""
+        member of nothing but newlines must not cost a Python step per line). A line longer than
+        a chunk is gathered in pieces (joined once, not copied at every chunk)."""
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        rest = ""
-        with self.open_binary(name) as fh:
+        rest: list[str] = []
+        with self.open_binary(name, line_limit=line_limit) as fh:
             while True:
                 data = fh.read(1 << 20)
                 text = dec.decode(data, final=not data)
                 if "\n\n\n" in text:
                     text = squeeze_blank_lines(text)
-                lines = (rest + text).split("\n")
-                rest = lines.pop()
-                yield from lines
+                if "\n" not in text:
+                    if text:
+                        rest.append(text)
+                else:
+                    lines = text.split("\n")
+                    if rest:
+                        rest.append(lines[0])
+                        lines[0] = "".join(rest)
+                    last = lines.pop()
+                    rest = [last] if last else []
+                    yield from lines
                 if not data:
                     break
         if rest:
-            yield rest
+            yield "".join(rest)
 
     def take_early(self, name: str, kind: str) -> Any:
         """What an early read of the member made (profiler/bundle/early.py), if there was one and

@@ -134,9 +134,11 @@ def _build() -> Any:
                 param.callback = _finite(param.callback)
         c.get_help_option = _bare_help(c.get_help_option)
         stack.extend(getattr(c, "commands", {}).values())
+    from profiler.cli._fastparams import install
     from profiler.cli._term import help_metavars
 
     help_metavars(cmd)
+    install(cmd)
     return cmd
 
 
@@ -161,7 +163,10 @@ def _bare_help(get: Any) -> Any:
     def wrapped(ctx: Any) -> Any:
         opt = get(ctx)
         if opt is not None:
+            from profiler.cli._fastparams import param
+
             opt.metavar = ""
+            param(opt)
         return opt
 
     return wrapped

@@ -39,7 +39,7 @@ def command(
     output: Path = typer.Option(None, "--output", "-o", help="Output file (.svg, or .json for the matrix). Default: SVG on stdout."),
     as_json: bool = typer.Option(False, "--json", help="Print the matrix, its axes and the totals as JSON on stdout."),
     by: str = typer.Option("none", "--by", help="One panel per: none, op, device, issuer (target / kernel / other), comm."),
-    log: bool = typer.Option(False, "--log", help="Log-scale latency axis (rows evenly spaced in log10)."),
+    log: bool = typer.Option(None, "--log/--linear", help="Latency axis: log (the default: rows evenly spaced in log10, readable whatever the spread) or linear (HeatMap's; what --step-lat implies)."),
     colour: str = typer.Option("log", "--colour", "--color", help="Colour scale: log (default), quantile, or linear (HeatMap's)."),
     rows: int = typer.Option(50, "--rows", help="Latency rows (HeatMap: --rows)."),
     step_sec: float = typer.Option(None, "--step-sec", "--stepsec", help="Seconds per column (default: a round step giving <= 240 columns)."),
@@ -68,6 +68,9 @@ def command(
             raise UsageError(f"unknown unit {unit!r}: use s, ms, us or ns")
     if output is not None:
         check_output(output, force)
+    if log and step_lat is not None:
+        raise UsageError("--step-lat is a row height on a linear axis: give --linear, or --rows with --log")
+    log = step_lat is None if log is None else log
     lat_f = TIME_UNITS[units_latency]
     opts = HeatmapRequest(
         cpu=cpu, by=by, log=log, colour=colour, rows=rows, step_sec=step_sec, max_col=max_col,

@@ -128,6 +128,31 @@ def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     return decode
 
 
+@dataclass
+class Prepared:
+    """Everything perf script would print, before it is printed: the samples in order, each
+    distinct frame line once, which lines each body prints, and perf's own text for the
+    samples it must name (``by_perf``)."""
+
+    st: Stacks
+    body_idx: np.ndarray
+    lines: list[str]  # distinct frame lines, as perf prints them ("\t" ... "\n")
+    body_lines: np.ndarray  # line index of each entry; body i is body_lines[starts[i]:starts[i+1]]
+    starts: np.ndarray
+    by_perf: np.ndarray
+    perf_text: Iterator[bytes] | None
+    want: list[str]
+    names: list[str]
+    width: int
+    callchain: dict[int, bool]
+    evtypes: dict[int, int]
+    trace: Callable[..., dict[str, np.ndarray]] | None
+    states: Callable[[int], str] | None
+
+    def body(self, i: int) -> str:
+        return "".join(self.lines[k] for k in self.body_lines[self.starts[i] : self.starts[i + 1]].tolist())
+
+
 def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
            merge: Merge | None = None, go_tables: Callable[[str], Callable[[int], tuple[str, int] | None] | None] | None = None,
            root_of: Callable[[int], str] | None = None, fallback: Fallback | None = None,
@@ -136,6 +161,79 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
     PerfDataUnsupported, before yielding anything, for a file perf would print otherwise.
     ``bound`` (samples, call-chain entries): past either, a uniform sample of the samples is
     printed (perfdata_reduce.thinning: by each sample's time and thread, reproducible)."""
+    pr = prepare(path, fields, pids=pids, keep=keep, go_tables=go_tables, root_of=root_of, fallback=fallback,
+                 result=result, bound=bound)
+    return _render(pr, merge, result if result is not None else Result())
+
+
+def _render(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[bytes]:
+    arr = np.asarray(pr.lines, dtype=object)
+    starts = pr.starts.tolist()
+    bodies = ["".join(arr[pr.body_lines[starts[i] : starts[i + 1]]]) for i in range(len(starts) - 1)]
+    st, by_perf, perf_text = pr.st, pr.by_perf, pr.perf_text
+    if merge is not None:
+        # one sample per distinct printed stack; perf's own text (merged by the caller) after ours
+        mine, body_idx = merged(pr, merge)
+        res.written = len(mine)
+        if perf_text is not None and by_perf[0]:  # the first sample is perf's: its event is the one folded
+            yield from perf_text
+            perf_text = None
+        yield from _samples(pr, mine, body_idx, bodies, np.zeros(len(mine), bool), None)
+        if perf_text is not None:
+            yield from perf_text
+        return
+    res.written = len(st)
+    yield from _samples(pr, st, pr.body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None)
+
+
+def items(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[tuple[str, int, Callable[[], list[int]], list[str]] | bytes]:
+    """What :func:`_render` prints, in the same order, as samples already cut: (header line,
+    body index, its frame lines' indices in ``pr.lines``, ``pr.lines``) for a sample with a call
+    chain, the text itself otherwise (a sample without one is one line; perf's own text comes
+    as its blocks)."""
+    st, by_perf, perf_text = pr.st, pr.by_perf, pr.perf_text
+    lines, bl, starts = pr.lines, pr.body_lines, pr.starts
+
+    def body_lines(b: int) -> Callable[[], list[int]]:
+        return lambda: bl[starts[b] : starts[b + 1]].tolist()
+
+    def ours(sel: Stacks, body_idx: np.ndarray,
+             perf: np.ndarray) -> Iterator[tuple[str, int, Callable[[], list[int]], list[str]] | bytes]:
+        cc = np.asarray([pr.callchain[e] and "ip" in pr.want for e in range(len(pr.names))], bool)[sel.event].tolist()
+        blocks = _blocks(perf_text) if perf_text is not None and perf.any() else None
+        for h, b, c, p in zip(headers(pr, sel), body_idx.tolist(), cc, perf.tolist(), strict=True):
+            if p:
+                assert blocks is not None
+                yield next(blocks, b"")
+            elif c:
+                yield h, b, body_lines(b), lines
+            else:
+                yield (h + (" " + pr.body(b).lstrip("\t") if "ip" in pr.want else "\n")).encode("utf-8", "surrogateescape")
+
+    if merge is not None:
+        mine, body_idx = merged(pr, merge)
+        res.written = len(mine)
+        if perf_text is not None and by_perf[0]:
+            yield from _blocks(perf_text)
+            perf_text = None
+        yield from ours(mine, body_idx, np.zeros(len(mine), bool))
+        if perf_text is not None:
+            yield from _blocks(perf_text)
+        return
+    res.written = len(st)
+    yield from ours(st, pr.body_idx, by_perf)
+
+
+def merged(pr: Prepared, merge: Merge) -> tuple[Stacks, np.ndarray]:
+    """The samples perf script does not name, one per distinct printed stack (``merge``)."""
+    return _merged(pr.st.select(~pr.by_perf), pr.body_idx[~pr.by_perf], merge)
+
+
+def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
+            go_tables: Callable[[str], Callable[[int], tuple[str, int] | None] | None] | None = None,
+            root_of: Callable[[int], str] | None = None, fallback: Fallback | None = None,
+            result: Result | None = None, bound: tuple[int, int] | None = None) -> Prepared:
+    """Read and name everything :func:`render` prints (its arguments)."""
     res = result if result is not None else Result()
     want = fields.split(",")
     if any(w not in KNOWN_FIELDS for w in want):
@@ -194,7 +292,7 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
         per = np.repeat(raw_ip, lens)
         ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
         frames.addr = np.where(per, ips, frames.addr)
-    bodies = _body_texts(frames, want)
+    lines, line_of = _frame_lines(frames, want)
     _go_counts(frames, body_idx, res)
     by_perf = np.zeros(len(st), bool)
     if frames.unsupported:
@@ -208,21 +306,8 @@ def render(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep |
             raise PerfDataUnsupported("; ".join(sorted(res.reasons)))
     res.first_event = names[int(st.event[0])] if len(st) else None
     perf_text = fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]) if by_perf.any() and fallback else None
-    if merge is not None:
-        # one sample per distinct printed stack; perf's own text (merged by the caller) after ours
-        mine = _merged(st.select(~by_perf), body_idx[~by_perf], merge)
-        res.written = len(mine[0])
-        if perf_text is not None and by_perf[0]:  # the first sample is perf's: its event is the one folded
-            yield from perf_text
-            perf_text = None
-        yield from _samples(mine[0], mine[1], bodies, np.zeros(len(mine[0]), bool), None, want, names, width,
-                            callchain, evtypes, trace, states)
-        if perf_text is not None:
-            yield from perf_text
-        return
-    res.written = len(st)
-    yield from _samples(st, body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None, want,
-                        names, width, callchain, evtypes, trace, states)
+    return Prepared(st, body_idx, lines, line_of, frames.starts, by_perf, perf_text, want, names, width, callchain,
+                    evtypes, trace, states)
 
 
 def _go_counts(fr: Frames, body_idx: np.ndarray, res: Result) -> None:
@@ -273,19 +358,35 @@ def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.ravel()
 
 
-def _body_texts(fr: Frames, want: list[str]) -> list[str]:
-    """Each body's frame lines as perf prints them (ip, sym, symoff, dso as asked): each distinct
-    (address, dso, symbol) line is formatted once."""
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct row of equal-length integer columns: (index of its first occurrence, in
+    sorted order; each row's distinct row number). A lexsort: no structured-array sort."""
+    n = len(cols[0])
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort(cols[::-1])
+    change = np.zeros(n, bool)
+    change[0] = True
+    for c in cols:
+        sc = c[order]
+        change[1:] |= sc[1:] != sc[:-1]
+    group = np.cumsum(change) - 1
+    inv = np.empty(n, np.int64)
+    inv[order] = group
+    return order[change], inv
+
+
+def _frame_lines(fr: Frames, want: list[str]) -> tuple[list[str], np.ndarray]:
+    """Each distinct (address, dso, symbol) frame line as perf prints it (ip, sym, symoff, dso as
+    asked), and the line of each entry."""
     ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
-    n_bodies = len(fr.starts) - 1
     if not len(fr.addr):
-        return [""] * n_bodies
-    key = np.empty(len(fr.addr), dtype=[("a", "<u8"), ("d", "<i8"), ("s", "<i8")])
-    key["a"], key["d"], key["s"] = fr.addr, fr.dso, fr.sym
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return [], np.zeros(0, np.int64)
+    first, inv = unique_rows(fr.addr.astype(np.int64), fr.dso, fr.sym)
     dsos = fr.dsos
     lines: list[str] = []
-    for (a, d, s), o in zip(uniq.tolist(), fr.off[first].tolist(), strict=True):
+    for a, d, s, o in zip(fr.addr[first].tolist(), fr.dso[first].tolist(), fr.sym[first].tolist(),
+                          fr.off[first].tolist(), strict=True):
         parts = ["\t"]
         if ip:
             parts.append(f"{a:16x}")
@@ -305,9 +406,7 @@ def _body_texts(fr: Frames, want: list[str]) -> list[str]:
             parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
         parts.append("\n")
         lines.append("".join(parts))
-    arr = np.asarray(lines, dtype=object)[inv.ravel()]
-    starts = fr.starts.tolist()
-    return ["".join(arr[starts[i] : starts[i + 1]]) for i in range(n_bodies)]
+    return lines, inv
 
 
 def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -353,21 +452,19 @@ def _time_text(t: np.ndarray) -> list[str]:
     return [f"{f'{s_}.{u:06d}':>12}: " for s_, u in zip(secs, usecs, strict=True)]
 
 
-def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray, perf_blocks: Iterator[bytes] | None,
-             want: list[str], names: list[str], width: int, callchain: dict[int, bool], evtypes: dict[int, int],
-             trace: Callable[..., dict[str, np.ndarray]] | None, states: Callable[[int], str] | None) -> Iterator[bytes]:
-    """Each sample's text, in order; perf's blocks where ``by_perf``."""
+def headers(pr: Prepared, st: Stacks) -> list[str]:
+    """Each sample's header line as perf prints it (without its newline)."""
     n = len(st)
     if not n:
-        return
+        return []
+    want, names = pr.want, pr.names
     ip_f = "ip" in want
-    cc = np.asarray([callchain[e] and ip_f for e in range(len(names))], bool)[st.event]
-    # the header up to the time: "comm pid/tid [cpu] " -- one string per distinct (comm, pid, tid, cpu, chain?)
-    key = np.empty(n, dtype=[("c", "<i8"), ("p", "<i8"), ("t", "<i8"), ("u", "<i8"), ("k", "?")])
-    key["c"], key["p"], key["t"], key["u"], key["k"] = st.comm, st.pid, st.tid, st.cpu, cc
-    uniq, inv = np.unique(key, return_inverse=True)
+    cc = np.asarray([pr.callchain[e] and ip_f for e in range(len(names))], bool)[st.event]
+    # "comm pid/tid [cpu] ": one string per distinct (comm, pid, tid, cpu, chain?)
+    first, inv = unique_rows(st.comm, st.pid, st.tid, st.cpu, cc.astype(np.int64))
     heads = []
-    for comm, pid, tid, cpu, chain in uniq.tolist():
+    for comm, pid, tid, cpu, chain in zip(st.comm[first].tolist(), st.pid[first].tolist(), st.tid[first].tolist(),
+                                          st.cpu[first].tolist(), cc[first].tolist(), strict=True):
         h = []
         if "comm" in want:
             h.append(f"{st.comms[comm]} " if chain else f"{st.comms[comm]:>16} ")
@@ -380,14 +477,26 @@ def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.nd
         if "cpu" in want:
             h.append(f"[{cpu:03d}] ")
         heads.append("".join(h))
-    head = np.asarray(heads, dtype=object)[inv.ravel()].tolist()
+    head = np.asarray(heads, dtype=object)[inv].tolist()
     times = _time_text(st.time) if "time" in want else [""] * n
     periods = [f"{p:10d} " for p in st.period.tolist()] if "period" in want else [""] * n
-    ev_text = [f"{nm:>{width}}: " if "event" in want else "" for nm in names]
+    ev_text = [f"{nm:>{pr.width}}: " if "event" in want else "" for nm in names]
     evs = [ev_text[e] for e in st.event.tolist()]
-    traces = _trace_texts(st, trace, states, evtypes) if "trace" in want and trace is not None else [""] * n
+    traces = (_trace_texts(st, pr.trace, pr.states, pr.evtypes) if "trace" in want and pr.trace is not None
+              else [""] * n)
+    return list(map("".join, zip(head, times, periods, evs, traces, strict=True)))
+
+
+def _samples(pr: Prepared, st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.ndarray,
+             perf_blocks: Iterator[bytes] | None) -> Iterator[bytes]:
+    """Each sample's text, in order; perf's blocks where ``by_perf``."""
+    n = len(st)
+    if not n:
+        return
+    ip_f = "ip" in pr.want
+    cc = np.asarray([pr.callchain[e] and ip_f for e in range(len(pr.names))], bool)[st.event].tolist()
     tails = []
-    for b, c in zip(body_idx.tolist(), cc.tolist(), strict=True):
+    for b, c in zip(body_idx.tolist(), cc, strict=True):
         if not ip_f:
             tails.append("\n")
         elif c:
@@ -397,7 +506,7 @@ def _samples(st: Stacks, body_idx: np.ndarray, bodies: list[str], by_perf: np.nd
     perf_rows = by_perf.tolist()
     out: list[str] = []
     size = 0
-    for i, text in enumerate(map("".join, zip(head, times, periods, evs, traces, tails, strict=True))):
+    for i, text in enumerate(map("".join, zip(headers(pr, st), tails, strict=True))):
         if perf_rows[i]:
             if out:
                 yield "".join(out).encode("utf-8", "surrogateescape")

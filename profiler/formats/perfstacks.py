@@ -390,38 +390,49 @@ def _state(side: list[Side], side_at: np.ndarray, pid: np.ndarray,
 
 
 def chains(path: str, st: Stacks, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The call chains (or, without one, the instruction pointer) of the samples at indices
-    ``reps``: (offsets into the flat array, one more than reps), flat uint64 entries."""
+    """The call chains (or, without one, the instruction pointer behind a marker of the
+    sample's own cpumode) of the samples at indices ``reps``: (offsets into the flat array, one
+    more than reps), flat uint64 entries. Gathered a chunk at a time, every chain at once."""
+    n = len(reps)
     pos = st.pos[reps]
-    order = np.argsort(pos, kind="stable")
-    lens = np.zeros(len(reps), np.int64)
-    parts: list[np.ndarray] = [np.zeros(0, np.uint64)] * len(reps)
+    ev = st.event[reps]
+    lens = np.zeros(n, np.int64)
+    got: list[tuple[np.ndarray, np.ndarray]] = []  # (rep indices, their entries flattened) per chunk
     with PerfFile(path) as f:
-        lays = {ev.index: sample_layout(ev.sample_type) for ev in f.events}
-        ips = {ev.index: 8 + (8 if ev.sample_type & S_IDENTIFIER else 0) for ev in f.events}
-        sorted_pos = pos[order]
+        o_cc = np.full(len(f.events), -1, np.int64)
+        o_ip = np.zeros(len(f.events), np.int64)
+        for e in f.events:
+            o_cc[e.index] = sample_layout(e.sample_type).callchain
+            o_ip[e.index] = 8 + (8 if e.sample_type & S_IDENTIFIER else 0)
         bases = np.asarray([b for b, _, _ in st.plan], np.int64)
-        chunk_of = np.searchsorted(bases, sorted_pos, side="right") - 1
+        chunk_of = np.searchsorted(bases, pos, side="right") - 1
         for ci in np.unique(chunk_of).tolist():
             base, size, offs = st.plan[ci]
             rec = next(f.again([(base, size, offs)]))
             mine = np.flatnonzero(chunk_of == ci)
-            for k in mine.tolist():
-                r = int(order[k])
-                off = int(sorted_pos[k]) - base
-                ev = int(st.event[reps[r]])
-                lay = lays[ev]
-                if lay.callchain >= 0:
-                    nr = int(rec.u64[off + lay.callchain])
-                    a = off + lay.callchain + 8
-                    parts[r] = np.frombuffer(rec.buf, "<u8", nr, a).astype(np.uint64)
-                else:
-                    # no call chain: the sample's ip, behind a marker for the sample's own cpumode
-                    mode = int(st.misc[reps[r]]) & MISC_CPUMODE
-                    marker = CONTEXT_KERNEL if mode == MISC_KERNEL else CONTEXT_USER
-                    parts[r] = np.asarray([marker, rec.u64[off + ips[ev]]], np.uint64)
-                lens[r] = len(parts[r])
-    starts = np.zeros(len(reps) + 1, np.int64)
+            off = pos[mine] - base
+            cc = o_cc[ev[mine]]
+            has = cc >= 0
+            nr = np.where(has, rec.u64[np.where(has, off + cc, 0)].astype(np.int64), 2)
+            lens[mine] = nr
+            total = int(nr.sum())
+            first = np.cumsum(nr) - nr
+            k = np.arange(total, dtype=np.int64) - np.repeat(first, nr)
+            owner = np.repeat(np.arange(len(mine)), nr)
+            # entries of a chain: 8 bytes each after its count; a chain-less sample: marker, then its ip
+            addr = np.where(has[owner], off[owner] + cc[owner] + 8 + 8 * k, off[owner] + o_ip[ev[mine]][owner])
+            vals = rec.u64[addr].astype(np.uint64)
+            if not has.all():
+                mode = st.misc[reps[mine]] & MISC_CPUMODE
+                marker = np.where(mode == MISC_KERNEL, np.uint64(CONTEXT_KERNEL), np.uint64(CONTEXT_USER))
+                first_of = (~has[owner]) & (k == 0)
+                vals = np.where(first_of, marker[owner], vals)
+            got.append((mine, vals))
+    starts = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=starts[1:])
-    flat = np.concatenate(parts) if len(parts) else np.zeros(0, np.uint64)
+    flat = np.zeros(int(starts[-1]), np.uint64)
+    for mine, vals in got:
+        dest = np.repeat(starts[mine], lens[mine]) + (np.arange(len(vals)) - np.repeat(np.cumsum(lens[mine]) - lens[mine],
+                                                                                       lens[mine]))
+        flat[dest] = vals
     return starts, flat

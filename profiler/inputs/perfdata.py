@@ -81,7 +81,7 @@ class Merge:
 
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
                      merge: Merge | None = None, merged: list[Merged] | None = None, name: str | None = None,
-                     direct: Direct | None = None) -> T:
+                     direct: Direct | None = None, samples: Callable[[Iterator[Item]], T] | None = None) -> T:
     """``consume(the text of perf script -i perf_data)``; with ``fields``, perf's default fields
     when it refuses those. Raises InputError when perf fails (naming ``name``, the input as the
     user gave it, when perf_data is a decompressed copy).
@@ -91,10 +91,13 @@ def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], f
     named so; ``direct`` hears how it went. ``merge``: one sample per distinct stack, its
     period the total (perf script's cost, and ours, grows with the samples printed; a profile
     repeats its stacks thousands of times); ``merged`` then receives the counts. A file that
-    cannot be merged is read as it is."""
+    cannot be merged is read as it is. ``samples``: given, it takes the direct path's samples
+    already cut (:data:`Item`: a header line and its frame lines, or a block of perf's text)
+    instead of their text, so a folder never re-reads what was just made."""
     if fields and os.environ.get("PROFILER_SYMBOLIZER") != "perf":
         try:
-            return _read_direct(perf_data, consume, fields, merge, merged, direct if direct is not None else Direct())
+            return _read_direct(perf_data, consume, fields, merge, merged, direct if direct is not None else Direct(),
+                                samples)
         except pdata.PerfDataUnsupported as exc:
             if direct is not None:
                 direct.why = str(exc)
@@ -134,6 +137,11 @@ def _read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], 
         return _run(perf_script_argv(perf_data), perf_data, consume)
     except PerfScriptRefused as exc:
         raise InputError(str(exc)) from None
+
+
+# A sample of the direct path: (its header line, a key naming its frame lines, the lines' indices,
+# the table of distinct lines), or a block of perf script's own text (whole samples).
+Item = tuple[str, int, Callable[[], list[int]], list[str]] | bytes
 
 
 @dataclass
@@ -185,7 +193,7 @@ def _keep_these(tid: np.ndarray, t: np.ndarray) -> pr.Keep:
 
 
 def _read_direct(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str, merge: Merge | None,
-                 merged: list[Merged] | None, direct: Direct) -> T:
+                 merged: list[Merged] | None, direct: Direct, samples: Callable[[Iterator[Item]], T] | None) -> T:
     from profiler.formats import perfscript_text as pt
 
     res = pt.Result()
@@ -204,10 +212,13 @@ def _read_direct(perf_data: str | Path, consume: Callable[[IO[bytes]], T], field
             return iter(chunks)
 
         how = pt.Merge(merge.by_tid, merge.count_samples) if merge is not None else None
-        chunks = pt.render(str(perf_data), fields, merge=how, fallback=fallback, result=res)
-        first = next(chunks, b"")  # everything is read and named before the first chunk
+        prepared = pt.prepare(str(perf_data), fields, fallback=fallback, result=res)  # everything read and named
         direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
-        out = consume(io.BufferedReader(_Chunks(first, chunks), PIPE_SIZE))  # type: ignore[type-var]
+        if samples is not None:
+            out = samples(pt.items(prepared, how, res))
+        else:
+            chunks = pt._render(prepared, how, res)
+            out = consume(io.BufferedReader(_Chunks(next(chunks, b""), chunks), PIPE_SIZE))  # type: ignore[type-var]
     if merge is not None and merged is not None:
         merged.append(Merged(res.samples, res.written))
     return out

@@ -88,8 +88,13 @@ PHASES: tuple[Phase, ...] = (
     Phase("tikv.read_pool_wait", "tikv", "tikv_yatp_pool_schedule_wait_duration", POOL,
           "Read pool schedule wait", "TiKV-Details > Unified Read Pool > Schedule wait duration",
           "a read task waiting for a read pool thread", by=("name",)),
+    Phase("tikv.store_write_wait", "tikv", "tikv_raftstore_store_write_task_wait_duration_secs", POOL,
+          "Store write task wait", "TiKV-Details > Raft IO > Store write task wait duration",
+          "a batch of Raft log writes waiting for the store writer thread"),
     Phase("tikv.append_log", "tikv", "tikv_raftstore_append_log_duration_seconds", IO, "Raft append log",
-          "TiKV-Details > Raft IO > Append log duration", "writing Raft log entries to disk (fsync included)"),
+          "TiKV-Details > Raft IO > Append log duration",
+          "the store writer writing Raft log entries to the raft engine (fsync included); one writer by default "
+          "(raftstore.store-io-pool-size = 1)", serial=True),
     Phase("tikv.apply_log", "tikv", "tikv_raftstore_apply_log_duration_seconds", IO, "Apply log",
           "TiKV-Details > Raft IO > Apply log duration", "writing committed entries to the KV engine"),
     # ------------------------------------------------------------------ etcd (PD embeds it)

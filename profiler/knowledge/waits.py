@@ -200,14 +200,35 @@ _SUFFIX = re.compile(r"(@@?[A-Z_0-9.]+|\.(constprop|isra|part|cold)\.?\d*)+$")
 SUFFIX_TAIL = 256  # characters of a frame's end searched for version and clone suffixes
 
 
+_GENERIC_ARGS = re.compile(r"(\w)<[^<>]*>")
+GENERIC_DEPTH = 8  # nested generic argument lists removed, innermost first
+
+
+def strip_generics(frame: str) -> str:
+    """A Rust or C++ name without its generic arguments: ``yatp::pool::spawn::QueueCore<T>::park``
+    -> ``yatp::pool::spawn::QueueCore::park`` (the table names functions, not instantiations; a
+    qualified path ``<A as B>::f`` keeps its brackets, which follow no name)."""
+    for _ in range(GENERIC_DEPTH):
+        if "<" not in frame:
+            break
+        stripped = _GENERIC_ARGS.sub(r"\1", frame)
+        if stripped == frame:
+            break
+        frame = stripped
+    return frame
+
+
 def normalise(frame: str) -> str:
     """A user frame as the table spells it: no ``__GI_`` alias prefix, no symbol version or
-    compiler clone suffix (``epoll_wait@@GLIBC_2.3.2`` -> ``epoll_wait``)."""
+    compiler clone suffix (``epoll_wait@@GLIBC_2.3.2`` -> ``epoll_wait``), no generic arguments
+    (``QueueCore<T>::park`` -> ``QueueCore::park``)."""
     while frame.startswith("__GI_"):
         frame = frame[5:]
     if len(frame) > SUFFIX_TAIL:  # the pattern backtracks polynomially: only a name's tail can hold a suffix
-        return frame[:-SUFFIX_TAIL] + _SUFFIX.sub("", frame[-SUFFIX_TAIL:])
-    return _SUFFIX.sub("", frame)
+        frame = frame[:-SUFFIX_TAIL] + _SUFFIX.sub("", frame[-SUFFIX_TAIL:])
+    else:
+        frame = _SUFFIX.sub("", frame)
+    return strip_generics(frame)
 
 
 def is_plumbing(frame: str) -> bool:

@@ -39,7 +39,7 @@ from profiler.analyzers.views import read_views
 from profiler.analyzers.views.window import cut
 from profiler.bundle import Bundle, Manifest, members
 from profiler.knowledge import pool_of
-from profiler.tolerant import open_tolerant
+from profiler.tolerant import LINE_LIMIT, open_tolerant
 
 # members the live view hears, and how each keeps only its recent lines
 _JSON_KEEP = ("host", "header", "stack")  # lines of these kinds are kept whatever their time
@@ -116,10 +116,10 @@ class _Heard(Bundle):
     def has(self, name: str) -> bool:
         return name in self.heard
 
-    def open_binary(self, name: str, *, text: bool = True) -> IO[bytes]:
+    def open_binary(self, name: str, *, text: bool = True, line_limit: int = LINE_LIMIT) -> IO[bytes]:
         log = self.log(name)
         log.reset()
-        return open_tolerant(io.BytesIO(self.heard.get(name, b"")), log, text=text)
+        return open_tolerant(io.BytesIO(self.heard.get(name, b"")), log, text=text, line_limit=line_limit)
 
 
 @dataclass

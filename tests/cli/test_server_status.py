@@ -363,11 +363,13 @@ def test_a_misbehaving_status_port_is_a_named_counted_warning(mode: str, tmp_pat
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        proc.stdout.readline()
+        addr = proc.stdout.readline().decode().strip()
         bundle = tmp_path / "cap"
         t0 = time.monotonic()
+        # a Python server: its sockets are asked only when named (no Go HTTP server, collectors/server/ports.py)
         rc = main(["attach", "--pid", str(proc.pid), "--duration", "3s", "-o", str(bundle), "--no-report",
-                   "--collector", "server-status", "--collector", "procfs", "--status-interval", "1s"])
+                   "--collector", "server-status", "--collector", "procfs", "--status-interval", "1s",
+                   "--status-url", f"http://{addr}"])
         took = time.monotonic() - t0
     finally:
         assert proc.stdin is not None

@@ -10,6 +10,7 @@ each state is written to $PROFILER_SCREENSHOTS (default: the test's tmp dir) for
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import time
@@ -206,6 +207,25 @@ def test_the_goroutine_view_is_the_pages_flame_graph(browser: Browser, tmp_path:
     nearest = min(snaps, key=lambda t: abs(t - 1.5))
     moved = browser.js("document.querySelector('#flame-goroutine .flame-info').textContent")
     assert f"snapshot at {nearest:.2f} s: the nearest to the range's middle" in moved, (moved, snaps)
+    # the server metrics' values in the range: their timeline panel's mean over the range's buckets
+    cells = browser.js("[...document.querySelectorAll('td.range-val')].map(td => [td.dataset.panel, td.textContent])")
+    tl = json.loads(browser.js("document.getElementById('profiler-analysis').textContent"))["timeline"]
+    checked = 0
+    for key, text in cells:
+        panel = tl["panels"].get(key)
+        if panel is None:
+            assert text == "not on the timeline"
+            continue
+        if len(panel["series"]) != 1:
+            continue
+        vals = [v for v in next(iter(panel["series"].values()))[int(1.0 // tl["step"]):-int(-2.0 // tl["step"])] if v is not None]
+        if vals:
+            m = re.match(r"([\d.]+)(k|M|G)?", text)
+            assert m, (key, text)
+            shown = float(m.group(1)) * {"k": 1e3, "M": 1e6, "G": 1e9}.get(m.group(2) or "", 1.0)
+            assert shown == pytest.approx(sum(vals) / len(vals), rel=0.02) and "scraped" in text, (key, text)
+            checked += 1
+    assert checked >= 1, cells
     browser.center("#goroutine-flame-section")
     browser.screenshot(shots(tmp_path) / "report-goroutines.png")
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,7 +213,6 @@ def test_the_url_restores_a_view(browser: Browser, page: Path) -> None:
     browser.js(f"(() => {{ const R = window.profilerReport; R.setRange([1.5, 4.25]); R.setFilter('{LOCKER}');"
                " R.setView([1, 6]); R.flames.cpu.setMode('inverted');"
                " const s = document.querySelector('#flame-cpu .flame-search'); s.value = 'futex'; s.dispatchEvent(new Event('input')); })()")
-    import time
     time.sleep(0.2)  # the fragment is written a moment after the last change
     url = browser.js("location.href")
     before = _views(browser)
@@ -305,3 +305,52 @@ def test_nothing_overflows(width: int, tmp_path: Path) -> None:
             assert ticks and min(ticks) >= 10  # tick labels stay readable (they shrank to 7 px)
             assert b.errors() == []
             b.screenshot(shots(tmp_path) / f"explore-{p.stem}-{width}.png", full_page=True)
+
+
+def test_screenshot_defects_stay_fixed(browser: Browser, page: Path) -> None:
+    """The page-side defects of issue 28: the sticky bar covered the flame graph's search box; a
+    3.13-5.75 s selection lit whole heatmap columns 3-6 s; the last time label was clipped."""
+    browser.open(page)
+    browser.js("window.profilerReport.setRange([3.13, 5.75])")
+    # the bar's link to the on-CPU graph scrolls it below the bar, search box in sight
+    browser.click(*browser.center("#explore-bar .eb-sum a[href='#cpu-flame-section']", scroll=False))
+    bar = browser.box("#explore-bar", scroll=False)
+    search = browser.box("#flame-cpu .flame-search", scroll=False)
+    assert search[1] >= bar[1] + bar[3] and search[1] + search[3] <= 1000
+    # the heatmap lights the range's own cells: from 3.13 s's row to 5.75 s's
+    cells = _page(browser)["explore"]["cpu_cells"]
+    off, rows = cells["offset"], cells["rows"]
+    lit = browser.js("[...document.querySelectorAll('#cpu-heatmap .hm-sel')].filter(r => r.getAttribute('visibility') === 'visible')"
+                     ".map(r => [+r.getAttribute('x'), +r.getAttribute('y'), +r.getAttribute('width'), +r.getAttribute('height')])")
+    cw = browser.js("+document.querySelector('#cpu-heatmap rect[data-c=\"1\"]').getAttribute('x')")
+    first_row = math.floor(((3.13 - off) % 1) * rows)
+    last_row = math.floor(((5.75 - off - 1e-9) % 1) * rows)
+    assert lit[0][0] == math.floor(3.13 - off) * cw and lit[0][1] == first_row * 6
+    assert lit[-1][0] == math.floor(5.75 - off) * cw and lit[-1][3] == (last_row + 1) * 6
+    # every time label inside its chart
+    out = browser.js("""[...document.querySelectorAll('svg.chart')].flatMap(s => { const r = s.getBoundingClientRect();
+        return [...s.querySelectorAll('text.tick')].filter(t => { const b = t.getBoundingClientRect();
+          return b.right > r.right + 0.5 || b.left < r.left - 0.5; }).map(t => t.textContent); })""")
+    assert out == []
+
+
+def test_the_timeline_zooms_and_pans(browser: Browser, page: Path) -> None:
+    browser.open(page)
+    end = browser.js("window.profilerReport.T_END")
+    x, y, w, h = browser.box('#charts .panel[data-panel="cpu"] svg.chart')
+    # Ctrl + wheel zooms in around the pointer; the charts redraw the window, ticks and all
+    browser.call("Input.dispatchMouseEvent", type="mouseWheel", x=x + w / 2, y=y + h / 2, deltaX=0, deltaY=-120, modifiers=2)
+    v = browser.js("window.profilerReport.state.view")
+    assert 0 < v[0] < v[1] < end and v[1] - v[0] == pytest.approx(0.8 * end, rel=0.01)
+    # the buttons: pan right, zoom to a selected range, back to the whole capture
+    browser.click(*browser.center('#explore-bar button[data-zoom="right"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view")[0] > v[0]
+    browser.js("window.profilerReport.setRange([2, 3])")
+    browser.click(*browser.center('#explore-bar button[data-zoom="sel"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view") == pytest.approx([1.9, 3.1])
+    ticks = browser.js("[...document.querySelectorAll('[data-panel=cpu] svg.chart text.tick')].map(t => t.textContent).filter(t => t.endsWith('s'))")
+    assert "2s" in ticks and "3s" in ticks and "8s" not in ticks
+    time.sleep(0.2)  # the fragment is written a moment after the last change
+    assert "zoom=1.9-3.1" in browser.js("location.hash")
+    browser.click(*browser.center('#explore-bar button[data-zoom="reset"]', scroll=False))
+    assert browser.js("window.profilerReport.state.view") == [0, end]

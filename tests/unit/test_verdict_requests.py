@@ -174,3 +174,57 @@ def test_tidb_idle_with_its_background_work_is_not_saturated() -> None:
     a, v, t = _verdict("tidb-unistore-idle")
     assert v.category == "not_saturated"
     assert all(f.score < 0.35 for f in v.findings if f.category != "not_saturated")
+
+
+# ----------------------------------------------------------------------------- across tiers
+
+
+def _v(label: str, category: str, score: float, tier: str | None = None):  # type: ignore[no-untyped-def]
+    from profiler.analyzers.verdict.findings import Finding, Verdict
+
+    f = Finding(category, "r", score, category, f"{label}: {category}", [], "", label, tier=tier)
+    return Verdict(category, score, f"{label} headline", f, [], [f], 0.9, "high", [], label)
+
+
+def test_a_symptom_at_tidb_gives_the_capture_to_the_tikv_target_it_points_at() -> None:
+    from profiler.analyzers.verdict import ranking
+    from profiler.analyzers.verdict.model import Metrics, TargetMetrics
+
+    tidb = TargetMetrics.from_flat(pid=1, comm="tidb-server", kind="tidb")
+    tikv = TargetMetrics.from_flat(pid=2, comm="tikv-server", kind="tikv")
+    m = Metrics(window=10, t0=0, targets=[tidb, tikv], system=None, io=None, sources={}, missing=[],
+                unsupported_counters=[], warnings=[])
+    at_tidb = _v(tidb.label, "lock_contention", 1.0, tier="tikv")
+    at_tikv = _v(tikv.label, "lock_contention", 0.8)
+    v = ranking.served_by_peer(at_tidb, [at_tidb, at_tikv], m)
+    assert v is not None and v.target == tikv.label and "what tidb-server (pid 1) waits on" in v.headline
+    # no peer of that tier with the same cause: the symptom's own verdict stands
+    assert ranking.served_by_peer(at_tidb, [at_tidb, _v(tikv.label, "cpu", 0.9)], m) is None
+    assert ranking.served_by_peer(at_tikv, [at_tidb, at_tikv], m) is None
+
+
+def test_the_cluster_verdict_follows_a_tier_pointer_to_the_tier_it_names() -> None:
+    from profiler.analyzers.verdict import cluster as C
+
+    def node(name: str, role: str, v):  # type: ignore[no-untyped-def]
+        return C.NodeResult(name, "h", role, "ok", None, [], v, {}, None, None, None, None)
+
+    nodes = [node("tidb-1", "tidb", _v("tidb-server (pid 1)", "lock_contention", 1.0, tier="tikv")),
+             node("tikv-1", "tikv", _v("tikv-server (pid 2)", "lock_contention", 0.8))]
+    roles = [C.RoleResult("tidb", ["tidb-1"], ["tidb-1"], ["tidb-1"], 1.0, "lock_contention", None),
+             C.RoleResult("tikv", ["tikv-1"], ["tikv-1"], ["tikv-1"], 0.8, "lock_contention", None)]
+    cv = C._cluster_verdict(nodes, roles, [])
+    assert cv.limiting_tier == "tikv" and cv.limiting_node == "tikv-1" and cv.category == "lock_contention"
+    assert any(r.startswith("tidb-1 (tidb) points at the tikv tier") for r in cv.reasons)
+
+
+def test_the_clients_own_latency_and_threads_join_the_servers_request_time() -> None:
+    a, v, t = _verdict("tidb-unistore-client-rate-limited-run")
+    c = a.metrics.client
+    assert c is not None and c.tool == "sysbench" and c.threads == 8 and c.latency_key == "p95"
+    assert c.latency_ms is not None and c.latency_ms > 0
+    assert v.category == "not_saturated"
+    rows = {e.metric: e for e in v.primary.evidence}
+    inside = rows["client_threads_inside"].value
+    assert inside is not None and inside < 0.2  # the rate limiter, not the server, holds the client's threads
+    assert "of sysbench's 8 threads" in v.primary.sub_cause

@@ -175,3 +175,17 @@ def test_docs_table_lists_every_entry_with_its_evidence() -> None:
     for w in kw.IDLE_WAITS:
         for ev in (*w.frames[:2], *w.syscalls[:1], *w.wchans[:1]):
             assert ev in rows[w.key], (w.key, ev)
+
+
+def test_rust_and_cpp_frames_match_the_table_whatever_their_generic_arguments() -> None:
+    # demangled Rust names carry their impl's generics: yatp's park is QueueCore<T>::park in a stack
+    stack = ["syscall", "parking_lot_core::parking_lot::park", "yatp::pool::spawn::QueueCore<T>::park",
+             "yatp::pool::worker::WorkerThread<T,H>::run"]
+    w = kw.match_frames(stack, "rust")
+    assert isinstance(w, kw.IdleWait) and w.key == "yatp-park"
+    assert kw.strip_generics("<yatp::task::future::Runner as yatp::pool::Runner>::handle") == \
+        "<yatp::task::future::Runner as yatp::pool::Runner>::handle"
+    assert kw.strip_generics("std::vector<int, std::allocator<int> >::push_back") == "std::vector::push_back"
+    # a lock acquire under a generic type is still a lock
+    assert kw.match_frames(["syscall", "parking_lot::raw_mutex::RawMutex::lock_slow",
+                            "engine_rocks::RocksEngine<E>::write"], "rust") is kw.LOCK
