@@ -23,6 +23,7 @@ from profiler.analyzers.server.view import ServerStatusView
 from profiler.analyzers.stacks import flame, subsecond
 from profiler.analyzers.verdict import findings, ranking
 from profiler.analyzers.verdict import metrics as metmod
+from profiler.analyzers.verdict.client import client_evidence
 from profiler.analyzers.views import OFFCPU_MAX_SWITCHES, SOURCES, BundleViews, read_views
 from profiler.analyzers.views.window import cut
 
@@ -310,6 +311,7 @@ def analyze_views(v: BundleViews, progress: Progress | None = None) -> Analysis:
     la = loadmod.analyze_load(v.load, v.manifest) if v.load is not None else None
     window = la.phases.window if la is not None else None
     met = metmod.compute(cut(v, *window) if window is not None else v)
+    met.client = client_evidence(la, window)
     step(1)
     cv = ranking.judge(met)
     m = v.manifest

@@ -31,12 +31,16 @@ def _lines(fh: IO[bytes]) -> Iterator[str]:
         yield dec.decode(raw)
 
 
-def _times(bundle: Bundle, name: str) -> dict[int, float]:
+def _times(bundle: Bundle, name: str, wanted: set[int]) -> dict[int, float]:
+    """The arrival times of the ``wanted`` lines (the report lines): memory for those only, however
+    many lines the load printed."""
     out: dict[int, float] = {}
     for line in bundle.iter_lines(name):
         n, _, t = line.partition(",")
         try:
-            out[int(n)] = float(t)
+            k = int(n)
+            if k in wanted:
+                out[k] = float(t)
         except ValueError:
             continue  # the header, or a line cut off by a killed capture
     return out
@@ -57,5 +61,6 @@ def read_load(bundle: Bundle) -> LoadLog | None:
             parsed = parse_lines(_lines(fh), utc_offset=offset, year=year)
     except (OSError, ProfilerError) as exc:
         return LoadLog(info=info, parsed=ParsedLoad(tool=None), missing=f"{info.log} could not be read: {exc}")
-    times = _times(bundle, info.times) if info.times and bundle.has(info.times) else {}
+    wanted = {iv.line for iv in parsed.intervals}
+    times = _times(bundle, info.times, wanted) if info.times and wanted and bundle.has(info.times) else {}
     return LoadLog(info=info, parsed=parsed, line_times=times)

@@ -291,6 +291,18 @@ def _plain(v: Any) -> Any:
     return v
 
 
+@dataclass(frozen=True)
+class ClientEvidence:
+    """The load client's own figures over the verdict's window (analyzers.verdict.client)."""
+
+    tool: str
+    tps: float | None
+    latency_key: str | None  # the percentile it printed (p95, p99...)
+    latency_ms: float | None
+    threads: int | None  # its concurrency, when it says (sysbench's thds:)
+    source: str = ""
+
+
 @dataclass
 class Metrics:
     window: float
@@ -304,9 +316,10 @@ class Metrics:
     warnings: list[str]
     proc_hz: float | None = None
     delayacct: bool | None = None
+    client: ClientEvidence | None = None  # the load client's own figures, when the capture ran the load
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "client"}
         d["targets"] = [t.to_dict() for t in self.targets]
         for k in ("system", "io"):
             d[k] = asdict(d[k]) if d[k] is not None else None

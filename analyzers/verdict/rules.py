@@ -19,7 +19,7 @@ from profiler.analyzers.verdict.findings import (
     ramp,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
-from profiler.analyzers.verdict.rules_requests import requests_of
+from profiler.analyzers.verdict.rules_requests import client_rows, requests_of
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE
 from profiler.knowledge import requests as kr
@@ -273,6 +273,10 @@ def rule_not_saturated(t: TargetMetrics, m: Metrics, others: list[Finding]) -> F
         sub += f"; threads wait by design (idle, not held back): {by} of thread time"
         ev.append(Evidence("idle_by_design_share", float(sum(v for _, v in t.time.idle_by_design)), None, "of thread time",
                            "pollers, reapers, parked runtime/pool threads, timers (profiler.knowledge.waits)"))
+    crows, ctext = client_rows(t, m)
+    ev.extend(crows)
+    if ctext:
+        sub += f"; {ctext}"
     elsewhere = waits_elsewhere(t)
     if elsewhere is not None:
         ev.extend(elsewhere[0])

@@ -84,6 +84,25 @@ def served_by(t: TargetMetrics, p: PhaseTime) -> str | None:
     return tier if n > ev.app_lock_waits else None
 
 
+def client_rows(t: TargetMetrics, m: Metrics) -> tuple[list[Evidence], str]:
+    """The load client's own latency (the outermost request time) as evidence, and, when it says
+    how many threads it ran, how many of them were inside this server's requests on average."""
+    c = m.client
+    if c is None or c.latency_ms is None:
+        return [], ""
+    rows = [evidence("client_latency_ms", c.latency_ms, None,
+                     f"{c.tool} {c.latency_key} over {c.source}" + (f", {c.tps:.0f}/s" if c.tps else ""), unit="ms")]
+    rt = requests_of(t)
+    if not c.threads or rt is None or rt.total is None:
+        return rows, ""
+    inside = min(1.0, rt.total.waiting / c.threads)
+    rows.append(evidence("client_threads_inside", inside, None,
+                         f"{rt.total.waiting:.1f} of the client's {c.threads} threads are in {rt.total.title.lower()} "
+                         "on average", unit="of the client's threads"))
+    return rows, (f"of {c.tool}'s {c.threads} threads, {rt.total.waiting:.1f} are inside its requests on average "
+                  f"({_pct(inside)}); the client sees {c.latency_key} {c.latency_ms:.1f} ms")
+
+
 def _total_text(rt: RequestTime) -> str:
     if rt.total is None:
         return ""
@@ -143,6 +162,7 @@ def rule_request_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
         n = t.server.rpc_by_tier.get(tier, 0.0) if t.server is not None else 0.0
         sub += (f"; the locks are held in the {tier} tier: the sessions wait in RPCs to {tier}"
                 + (f" ({n:.0f} goroutines on average)" if n else "") + f": see {tier}'s lock waits")
+    rows.extend(client_rows(t, m)[0])
     rec = (TIDB_ADVICE["lock_contention"] if t.kind == "tidb"
            else TIKV_ADVICE["lock_contention"] if t.kind == "tikv"
            else "the requests serialize on the same keys or rows: spread the hot keys, keep transactions short")
@@ -166,6 +186,7 @@ def rule_request_queue(t: TargetMetrics, m: Metrics) -> Finding | None:
     sub = (f"requests queue for a slot: {best.waiting:.1f} wait in {best.title.lower()} on average{_total_text(rt)}"
            + (f", {_pct(best.share)} of the requests' time" if best.share is not None else "")
            + f"; its p99 {_ms(best.p99)} ({best.metric})" + _waiters_text(t.server))
+    rows.extend(client_rows(t, m)[0])
     entry = kg.BY_KEY.get("tidb-token")
     rec = entry.advice if t.kind == "tidb" and entry is not None else "raise the concurrency limit if the CPU has room"
     return Finding("lock_contention", "request_queue_wait", score, "requests queue for a slot", sub, rows, rec, t.label)
@@ -192,6 +213,7 @@ def rule_request_io(t: TargetMetrics, m: Metrics) -> Finding | None:
             else f"{best.waiting:.1f} requests in {best.title.lower()} on average")
     sub = (f"the write path waits on the disk: {what}, {best.per_s:.0f}/s, mean {_ms(best.mean)}, p99 {_ms(best.p99)} "
            f"({best.metric})")
+    rows.extend(client_rows(t, m)[0])
     rec = (TIKV_ADVICE["io_wait"] if t.kind == "tikv"
            else "the log's disk is too slow for synchronous writes: faster storage (etcd's guidance: WAL fsync p99 "
                 "under 10 ms), or fewer writers sharing it")

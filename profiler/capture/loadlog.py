@@ -27,7 +27,7 @@ from typing import IO
 from profiler.bundle import BundleWriter, members
 from profiler.errors import UsageError
 
-CHUNK = 1 << 16  # longest piece read at once (a longer line is copied in pieces, counted once)
+CHUNK = 1 << 16  # bytes read at once: every line completed in a read gets the read's time
 FOLLOW_EVERY = 0.1  # s between looks at a followed file
 
 
@@ -46,14 +46,52 @@ class LoadStart:
         return capture_start + (self.offset or 0.0)
 
 
-class _Lines:
-    """Counts the lines copied so far and notes the arrival time of each one completed."""
+class TimesSink:
+    """``load.times.csv.gz`` written as the lines come (``line,t``): memory stays flat however
+    many lines the load prints (a load printing 10M lines kept 10M tuples: 2.6 GB). The member is
+    opened at the first timed line; :meth:`close` names it (None when no line was timed)."""
 
-    def __init__(self, out: IO[bytes], clock: Callable[[], float]) -> None:
+    def __init__(self, writer: BundleWriter) -> None:
+        self.writer = writer
+        self.rows = 0
+        self._lock = threading.Lock()  # the copier's thread adds, the session closes
+        self._closed = False
+        self._stack: contextlib.ExitStack | None = None
+        self._fh: IO[bytes] | None = None
+
+    def add(self, first: int, count: int, t: float) -> None:
+        """Lines ``first`` .. ``first + count - 1`` of load.log arrived at ``t``."""
+        if count <= 0:
+            return
+        stamp = f",{t:.6f}\n"
+        rows = "".join(f"{n}{stamp}" for n in range(first, first + count)).encode()
+        with self._lock:
+            if self._closed:
+                return
+            if self._fh is None:
+                self._stack = contextlib.ExitStack()
+                self._fh = self._stack.enter_context(self.writer.open_member(members.LOAD_TIMES))
+                self._fh.write(b"line,t\n")
+            self._fh.write(rows)
+            self.rows += count
+
+    def close(self) -> str | None:
+        with self._lock:
+            self._closed = True
+            if self._stack is not None:
+                self._stack.close()  # the member is renamed into place (what was written, even on a full disk)
+                self._stack, self._fh = None, None
+        return members.LOAD_TIMES if self.rows else None
+
+
+class _Lines:
+    """Counts the lines copied so far and hands the arrival time of each one completed to the sink."""
+
+    def __init__(self, out: IO[bytes], clock: Callable[[], float], times: TimesSink | None) -> None:
         self.out = out
         self.clock = clock
+        self.sink = times
         self.lines = 0  # complete lines copied
-        self.times: list[tuple[int, float]] = []
         self.bytes = 0
 
     def copy(self, data: bytes, *, timed: bool) -> None:
@@ -63,18 +101,19 @@ class _Lines:
         self.out.flush()
         self.bytes += len(data)
         n = data.count(b"\n")
-        if timed and n:
-            now = self.clock()
-            self.times.extend((self.lines + i, now) for i in range(1, n + 1))
+        if timed and n and self.sink is not None:
+            self.sink.add(self.lines + 1, n, self.clock())
         self.lines += n
 
 
 class PipeCopier:
-    """Copies a child's stdout pipe into the log, one line at a time, noting arrival times."""
+    """Copies a child's stdout pipe into the log as it comes, a read at a time (never a line at a
+    time: a load printing millions of short lines costs one write and one time per read)."""
 
-    def __init__(self, pipe: IO[bytes], log: IO[bytes], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], times: TimesSink | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pipe = pipe
-        self.lines = _Lines(log, clock)
+        self.lines = _Lines(log, clock, times)
         self.error: str | None = None
         self._thread = threading.Thread(target=self._run, name="profiler-load-log", daemon=True)
 
@@ -84,8 +123,9 @@ class PipeCopier:
 
     def _run(self) -> None:
         try:
+            fd = self.pipe.fileno()
             while True:
-                data = self.pipe.readline(CHUNK)
+                data = os.read(fd, CHUNK)
                 if not data:
                     return
                 self.lines.copy(data, timed=True)
@@ -97,17 +137,14 @@ class PipeCopier:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    @property
-    def times(self) -> list[tuple[int, float]]:
-        return list(self.lines.times)
-
 
 class FileFollower:
     """Follows a growing log file: copies what it holds, then what is appended, with times."""
 
-    def __init__(self, source: Path, log: IO[bytes], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, source: Path, log: IO[bytes], times: TimesSink | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
-        self.lines = _Lines(log, clock)
+        self.lines = _Lines(log, clock, times)
         self.error: str | None = None
         self.note: str | None = None
         self._stop = threading.Event()
@@ -117,11 +154,22 @@ class FileFollower:
     def start(self) -> FileFollower:
         """Copy what the file holds now (untimed: its lines were written before the capture), then follow it."""
         self._fh = open(self.source, "rb")  # noqa: SIM115 - closed by the thread
-        while True:
-            data = self._fh.read(CHUNK)
+        held = os.fstat(self._fh.fileno()).st_size  # what it holds now: a writer faster than us cannot hold the start
+        last = b"\n"
+        while self._fh.tell() < held:
+            data = self._fh.read(min(CHUNK, held - self._fh.tell()))
             if not data:
                 break
             self.lines.copy(data, timed=False)
+            last = data[-1:]
+        for _ in range(16):  # the line it ended in was written before the capture too: untimed
+            if last == b"\n":
+                break
+            data = self._fh.readline(CHUNK)
+            if not data:
+                break
+            self.lines.copy(data, timed=False)
+            last = data[-1:]
         self._thread.start()
         return self
 
@@ -154,6 +202,9 @@ class FileFollower:
             if cut >= 0:
                 self.lines.copy(pending[: cut + 1], timed=True)
                 pending = pending[cut + 1:]
+            elif len(pending) > CHUNK * 16:  # a line without end: copied in pieces, never held whole
+                self.lines.copy(pending, timed=False)
+                pending = b""
         if pending and final:  # the capture ends in the middle of a line: keep what was written
             self.lines.copy(pending, timed=False)
         elif pending:  # a line still being written: read it again, whole, next time
@@ -162,20 +213,6 @@ class FileFollower:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
-
-    @property
-    def times(self) -> list[tuple[int, float]]:
-        return list(self.lines.times)
-
-
-def write_times(writer: BundleWriter, times: list[tuple[int, float]]) -> str | None:
-    """The arrival times member (None when there is nothing to write)."""
-    if not times:
-        return None
-    with writer.open_member(members.LOAD_TIMES) as fh:
-        fh.write(b"line,t\n")
-        fh.write("".join(f"{n},{t:.6f}\n" for n, t in times).encode())
-    return members.LOAD_TIMES
 
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

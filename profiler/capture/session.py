@@ -42,7 +42,7 @@ from profiler.bundle import (
     members,
 )
 from profiler.capture import signals
-from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, write_times
+from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, TimesSink
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import (
@@ -153,6 +153,7 @@ class Session:
         self.load_start = load_start
         self._copier: PipeCopier | None = None
         self._follower: FileFollower | None = None
+        self._times: TimesSink | None = None  # load.times.csv.gz, written as the load's lines come
         self.progress = progress  # how far the capture got (profiler.progress); None: nothing is shown
         self.say = say  # one line for the user (tracefs mounted, a collector ended early); None: nothing
         self.extra_options = extra_options or {}
@@ -327,7 +328,8 @@ class Session:
             info.ended = time.monotonic()
             return None, info
         assert proc.stdout is not None
-        self._copier = PipeCopier(proc.stdout, logfh).start()
+        self._times = TimesSink(writer)
+        self._copier = PipeCopier(proc.stdout, logfh, self._times).start()
         with contextlib.suppress(OSError):
             writer.save()
         return proc, info
@@ -347,8 +349,7 @@ class Session:
             # (then the log ends here: the copier's writes to the closed log stop it)
             copier.join(2.0)
             copier.lines.out.close()
-            with contextlib.suppress(OSError):
-                info.times = write_times(writer, copier.times)
+            info.times = self._close_times()
             if proc.stdout is not None and copier.join(0):
                 proc.stdout.close()
         return info.exit_code
@@ -364,7 +365,8 @@ class Session:
         m.load = info
         logfh = create_growing(writer.path(members.LOAD_LOG), writer.root)  # the follower writes it; closed in _stop_follow
         try:
-            self._follower = FileFollower(self.load_log, logfh).start()
+            self._times = TimesSink(writer)
+            self._follower = FileFollower(self.load_log, logfh, self._times).start()
         except OSError as exc:
             logfh.close()
             raise CapabilityError(f"cannot read --load-log {self.load_log}: {exc.strerror or exc}") from None
@@ -377,8 +379,17 @@ class Session:
             return
         f.stop()
         f.lines.out.close()
-        with contextlib.suppress(OSError):
-            writer.manifest.load.times = write_times(writer, f.times)
+        writer.manifest.load.times = self._close_times()
+
+    def _close_times(self) -> str | None:
+        """The load's line times member, finished (None when no line was timed)."""
+        sink, self._times = self._times, None
+        if sink is None:
+            return None
+        try:
+            return sink.close()
+        except (OSError, OutputError):  # a full disk: what reached it is kept under its name
+            return members.LOAD_TIMES if sink.rows else None
 
     def _wait(self, ctx: CaptureContext, manifest: Manifest,
               load: subprocess.Popen[bytes] | None) -> str:

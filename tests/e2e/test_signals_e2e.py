@@ -5,7 +5,7 @@ the bundle is finished as `partial` with what was captured and the signal named,
 is the shell's (128 + the signal), and nothing is left: no perf or other helper process (each
 one the profiler started is watched while it runs), no load, no tracefs instance. The point
 is random (the seed is in every failure message); a second signal during the stop cannot cut
-it short. (`cluster attach` is killed the same way in tests/test_cluster_e2e.py.)
+it short. (`cluster attach` is killed the same way in tests/e2e/test_cluster_signals_e2e.py.)
 """
 
 from __future__ import annotations

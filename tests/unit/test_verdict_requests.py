@@ -216,3 +216,15 @@ def test_the_cluster_verdict_follows_a_tier_pointer_to_the_tier_it_names() -> No
     cv = C._cluster_verdict(nodes, roles, [])
     assert cv.limiting_tier == "tikv" and cv.limiting_node == "tikv-1" and cv.category == "lock_contention"
     assert any(r.startswith("tidb-1 (tidb) points at the tikv tier") for r in cv.reasons)
+
+
+def test_the_clients_own_latency_and_threads_join_the_servers_request_time() -> None:
+    a, v, t = _verdict("tidb-unistore-client-rate-limited-run")
+    c = a.metrics.client
+    assert c is not None and c.tool == "sysbench" and c.threads == 8 and c.latency_key == "p95"
+    assert c.latency_ms is not None and c.latency_ms > 0
+    assert v.category == "not_saturated"
+    rows = {e.metric: e for e in v.primary.evidence}
+    inside = rows["client_threads_inside"].value
+    assert inside is not None and inside < 0.2  # the rate limiter, not the server, holds the client's threads
+    assert "of sysbench's 8 threads" in v.primary.sub_cause
