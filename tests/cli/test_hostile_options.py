@@ -67,7 +67,8 @@ def test_every_float_option_refuses_nan_and_infinities(tmp_path: Path, capsys: p
 
 @pytest.mark.parametrize("verb_args", [
     ["attach", "-d", "9" * 400 + "s"], ["attach", "-d", "400d"], ["attach", "-d", "367d"], ["attach", "-d", "9000h"],
-    ["attach", "--interval", "9" * 400], ["attach", "--status-interval", "nan"], ["attach", "-F", "0"],
+    ["attach", "--interval", "9" * 400], ["attach", "--interval", "2h"], ["attach", "--status-interval", "nan"],
+    ["attach", "--status-interval", "300000h"], ["attach", "-F", "0"],
     ["attach", "-F", "99999999999999999999"], ["run", "-d", "inf"],
 ])
 def test_capture_numbers_out_of_range_are_exit_2_before_any_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str],
