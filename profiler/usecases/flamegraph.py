@@ -15,14 +15,8 @@ from typing import IO
 
 from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
-from profiler.analyzers.stacks.folding import (
-    PARALLEL_MIN_BYTES,
-    Collapser,
-    FoldOptions,
-    collapse_file,
-    collapse_stream,
-    format_folded,
-)
+from profiler.analyzers.stacks.folding import Collapser, FoldOptions, collapse_stream, format_folded
+from profiler.analyzers.stacks.folding_files import PARALLEL_MIN_BYTES, collapse_file
 from profiler.analyzers.stacks.naming import fold_stacks
 from profiler.analyzers.stacks.offcpu import OffCpuStats, offcpu_folded
 from profiler.bundle import Bundle, members

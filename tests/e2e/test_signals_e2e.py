@@ -200,13 +200,13 @@ def test_a_second_signal_during_the_stop_does_not_cut_it(tmp_path: Path, name: s
 def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> None:
     """A later capture removes the tracefs instances a killed one left (its process is gone, or its
     pid now names another process) and never one whose owner still runs: others capture beside us."""
-    from profiler.collectors.tracefs import blockio
+    from profiler.collectors.tracefs import instance
 
     root = Path(TRACEFS) / "instances"
     dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))
     me = os.getpid()
-    mine = blockio.start_ticks(me)
-    tag = blockio._pidns_tag()
+    mine = instance.start_ticks(me)
+    tag = instance._pidns_tag()
     ns = f"-ns{tag}" if tag else ""
     made = {
         "gone": root / f"profiler-{dead}-s123-1{ns}",  # its process is gone
@@ -218,7 +218,7 @@ def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> N
     try:
         for p in made.values():
             p.mkdir()
-        gone = set(blockio.remove_stale_instances(TRACEFS))
+        gone = set(instance.remove_stale_instances(TRACEFS))
         assert {made["gone"].name, made["old-format gone"].name, made["pid reused"].name} <= gone
         assert made["alive"].is_dir() and made["old-format alive"].is_dir()
         assert not gone & {made["alive"].name, made["old-format alive"].name}
