@@ -156,8 +156,12 @@ def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
     elif ev.lock_wait is not None and ev.app_lock_waits > 0:
         # the profiles and the runtime metric count sync.Mutex/RWMutex waits only; the lock and slot
         # waits the program's own frames name (a row lock waiter in select) come from the snapshots
-        ev.lock_wait += ev.app_lock_waits
-        ev.lock_wait_source += f" + {ev.app_lock_waits:.1f} in lock waits the program names (goroutine snapshots)"
+        named = f"{ev.app_lock_waits:.1f} in lock waits the program names (goroutine snapshots)"
+        if ev.lock_wait < 0.05:
+            ev.lock_wait, ev.lock_wait_source = ev.app_lock_waits, named
+        else:
+            ev.lock_wait += ev.app_lock_waits
+            ev.lock_wait_source += f" + {named}"
     if ts.mutex is not None and ts.mutex.top:
         top = ts.mutex.top[0]
         ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"
