@@ -87,13 +87,19 @@ def capture(mode: str, pid: int, out: str) -> int:
         if not collectors:
             for argv in perf_commands(pid, Path(out)):
                 procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    started = []
     for c in collectors:
         if c.probe(ctx).ok:
             c.start(ctx)
+            started.append(c)
+    for c in started:
+        wait = getattr(c, "wait_attached", None)  # the bcc collectors attach in their helper processes
+        if wait is not None:
+            wait(60)
     time.sleep(1.0)  # perf needs a moment to attach
     print("attached", flush=True)
     stop.wait()
-    for c in collectors:
+    for c in started:
         try:
             c.stop(ctx)
         except Exception as exc:  # report, keep stopping the rest

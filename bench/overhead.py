@@ -18,6 +18,11 @@ Two cases (``--case``):
 
     sudo python bench/overhead.py --rounds 3 --seconds 10
     sudo python bench/overhead.py --case dense --only "A/A (none)" --only all --rounds 5 --seconds 10
+    sudo python bench/overhead.py --case dense --threads 64 --only "A/A (none)" --only all --rounds 5 --seconds 10
+
+The default capture is --backend auto (the bcc backend where it runs); --backend perf for the
+perf collectors. Per configuration it also prints the collectors' own CPU seconds per million
+events the per-event collectors saw (syscalls, context switches, futex waits, block IOs).
 """
 
 from __future__ import annotations
@@ -160,19 +165,32 @@ def event_rates(argv: list[str], pid: int) -> tuple[float, float]:
 
 
 def collector_cpu(manifest: dict) -> float:  # type: ignore[type-arg]
-    """CPU seconds the collectors' own processes used during the capture (perf, readers, the sampler)."""
+    """CPU seconds the collectors' own processes used during the capture (perf, readers, the sampler,
+    the bcc helpers and their symbolizer)."""
     total = 0.0
     for c in manifest["collectors"]:
         st = c.get("stats") or {}
-        for key in ("perf_cpu_seconds", "reader_cpu_seconds", "cpu_seconds"):
+        for key in ("perf_cpu_seconds", "reader_cpu_seconds", "cpu_seconds", "helper_cpu_seconds",
+                    "helper_parent_cpu_seconds", "symbolizer_cpu_seconds"):
             v = st.get(key)
             if isinstance(v, (int, float)):
                 total += float(v)
     return total
 
 
+def traced_events(manifest: dict) -> int:  # type: ignore[type-arg]
+    """The events the per-event collectors saw (syscalls, context switches, futex waits, block IOs)."""
+    total = 0
+    for c in manifest["collectors"]:
+        if c["name"] in ("syscalls", "offcpu-stacks", "futex-waits", "block-io"):
+            st = c.get("stats") or {}
+            v = st.get("events", st.get("syscalls", st.get("samples", 0)))
+            total += int(v) if isinstance(v, (int, float)) else 0
+    return total
+
+
 def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path, tag: str,
-                 backend: str = "perf") -> tuple[float, float, dict[str, str], float]:
+                 backend: str = "auto") -> tuple[float, float, dict[str, str], float, int]:
     out = workdir / f"cap-{tag}"
     cmd = [sys.executable, "-m", "profiler", "run", "--backend", backend, "--pid", str(pid), "-o", str(out),
            "--force", "--no-report"]
@@ -187,8 +205,9 @@ def run_profiled(argv: list[str], pid: int, collectors: list[str], workdir: Path
     manifest = json.loads((out / "manifest.json").read_text())
     states = {c["name"]: c["status"] for c in manifest["collectors"]}
     own = collector_cpu(manifest)
+    events = traced_events(manifest)
     shutil.rmtree(out, ignore_errors=True)
-    return tps, cpu, states, own
+    return tps, cpu, states, own, events
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                          "server's CPU per transaction is the robust figure on a shared host")
     ap.add_argument("--tables", type=int, help="default: the case's")
     ap.add_argument("--table-size", type=int, help="default: the case's")
-    ap.add_argument("--backend", default="perf", help="profiler's --backend (default perf)")
+    ap.add_argument("--backend", default="auto", help="profiler's --backend (default auto, the default capture's)")
     ap.add_argument("--only", action="append", default=None,
                     help="configurations to run: all, a collector name, \"all but NAME\", syscalls-trace, "
                          "offcpu-trace, \"A/A (none)\" (repeatable; default: A/A, all and each collector)")
@@ -239,20 +258,21 @@ def main(argv: list[str] | None = None) -> int:
                   f"{base['size']} rows; alone: {cs:,.0f} server context switches/s, {calls:,.0f} syscalls/s on the host",
                   flush=True)
             results: dict[str, dict[str, list[float]]] = {
-                c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": [], "own": []} for c in configs}
+                c[0]: {"alone": [], "profiled": [], "ratio": [], "cpu_ratio": [], "own": [], "per_m": []}
+                for c in configs}
             print(f"# backend {args.backend}; MariaDB {server.pid}, sysbench {test} {base['threads']} threads, "
                   f"{args.seconds}s runs, {args.rounds} rounds, host cpus {os.cpu_count()} (shared host: noisy)",
                   flush=True)
             for r in range(args.rounds):
                 for name, cols in configs:
                     alone, cpu_a = run_alone(load, server.pid)
-                    own = 0.0
+                    own, events = 0.0, 0
                     if cols == ["-"]:
                         prof, cpu_p = run_alone(load, server.pid)
                         states = {}
                     else:
-                        prof, cpu_p, states, own = run_profiled(load, server.pid, cols, work, f"{name}-{r}",
-                                                                args.backend)
+                        prof, cpu_p, states, own, events = run_profiled(load, server.pid, cols, work, f"{name}-{r}",
+                                                                        args.backend)
                     # server CPU microseconds per transaction, alone and profiled
                     us_a = 1e6 * cpu_a / max(1.0, alone * args.seconds)
                     us_p = 1e6 * cpu_p / max(1.0, prof * args.seconds)
@@ -262,10 +282,13 @@ def main(argv: list[str] | None = None) -> int:
                     res["ratio"].append(prof / alone)
                     res["cpu_ratio"].append(us_p / us_a if us_a else 1.0)
                     res["own"].append(100.0 * own / args.seconds)
+                    if events:
+                        res["per_m"].append(own / (events / 1e6))
                     bad = {k: v for k, v in states.items() if v not in ("ok", "skipped")}
                     print(f"round {r + 1} {name:14s} alone {alone:9.1f} tps {us_a:6.1f} us/tx  "
                           f"profiled {prof:9.1f} tps {us_p:6.1f} us/tx  tps ratio {prof / alone:.3f}  "
                           f"collectors {100.0 * own / args.seconds:5.1f}% of a CPU"
+                          + (f", {own / (events / 1e6):.2f} CPU s per million events ({events:,})" if events else "")
                           + (f"  ({bad})" if bad else ""), flush=True)
     print()
     aa = results.get("A/A (none)", {})
@@ -273,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"noise floor (A/A): tps ratios {min(aa['ratio']):.3f}..{max(aa['ratio']):.3f}, "
               f"server CPU/tx ratios {min(aa['cpu_ratio']):.3f}..{max(aa['cpu_ratio']):.3f}")
     print(f"{'configuration':16s} {'alone tps':>10s} {'profiled tps':>13s} {'ratio of medians':>17s} {'tps ratio':>10s} "
-          f"{'tps cost':>9s} {'server CPU/tx ratio':>20s} {'collectors CPU':>15s}")
+          f"{'tps cost':>9s} {'server CPU/tx ratio':>20s} {'collectors CPU':>15s} {'CPU s/M events':>15s}")
     for name, res in results.items():
         if not res["ratio"]:
             continue
@@ -282,10 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         of_medians = statistics.median(res["profiled"]) / statistics.median(res["alone"])
         print(f"{label:16s} {statistics.median(res['alone']):10.1f} {statistics.median(res['profiled']):13.1f} "
               f"{of_medians:17.3f} {ratio:10.3f} {100 * (1 - ratio):8.1f}% {statistics.median(res['cpu_ratio']):20.3f} "
-              f"{statistics.median(res['own']):13.1f} %")
+              f"{statistics.median(res['own']):13.1f} % "
+              + (f"{statistics.median(res['per_m']):15.2f}" if res["per_m"] else f"{'-':>15s}"))
     print("(ratio of medians: median profiled tps / median alone tps; tps ratio: profiled/alone, median of pairs; "
           "server CPU/tx ratio: the server's own CPU per transaction, "
-          "profiled/alone; collectors CPU: what the collectors' own processes used, % of one CPU, during the capture)")
+          "profiled/alone; collectors CPU: what the collectors' own processes used, % of one CPU, during the capture; "
+          "CPU s/M events: those CPU seconds per million events the per-event collectors saw: syscalls, "
+          "context switches, futex waits, block IOs)")
     return 0
 
 

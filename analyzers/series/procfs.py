@@ -112,6 +112,13 @@ class Series:
     def get(self, name: str) -> np.ndarray | None:
         return self.values.get(name)
 
+    def names_under(self, prefix: str) -> list[str]:
+        """The names flattened under ``prefix`` (``disks`` -> the disks), whole whatever they hold:
+        a disk named ``a.b`` is ``a.b`` (``disks.a.b.reads``: the field is after the last dot)."""
+        head = prefix + "."
+        return sorted({k[len(head):].rsplit(".", 1)[0] for k in self.values if k.startswith(head) and
+                       "." in k[len(head):]})
+
     def rate(self, name: str) -> float | None:
         """Average per-second increase of a cumulative counter over the window."""
         v = self.values.get(name)

@@ -237,7 +237,7 @@ def build(pd: procmod.ProcData | None, targets: list[TargetInfo], *, t0: float |
                     if "steal" in parts:
                         sysp.series["steal"] = _clean(100 * parts["steal"] / tot)
                 tl.panels["host_cpu"] = sysp
-            disks = sorted({k.split(".")[1] for k in st.values if k.startswith("disks.")})
+            disks = st.names_under("disks")
             iops = Panel("Disk IOPS (/proc/diskstats)", "IO/s")
             aw = Panel("Disk await (/proc/diskstats)", "ms")
             for d in disks:

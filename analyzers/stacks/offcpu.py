@@ -19,7 +19,7 @@ from profiler.inputs.window import WHOLE, TimeWindow
 from profiler.knowledge import pool_of
 from profiler.tolerant import ReadLog
 
-__all__ = ["FutexStacks", "OffCpuStats", "SwitchFolder", "WaitStacks", "fold_switch_text", "offcpu_by_reason", "offcpu_folded", "pool_roots",
+__all__ = ["FutexStacks", "OffCpuStats", "SwitchFolder", "WaitStacks", "fold_switch_text", "offcpu_by_reason", "offcpu_folded",
            "wait_reason"]
 
 _PREV = re.compile(r"prev_comm=(?P<comm>.*?) prev_pid=(?P<pid>-?\d{1,10}) .*?prev_state=(?P<state>\S+)")
@@ -440,14 +440,4 @@ def offcpu_by_reason(folded: dict[str, int]) -> dict[str, int]:
             reason = "preempted (runnable)" if any(h in joined for h in _PREEMPT_HINTS) else "other"
         key = reason + ";" + stack
         out[key] = out.get(key, 0) + n
-    return out
-
-
-def pool_roots(folded: dict[str, int]) -> dict[str, int]:
-    """Root frames (thread names) replaced by their thread pool: ``grpc-server-3`` -> ``grpc-server``."""
-    out: dict[str, int] = {}
-    for k, v in folded.items():
-        root, sep, rest = k.partition(";")
-        key = pool_of(root) + sep + rest
-        out[key] = out.get(key, 0) + v
     return out

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from profiler.bundle import Bundle
-from profiler.inputs.bundles import cpu_stacks
 from profiler.inputs.perfscript import iter_samples
 from profiler.inputs.streams import open_path
 from profiler.tolerant import ReadLog
@@ -124,15 +123,3 @@ def capture_origin(bundle: Bundle, t: np.ndarray) -> float | None:
     if start and (not len(t) or float(t.min()) >= start):
         return float(start)
     return None
-
-
-def from_bundle(bundle: Bundle, *, rows: int = 50) -> SubsecondHeatmap | None:
-    """The sub-second heatmap of a bundle's CPU samples (None when it has none)."""
-    member = cpu_stacks(bundle)
-    if member is None:
-        return None
-    with bundle.open_binary(member) as fh:
-        st = parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
-    if not len(st.t):
-        return None
-    return subsecond_heatmap(st.t, rows=rows, t0=capture_origin(bundle, st.t))

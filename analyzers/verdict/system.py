@@ -42,7 +42,7 @@ def system_metrics(pd: procmod.ProcData | None, host_cpus: int) -> SystemMetrics
 def disk_metrics(s: procmod.Series) -> list[DiskMetrics]:
     """Each block device's utilisation, IOPS, bytes/s, await and queue (/proc/diskstats), busiest first."""
     out = []
-    for disk in sorted({k.split(".")[1] for k in s.values if k.startswith("disks.")}):
+    for disk in s.names_under("disks"):
         def r(f: str, disk: str = disk) -> float:
             return s.rate(f"disks.{disk}.{f}") or 0.0
         ios = r("reads") + r("writes")

@@ -10,11 +10,16 @@ takes these views, never the bundle. Which member feeds which view: docs/bundle.
   stat             stat.csv                              stat.csv
   syscalls         syscalls.csv (older: syscalls-rate.csv) syscalls.csv
   cpu              cpu.perf.txt.gz                       cpu.perf.txt.gz
-  offcpu           offcpu.perf.txt.gz + offcpu.csv.gz    offcpu.folded.gz
-  io               block.trace.gz                        block.hist.jsonl.gz
+  offcpu           offcpu.perf.txt.gz + offcpu.csv.gz    offcpu.slots.jsonl.gz (older: offcpu.folded.gz)
+  io               block.events.bin (older: block.trace.gz) block.hist.jsonl.gz
   waits            (none)                                futex.summary.json, futex.folded.gz,
                                                          offcpu.summary.json
   load             load.log + load.times.csv.gz           (same)
+  server           server-status.jsonl, server-metrics.jsonl.gz and its profiles (analyzers/server/view.py)
+
+The same readers serve the verbs with their own options (``read_offcpu``, ``fold_cpu_stacks``,
+``read_cpu_times``, ``read_block_trace``, ``read_block_hist``): a flame graph or heatmap of a
+bundle and the report read each member the one way.
 """
 
 from __future__ import annotations
@@ -30,14 +35,23 @@ from profiler.analyzers.series import perfstat
 from profiler.analyzers.series.procfs import ProcData, parse_lines
 from profiler.analyzers.server.view import ServerStatusView, read_server_status
 from profiler.analyzers.views import blockio as _blockio
-from profiler.analyzers.views.blockio import BlockIoView, IOEvents, read_block_io
+from profiler.analyzers.views.blockio import (
+    BlockIoView,
+    IOEvents,
+    block_member,
+    read_block_hist,
+    read_block_io,
+    read_block_trace,
+)
 from profiler.analyzers.views.counters import SyscallRow, SyscallsView, read_stat, read_syscalls
 from profiler.analyzers.views.locks import WaitTotals, read_wait_totals
 from profiler.analyzers.views.stacks import (
     OFFCPU_MAX_SWITCHES,
     CpuStacksView,
     OffCpuView,
+    fold_cpu_stacks,
     read_cpu_stacks,
+    read_cpu_times,
     read_offcpu,
 )
 
@@ -212,5 +226,6 @@ def start_early_reads(early: EarlyReads, rec: CollectorRecord, manifest: Manifes
 
 __all__ = [
     "OFFCPU_MAX_SWITCHES", "SOURCES", "BlockIoView", "BundleViews", "CpuStacksView", "IOEvents", "LoadLog", "OffCpuView",
-    "SyscallRow", "SyscallsView", "WaitTotals", "install_taps", "read_views", "start_early_reads",
+    "SyscallRow", "SyscallsView", "WaitTotals", "block_member", "fold_cpu_stacks", "install_taps", "read_block_hist",
+    "read_block_trace", "read_cpu_times", "read_offcpu", "read_views", "start_early_reads",
 ]

@@ -13,6 +13,7 @@ A member that cannot be read keeps its error here; the verdict and the report sa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -119,13 +120,15 @@ def block_member(bundle: Bundle) -> str | None:
     return None
 
 
-def read_block_trace(bundle: Bundle) -> pairing.PairedIO | None:
-    """Parse and pair the bundle's block events (None when the capture has none)."""
+def read_block_trace(bundle: Bundle, on_chunk: Callable[[pairing.BlockPairer], None] | None = None
+                     ) -> pairing.PairedIO | None:
+    """Parse and pair the bundle's block events (None when the capture has none); ``on_chunk``
+    sees the pairing after each chunk (progress)."""
     member = block_member(bundle)
     if member is None:
         return None
     with bundle.open_binary(member, text=member == members.BLOCK_TRACE) as fh:
-        return pairing.pair_bundle_member(fh, member)
+        return pairing.pair_bundle_member(fh, member, on_chunk)
 
 
 EARLY_IO = "io"  # an early read of block.events.bin: (the IoWindow it used, the IoAnalysis)

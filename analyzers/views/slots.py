@@ -63,7 +63,7 @@ class _Stack:
         return r
 
 
-def read_offcpu_slots(bundle: Bundle) -> OffCpuView:
+def read_offcpu_slots(bundle: Bundle, *, pools: bool = True) -> OffCpuView:
     view = OffCpuView(source=members.OFFCPU_SLOTS)
     stacks: dict[int, _Stack] = {}
     keys: dict[tuple[int, str, str], str] = {}
@@ -86,7 +86,7 @@ def read_offcpu_slots(bundle: Bundle) -> OffCpuView:
                     letter = LETTER.get(state, "T")
                     k = keys.get((sid, comm, letter))
                     if k is None:
-                        root = pool_of(comm).replace(" ", "_")
+                        root = (pool_of(comm) if pools else comm).replace(" ", "_")
                         k = keys[(sid, comm, letter)] = ";".join(
                             [st.reason(letter), root, *st.frames])
                     folded[k] = folded.get(k, 0) + ns

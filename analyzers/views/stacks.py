@@ -18,6 +18,8 @@ Off-CPU, one view for both backends:
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,7 @@ from profiler.bundle import Bundle, members
 from profiler.inputs import bundles
 from profiler.inputs.folded import parse_folded
 from profiler.inputs.streams import iter_decoded
+from profiler.inputs.window import WHOLE, TimeWindow
 from profiler.knowledge import pool_of
 
 # The off-CPU flame graph in the report is built from at most this many switches of the member.
@@ -52,8 +55,6 @@ class CpuStacksView:
 
 
 def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
-    if not bundle.has(members.CPU_STACKS):
-        return None
     timed: list[tuple[float, str]] = []
     threads: list[tuple[int, int, str]] = []
     seen: dict[tuple[str, str | None, str], tuple[int, int, str]] = {}
@@ -72,9 +73,8 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
     # comm from the headers folding parses anyway
     c = folding.Collapser(folding.FoldOptions(pools=True, count_samples=True), on_sample=keep, keep_times=True)
     try:
-        with bundle.open_binary(members.CPU_STACKS) as fh:
-            for chunk in iter_decoded(fh, chunk_size=1 << 18, warnings=c.warnings):
-                c.feed(chunk)
+        if not fold_cpu_stacks(bundle, c):
+            return None
         folded = c.result()
     except Exception as exc:  # noqa: BLE001 - the report says why its CPU pictures are missing
         return CpuStacksView(folded={}, times=subsecond.parse_sample_times(()), origin=None, error=exc)
@@ -83,6 +83,34 @@ def read_cpu_stacks(bundle: Bundle) -> CpuStacksView | None:
                                   comm=c.comms)
     return CpuStacksView(folded=folded, times=times, origin=subsecond.capture_origin(bundle, times.t),
                          warnings=[f"{members.CPU_STACKS}: {w}" for w in c.warnings], timed=timed, timed_threads=threads)
+
+
+def fold_cpu_stacks(bundle: Bundle, c: folding.Collapser, on_chunk: Callable[[int], None] | None = None) -> bool:
+    """cpu.perf.txt.gz through ``c``, a folder with the caller's options (the report's: pools,
+    every sample's time; a flame graph's: its own --pools, --tid, window...); False when the
+    capture has no CPU stacks. ``on_chunk`` hears the size of each decoded chunk (progress).
+    ``c.weird`` then counts the samples whose header could not be read: the caller puts them in
+    the member's read log."""
+    if not bundle.has(members.CPU_STACKS):
+        return False
+    with bundle.open_binary(members.CPU_STACKS) as fh:
+        # small chunks: a member cut off mid-chunk loses at most one chunk before the cut
+        for chunk in iter_decoded(fh, chunk_size=1 << 18, warnings=c.warnings):
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+            c.feed(chunk)
+    c.close()
+    return True
+
+
+def read_cpu_times(bundle: Bundle) -> subsecond.SampleTimes | None:
+    """Every CPU sample's time, tid and comm (the sub-second heatmap), without folding; None when
+    the capture has no CPU stacks."""
+    if not bundle.has(members.CPU_STACKS):
+        return None
+    with bundle.open_binary(members.CPU_STACKS) as fh:
+        return subsecond.parse_sample_times(io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n"),
+                                            bundle.log(members.CPU_STACKS))
 
 
 # --------------------------------------------------------------------------- off-CPU
@@ -97,7 +125,8 @@ class OffCpuView:
 
     source: str  # the stack member: offcpu.perf.txt.gz (perf) or offcpu.folded.gz (bcc)
     folded: dict[str, int] = field(default_factory=dict)  # blocked us per wait reason;pool;stack
-    switches: int = 0  # perf: switch-outs folded (at most OFFCPU_MAX_SWITCHES)
+    switches: int = 0  # perf: samples folded (at most OFFCPU_MAX_SWITCHES; switch-ins and side-band records too)
+    switch_outs: int = 0  # perf: the blocked intervals among them (a flame graph's "N switches")
     limited: bool = False  # perf: the member holds more switches than were folded
     sampled: tuple[int, int] | None = None  # perf: (switch-outs symbolized, the targets' switch-outs) when the collector sampled
     futex: FutexStacks = field(default_factory=dict)  # perf: futex stacks per thread, every switch
@@ -106,13 +135,15 @@ class OffCpuView:
     timed: list[tuple[float, float, str] | tuple[float, float, str, float]] = field(default_factory=list)
     timed_tids: list[int] = field(default_factory=list)  # the thread of each of timed (perf; bcc slots: none)
     error: Exception | None = None  # the folded stacks could not be read
+    notes: list[str] = field(default_factory=list)  # perf: what the widths are (upper bounds...)
 
     @property
     def bcc(self) -> bool:
         return self.source in (members.OFFCPU_FOLDED, members.OFFCPU_SLOTS)
 
 
-def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
+def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit: int | None,
+                      evidence: bool, on_interval: Callable[[float, float, str, int], None] | None = None) -> OffCpuView:
     view = OffCpuView(source=members.OFFCPU_STACKS)
     intervals = None
     try:
@@ -127,11 +158,15 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
     tids: list[int] = []
 
     def keep(lo: float, hi: float, key: str) -> None:
-        timed.append((lo, hi, key))
-        tids.append(folder.thread)
+        if evidence:
+            timed.append((lo, hi, key))
+            tids.append(folder.thread)
+        if on_interval is not None:
+            on_interval(lo, hi, key, folder.thread)
 
-    folder = offcpu.SwitchFolder(by_reason=True, pools=True, intervals=intervals, futex=True,
-                                 limit=OFFCPU_MAX_SWITCHES, on_interval=keep, log=bundle.log(members.OFFCPU_STACKS))
+    folder = offcpu.SwitchFolder(by_reason=True, pools=pools, window=window, intervals=intervals, futex=evidence,
+                                 limit=limit, log=bundle.log(members.OFFCPU_STACKS),
+                                 on_interval=keep if evidence or on_interval is not None else None)
     warnings: list[str] = []
     try:
         with bundle.open_binary(members.OFFCPU_STACKS) as fh:
@@ -146,7 +181,9 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
         view.timed = timed
         view.timed_tids = tids
     view.switches = folder.stats.samples
+    view.switch_outs = folder.stats.switches
     view.limited = folder.stats.limited
+    view.notes = folder.stats.notes
     view.futex = folder.futex
     view.stacks = folder.stacks
     bundle.warnings.extend(f"{members.OFFCPU_STACKS}: {w}" for w in warnings)
@@ -157,29 +194,46 @@ def _read_perf_offcpu(bundle: Bundle) -> OffCpuView:
     return view
 
 
-def _read_bcc_offcpu(bundle: Bundle) -> OffCpuView:
+def fold_bcc_offcpu(folded: dict[str, int], *, pools: bool = True) -> dict[str, int]:
+    """The bcc backend's blocked nanoseconds per ``comm;stack`` as the perf backend's off-CPU
+    graph counts: blocked microseconds per ``wait reason;thread (or pool);stack``, the thread
+    name with ``_`` for spaces (analyzers.stacks.offcpu.SwitchFolder's roots). A stack under
+    ``BCC_MIN_NS`` rounds to no microsecond and is left out: a frame of width 0."""
+    pooled: dict[str, int] = {}
+    for stack, ns in folded.items():
+        comm, sep, rest = stack.partition(";")
+        key = (pool_of(comm) if pools else comm).replace(" ", "_") + sep + rest
+        pooled[key] = pooled.get(key, 0) + ns
+    return {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v >= BCC_MIN_NS}
+
+
+def _read_bcc_offcpu(bundle: Bundle, *, pools: bool) -> OffCpuView:
     view = OffCpuView(source=members.OFFCPU_FOLDED)
     try:
-        pooled: dict[str, int] = {}
-        for stack, ns in parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED), bundle.log(members.OFFCPU_FOLDED)).items():
-            comm, sep, rest = stack.partition(";")
-            key = pool_of(comm).replace(" ", "_") + sep + rest
-            pooled[key] = pooled.get(key, 0) + ns
-        # microseconds, as the perf backend's off-CPU graph counts them
-        view.folded = {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v >= BCC_MIN_NS}
+        view.folded = fold_bcc_offcpu(parse_folded(bundle.iter_lines(members.OFFCPU_FOLDED),
+                                                   bundle.log(members.OFFCPU_FOLDED)), pools=pools)
     except Exception as exc:  # noqa: BLE001 - the flame graph says why
         view.error = exc
     return view
 
 
-def read_offcpu(bundle: Bundle) -> OffCpuView | None:
-    """The off-CPU stacks of whichever backend wrote them (perf first), or None."""
+def read_offcpu(bundle: Bundle, *, pools: bool = True, window: TimeWindow = WHOLE,
+                limit: int | None = OFFCPU_MAX_SWITCHES, evidence: bool = True,
+                on_interval: Callable[[float, float, str, int], None] | None = None) -> OffCpuView | None:
+    """The off-CPU stacks of whichever backend wrote them (perf first), or None: the one reader
+    of the off-CPU members, for the report (the defaults) and for a flame graph (its own
+    ``pools`` and ``window``, every switch: ``limit`` None, and no ``evidence``: the per-thread
+    stacks, futex stacks and timed intervals the verdict and the report's ranges use). Both
+    backends count blocked microseconds. A bcc capture has no per-switch times: ``window`` is
+    for perf's members, and so is ``on_interval``, which sees each blocked interval folded
+    (from, to, folded stack, thread id: an export labels them)."""
     if bundle.has(members.OFFCPU_STACKS):
-        return _read_perf_offcpu(bundle)
+        return _read_perf_offcpu(bundle, pools=pools, window=window, limit=limit, evidence=evidence,
+                                 on_interval=on_interval)
     if bundle.has(members.OFFCPU_SLOTS):  # bcc, per time slot (the whole-capture folded file is its sum)
         from profiler.analyzers.views.slots import read_offcpu_slots
 
-        return read_offcpu_slots(bundle)
+        return read_offcpu_slots(bundle, pools=pools)
     if bundle.has(members.OFFCPU_FOLDED):
-        return _read_bcc_offcpu(bundle)
+        return _read_bcc_offcpu(bundle, pools=pools)
     return None

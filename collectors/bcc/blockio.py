@@ -48,7 +48,7 @@ class BccBlockIO(BccCollector):
     program = "blockio.c"
     needs_targets = False  # system-wide: the disk is shared, writeback runs in kernel threads
 
-    def __init__(self, max_inflight: int = 16384, hist_entries: int = 65536, task_entries: int = 8192) -> None:
+    def __init__(self, max_inflight: int = 16384, hist_entries: int = 16384, task_entries: int = 8192) -> None:
         super().__init__()
         self.max_inflight = max_inflight
         self.hist_entries = hist_entries

@@ -22,6 +22,8 @@ _NR = {"x86_64": (321, 298), "aarch64": (280, 241)}
 
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM = 0, 1, 2, 3
 BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_RAW_TRACEPOINT_OPEN = 4, 5, 15, 17
+BPF_MAP_LOOKUP_BATCH, BPF_MAP_DELETE_BATCH = 24, 27
+BATCH = 4096  # entries a batch call reads at most
 
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, MAP_STACK_TRACE, MAP_LRU_HASH = 1, 2, 5, 6, 7, 9
 PERCPU_MAPS = (MAP_PERCPU_HASH, MAP_PERCPU_ARRAY, 10)  # 10: LRU_PERCPU_HASH
@@ -175,12 +177,62 @@ class Map:
         return out
 
     def items(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, value): a few batch calls (Linux 5.6+), else a walk with a lookup per key."""
+        try:
+            return self.batch()
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUPP if hasattr(errno, "ENOTSUPP") else 524,
+                                 errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
         out = []
         for k in self.keys():
             v = self.lookup(k)
             if v is not None:
                 out.append((k, v))
         return out
+
+    def batch(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, value), BATCH entries a call (BPF_MAP_LOOKUP_BATCH)."""
+        tok = max(self.key_size, 8)
+        keys = ctypes.create_string_buffer(self.key_size * BATCH)
+        vals = ctypes.create_string_buffer(self.read_size * BATCH)
+        out_b = ctypes.create_string_buffer(tok)
+        in_b: ctypes.Array[ctypes.c_char] | None = None
+        out: list[tuple[bytes, bytes]] = []
+        while True:
+            a = _attr(64)
+            struct.pack_into("<QQQQIIQQ", a, 0, _ptr(in_b), _ptr(out_b), _ptr(keys), _ptr(vals), BATCH, self.fd, 0, 0)
+            done = False
+            try:
+                _bpf(BPF_MAP_LOOKUP_BATCH, a)
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+                done = True
+            n = struct.unpack_from("<I", a, 32)[0]
+            kr, vr = keys.raw, vals.raw
+            out.extend((kr[i * self.key_size:(i + 1) * self.key_size], vr[i * self.read_size:(i + 1) * self.read_size])
+                       for i in range(n))
+            if done or n == 0:
+                return out
+            in_b = ctypes.create_string_buffer(out_b.raw, tok)
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        """Delete these keys: a batch call per BATCH of them (BPF_MAP_DELETE_BATCH), else one by one."""
+        for i in range(0, len(keys), BATCH):
+            part = keys[i:i + BATCH]
+            buf = ctypes.create_string_buffer(b"".join(part), self.key_size * len(part))
+            a = _attr(64)
+            struct.pack_into("<QQQQIIQQ", a, 0, 0, 0, _ptr(buf), 0, len(part), self.fd, 0, 0)
+            try:
+                _bpf(BPF_MAP_DELETE_BATCH, a)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue  # some were gone already; the rest were deleted
+                if exc.errno not in (errno.EINVAL, 524, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                for k in part:
+                    self.delete(k)
 
     def percpu_sum(self, key: bytes, fmt: str = "<Q") -> int:
         return sum(struct.unpack_from(fmt, v)[0] for v in self.lookup_percpu(key))

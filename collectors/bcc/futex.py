@@ -26,6 +26,8 @@ from profiler.collectors.bcc import symbols
 from profiler.collectors.bcc.common import BccCollector, comm_text
 from profiler.collectors.bcc.slots import (
     EFAULT,
+    UNSAMPLED,
+    Sharer,
     StackTable,
     header,
     interval_parts,
@@ -47,13 +49,14 @@ class BccFutex(BccCollector):
     name = "futex-waits"
     program = "futex.c"
 
-    def __init__(self, user_stacks: int = 16384, wait_entries: int = 32768, lock_entries: int = 16384,
-                 max_threads: int = 16384) -> None:
+    def __init__(self, user_stacks: int = 16384, wait_entries: int = 8192, lock_entries: int = 4096,
+                 max_threads: int = 16384, stack_every: int = 32) -> None:
         super().__init__()
+        self.stack_every = max(1, stack_every)
         self.user_stacks = user_stacks
         self.wait_entries = wait_entries
         self.lock_entries = lock_entries
-        self.max_threads = max_threads
+        self.max_threads = 1 << max(1, max_threads - 1).bit_length()  # a power of two: the program masks into it
         self.out: Any = None
         self.sym: symbols.Symbols | None = None
         self.table: StackTable | None = None
@@ -65,10 +68,12 @@ class BccFutex(BccCollector):
         self.total_ns = self.lost_ns = self.waits = self.timeouts = self.eagain = 0
         self.waiting_at_stop = 0
         self.slots: set[int] = set()
+        self.sharer = Sharer()
 
     def settings(self, ctx: CaptureContext) -> dict[str, Any]:
         return {"user_stacks": self.user_stacks, "wait_entries": self.wait_entries,
-                "lock_entries": self.lock_entries, "max_threads": self.max_threads}
+                "lock_entries": self.lock_entries, "max_threads": self.max_threads,
+                "stack_every": self.stack_every}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
         self.out = self.open_member(ctx, SLOTS)
@@ -96,7 +101,9 @@ class BccFutex(BccCollector):
         self._header()
         self.table.learn(msg)
         parts: dict[int, list[list[Any]]] = defaultdict(list)
-        for slot, back, tgid, tid, comm, us, total, count, timeouts, eagain, mx, head in msg.get("rows") or []:
+        rows = self.sharer.share(msg.get("rows") or [], key=lambda r: (r[3], 0), stack=lambda r: (r[5], 0),
+                                 amounts=(6, 11), fractions=(7, 8, 9), with_stack=lambda r, st: [*r[:5], st[0], *r[6:]])
+        for slot, back, tgid, tid, comm, us, total, count, timeouts, eagain, mx, head in rows:
             c = comm_text(comm)
             t = self._thread(tgid, tid, c)
             t["wait_ns"] += total
@@ -112,7 +119,8 @@ class BccFutex(BccCollector):
                 continue
             stack = self.table.id(tgid, us)
             for s, ns in spread(slot, back, total, count + timeouts, head, self.slot_ns):
-                parts[s].append([tid, tgid, c, stack, ns, count if s == slot else 0, timeouts if s == slot else 0])
+                parts[s].append([tid, tgid, c, stack, ns, round(count, 2) if s == slot else 0,
+                                 round(timeouts, 2) if s == slot else 0])
             self._fold(c, us, stack, total)
         for tgid, tid, comm, us, since, uaddr in msg.get("waiting") or []:
             c = comm_text(comm)
@@ -138,7 +146,7 @@ class BccFutex(BccCollector):
 
     def _fold(self, comm: str, us: int, stack: int, ns: int) -> None:
         assert self.table is not None
-        if us < 0 and us != -EFAULT:
+        if us < 0 and us not in (-EFAULT, UNSAMPLED):
             self.lost_ns += ns
         self.folded[f"{comm};{self.table.frames[stack]}".rstrip(";")] += ns
 
@@ -157,16 +165,17 @@ class BccFutex(BccCollector):
         with ctx.writer.open_member(MEMBER) as fh:
             fh.write("".join(f"{s} {n}\n" for s, n in sorted(self.folded.items())).encode())
         lost = int(c.get("user_stack_collision", 0)) + int(c.get("user_stack_error", 0))
-        dropped = int(c.get("fstart_full", 0)) + int(c.get("waits_full", 0))
+        dropped = int(c.get("shared_entry", 0)) + int(c.get("waits_full", 0))
         summary: dict[str, Any] = {
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
             "wait_ns": self.total_ns,
-            "waits": self.waits,
-            "timeouts": self.timeouts,
-            "eagain": self.eagain,
+            "waits": round(self.waits),
+            "timeouts": round(self.timeouts),
+            "eagain": round(self.eagain),
             "waiting_at_stop": self.waiting_at_stop,
-            "threads": sorted(self.threads.values(), key=lambda t: t["tid"]),
+            "threads": sorted(({**t, **{k: round(t[k]) for k in ("waits", "timeouts", "eagain")}}
+                               for t in self.threads.values()), key=lambda t: t["tid"]),
             "locks": locks[:TOP_LOCKS],
             "lock_addresses": max(self.lock_addresses, len(locks)),
             "lost": {"user_stacks": lost, "lost_ns": self.lost_ns, "dropped_waits": dropped,
@@ -176,10 +185,12 @@ class BccFutex(BccCollector):
         with ctx.writer.open_member(SUMMARY) as fh:
             fh.write((json.dumps(summary, indent=1, sort_keys=True) + "\n").encode())
         rec.files = [SLOTS, MEMBER, SUMMARY]
-        rec.stats.update({"waits": self.waits, "wait_ns": self.total_ns, "timeouts": self.timeouts,
-                          "eagain": self.eagain, "waiting_at_stop": self.waiting_at_stop, "stacks": len(self.folded),
+        rec.stats.update({"waits": round(self.waits), "wait_ns": self.total_ns, "timeouts": round(self.timeouts),
+                          "eagain": round(self.eagain), "waiting_at_stop": self.waiting_at_stop, "stacks": len(self.folded),
                           "slots": len(self.slots), "lock_addresses": summary["lock_addresses"],
                           "lost_user_stacks": lost, "stack_collisions": int(c.get("user_stack_collision", 0)),
+                          "stacks_sampled": int(c.get("stacks_sampled", 0)), "stack_every": self.stack_every,
+                          "unsampled_shared": self.sharer.shared, "unsampled_kept": self.sharer.kept,
                           "lost_stack_ns": self.lost_ns, "dropped": dropped, "unit": "ns",
                           "events": int(c.get("entered", 0)), "lost": lost + dropped})
         if self.sym is not None and self.sym.fallback:

@@ -31,6 +31,7 @@ socket closes and its children have ended; it dies with the profiler (parent-dea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -112,7 +113,7 @@ class Run:
         try:
             self.side.bind(loaded.maps)
             self.side.configure(time.monotonic_ns(), list(self.settings.get("targets") or []),
-                                int(self.settings.get("kstack_every", 1)))
+                                int(self.settings.get("stack_every", 1)))
             objects.attach(obj, loaded, self.tracefs, int(self.settings.get("freq", 49)))
         except BaseException:
             loaded.close()
@@ -206,6 +207,8 @@ def _fork(ctl: socket.socket, settings: dict[str, Any], fd: int) -> int:
         code = 1
         try:
             ctl.close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped by its socket, never by a terminal's Ctrl-C
             code = serve(settings, fd)
         finally:
@@ -229,13 +232,22 @@ def _reap(ctl: socket.socket, children: dict[int, str]) -> None:
 
 
 def zygote(ctl: socket.socket) -> int:
-    """Fork one child per request until the control socket closes, then wait for them."""
+    """Fork one child per request until the control socket closes, then wait for them. Asleep in
+    between: a request or a child's end (SIGCHLD, through a wakeup pipe) wakes it."""
     objects.shipped()  # read once here: every child has it
     children: dict[int, str] = {}
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
+    signal.set_wakeup_fd(wake_w)
     while True:
-        ready, _, _ = select.select([ctl], [], [], 0.1)
+        ready, _, _ = select.select([ctl.fileno(), wake_r], [], [])
+        if wake_r in ready:
+            with contextlib.suppress(OSError):
+                os.read(wake_r, 4096)
         _reap(ctl, children)
-        if not ready:
+        if ctl.fileno() not in ready:
             continue
         try:
             data, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 20, 4)
@@ -252,8 +264,10 @@ def zygote(ctl: socket.socket) -> int:
         children[pid] = str(settings.get("collector", "?"))
         _report(ctl, {"forked": children[pid], "pid": pid})
     while children:  # the profiler stopped asking: the children end once their collectors stop them
+        select.select([wake_r], [], [], 1.0)
+        with contextlib.suppress(OSError):
+            os.read(wake_r, 4096)
         _reap(ctl, children)
-        time.sleep(0.05)
     return 0
 
 

@@ -31,6 +31,8 @@ from profiler.collectors.bcc.slots import (
     EFAULT,
     LOST_KERNEL,
     LOST_USER,
+    UNSAMPLED,
+    Sharer,
     StackTable,
     header,
     interval_parts,
@@ -74,14 +76,14 @@ class BccOffCpu(BccCollector):
     name = "offcpu-stacks"
     program = "offcpu.c"
 
-    def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 65536,
-                 max_threads: int = 16384, kernel_stack_every: int = 8, ongoing: bool = False) -> None:
+    def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 16384,
+                 max_threads: int = 16384, stack_every: int = 32, ongoing: bool = False) -> None:
         super().__init__()
-        self.kernel_stack_every = max(1, kernel_stack_every)
+        self.stack_every = max(1, stack_every)
         self.user_stacks = user_stacks
         self.kernel_stacks = kernel_stacks
         self.blocked_entries = blocked_entries
-        self.max_threads = max_threads
+        self.max_threads = 1 << max(1, max_threads - 1).bit_length()  # a power of two: the program masks into it
         self.ongoing_wanted = ongoing  # the live view: threads off the CPU right now, every interval
         self.out: Any = None
         self.table: StackTable | None = None
@@ -95,11 +97,12 @@ class BccOffCpu(BccCollector):
         self.still_off = 0
         self.ongoing: list[list[Any]] = []  # [tgid, tid, comm, state, stack frames, since_ns]
         self.header_written = False
+        self.sharer = Sharer()
 
     def settings(self, ctx: CaptureContext) -> dict[str, Any]:
         return {"user_stacks": self.user_stacks, "kernel_stacks": self.kernel_stacks,
                 "blocked_entries": self.blocked_entries, "max_threads": self.max_threads,
-                "kcache_entries": self.max_threads, "kstack_every": self.kernel_stack_every,
+                "stack_every": self.stack_every,
                 "ongoing": self.ongoing_wanted}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
@@ -112,19 +115,25 @@ class BccOffCpu(BccCollector):
         self._header()
         self.table.learn(msg)
         parts: dict[int, list[list[Any]]] = defaultdict(list)
-        for slot, back, tgid, tid, comm, st, us, ks, total, count, head in msg.get("rows") or []:
+        rows = self.sharer.share(msg.get("rows") or [], key=lambda r: (r[3], r[5]), stack=lambda r: (r[6], r[7]),
+                                 amounts=(8, 10), fractions=(9,), with_stack=lambda r, st: [*r[:6], st[0], st[1], *r[8:]])
+        for slot, back, tgid, tid, comm, st, us, ks, total, count, head in rows:
             c = comm_text(comm)
             stack = self.table.id(tgid, us, ks)
             for s, ns in spread(slot, back, total, count, head, self.slot_ns):
-                parts[s].append([tid, tgid, c, STATES.get(st, "other"), stack, ns, count if s == slot else 0])
+                parts[s].append([tid, tgid, c, STATES.get(st, "other"), stack, ns, round(count, 2) if s == slot else 0])
             self._total(tgid, tid, c, st, us, ks, stack, total, count)
         end = self.end_ns
         for tgid, tid, comm, raw_state, us, ks, since in msg.get("still_off") or []:
             c, st = comm_text(comm), state_class(raw_state)
-            stack = self.table.id(tgid, us, ks)
-            for s, ns in interval_parts(since, end, self.t0_ns, self.slot_ns):
-                parts[s].append([tid, tgid, c, STATES[st], stack, ns, 0])
-            self._total(tgid, tid, c, st, us, ks, stack, max(0, end - since), 0)
+            weights = self.sharer.weights((tid, st)) if us == UNSAMPLED else {}
+            total_w = sum(weights.values())
+            shares = [((u, k), w / total_w) for (u, k), w in weights.items()] if total_w else [((us, ks), 1.0)]
+            for (u, k), share in shares:
+                stack = self.table.id(tgid, u, k)
+                for s, ns in interval_parts(since, end, self.t0_ns, self.slot_ns):
+                    parts[s].append([tid, tgid, c, STATES[st], stack, int(ns * share), 0])
+                self._total(tgid, tid, c, st, u, k, stack, int(max(0, end - since) * share), 0)
             self.still_off += 1
         if "ongoing" in msg:
             self.ongoing = [[tgid, tid, comm_text(comm), STATES[state_class(raw)], self.table.frames[self.table.id(tgid, us, ks)],
@@ -148,7 +157,7 @@ class BccOffCpu(BccCollector):
             self.out.write(json_line(header(FORMAT, self.t0_ns, self.slot_ns, states=list(STATES.values()),
                                             targets=self.pids)))
 
-    def _total(self, pid: int, tid: int, comm: str, st: int, us: int, ks: int, stack: int, ns: int, count: int) -> None:
+    def _total(self, pid: int, tid: int, comm: str, st: int, us: int, ks: int, stack: int, ns: int, count: float) -> None:
         assert self.table is not None
         state = STATES.get(st, "other")
         self.total_ns += ns
@@ -157,7 +166,7 @@ class BccOffCpu(BccCollector):
                                           **{s: 0 for s in STATES.values()}})
         t[state] += ns
         t["switches"] += count
-        if (us < 0 and us != -EFAULT) or ks < 0:
+        if (us < 0 and us not in (-EFAULT, UNSAMPLED)) or (ks < 0 and ks != UNSAMPLED):
             self.lost_ns += ns
         self.folded[f"{comm};{self.table.frames[stack]}".rstrip(";")] += ns
 
@@ -165,7 +174,7 @@ class BccOffCpu(BccCollector):
         c = self.counters
         lost_user = int(c.get("user_stack_collision", 0)) + int(c.get("user_stack_error", 0))
         lost_kernel = int(c.get("kernel_stack_collision", 0)) + int(c.get("kernel_stack_error", 0))
-        dropped = int(c.get("offstart_full", 0)) + int(c.get("blocked_full", 0))
+        dropped = int(c.get("shared_entry", 0)) + int(c.get("blocked_full", 0))
         self._header()
         self.out.write(json_line({"kind": "end", "ended": self.end_ns / 1e9, "counters": c, "slots": len(self.slots)}))
         with ctx.writer.open_member(MEMBER) as fh:
@@ -174,7 +183,8 @@ class BccOffCpu(BccCollector):
             "unit": "ns",
             "window": [self.t0_ns / 1e9, self.end_ns / 1e9],
             "by_state": {s: self.by_state.get(s, 0) for s in STATES.values()},
-            "threads": sorted(self.threads.values(), key=lambda t: t["tid"]),
+            "threads": sorted(({**t, "switches": round(t["switches"])} for t in self.threads.values()),
+                              key=lambda t: t["tid"]),
             "lost": {"user_stacks": lost_user, "kernel_stacks": lost_kernel,
                      "no_user_stack": int(c.get("no_user_stack", 0)), "lost_ns": self.lost_ns,
                      "dropped_switches": dropped},
@@ -189,8 +199,10 @@ class BccOffCpu(BccCollector):
             "stacks": len(self.folded),
             "slots": len(self.slots),
             "still_off_at_stop": self.still_off,
-            "kernel_stacks_reused": int(c.get("kernel_stack_reused", 0)),
-            "kernel_stack_every": self.kernel_stack_every,
+            "stacks_sampled": int(c.get("stacks_sampled", 0)),
+            "stack_every": self.stack_every,
+            "unsampled_shared": self.sharer.shared,
+            "unsampled_kept": self.sharer.kept,
             "lost_user_stacks": lost_user,
             "lost_kernel_stacks": lost_kernel,
             "stack_collisions": int(c.get("user_stack_collision", 0)) + int(c.get("kernel_stack_collision", 0)),

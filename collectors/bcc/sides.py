@@ -19,7 +19,7 @@ from profiler.collectors.bcc import bpfsys
 
 Msg = dict[str, Any]
 
-CFG = struct.Struct("<QQII16I")
+CFG = struct.Struct("<QQII16III")
 INLINE_TARGETS = 16
 U32 = struct.Struct("<I")
 STACK_DEPTH = 127
@@ -65,7 +65,7 @@ class Side:
                                    f"the reader expects {key.size if key else '?'}/{value.size if value else '?'}")
         self.maps = maps
 
-    def configure(self, t0: int, targets: list[int], kstack_every: int = 1) -> None:
+    def configure(self, t0: int, targets: list[int], stack_every: int = 1) -> None:
         """Write the capture's settings before attaching (t0 arms the programs)."""
         self.t0 = t0
         tg = [int(p) for p in targets]
@@ -73,7 +73,10 @@ class Side:
             for pid in tg:
                 self.maps["targets"].update(U32.pack(pid), b"\x01")
         inline = (tg + [0] * INLINE_TARGETS)[:INLINE_TARGETS]
-        self.maps["cfg"].update(U32.pack(0), CFG.pack(t0, self.slot_ns, kstack_every, len(tg), *inline))
+        # the per-thread array the program masks thread ids (or task hashes) into
+        table = self.maps.get("start") or self.maps.get("offstart") or self.maps.get("fstart")
+        mask = table.max_entries - 1 if table is not None else 0
+        self.maps["cfg"].update(U32.pack(0), CFG.pack(t0, self.slot_ns, stack_every, len(tg), *inline, mask, 0))
 
     def read_counters(self) -> dict[str, int]:
         m = self.maps["counters"]
@@ -86,15 +89,14 @@ class Side:
         key_s, val_s = self.layouts[name]
         assert key_s is not None and val_s is not None
         out = []
-        for k in m.keys():
+        done = []
+        for k, v in m.items():
             kk = key_s.unpack(k)
             if cutoff is not None and kk[0] >= cutoff:
                 continue
-            v = m.lookup(k)
-            if v is None:
-                continue
             out.append((kk, val_s.unpack(v)))
-            m.delete(k)
+            done.append(k)
+        m.delete_many(done)
         return out
 
     def stacks(self, kind: str, table: str, ids: set[int]) -> dict[str, list[int]]:
@@ -121,8 +123,8 @@ class Side:
 
 class SyscallsSide(Side):
     program = "syscalls.c"
-    counters = ("enters", "exits", "start_full", "counts_full", "began_before")
-    layouts = {"counts": (struct.Struct("<IIII"), struct.Struct("<QQ16s")), "start": (U32, struct.Struct("<QQ"))}
+    counters = ("enters", "exits", "", "counts_full", "began_before", "shared_entry")
+    layouts = {"counts": (struct.Struct("<IIII"), struct.Struct("<QQ16s")), "start": (U32, struct.Struct("<QII"))}
     sizes = {"max_threads": "start", "count_entries": "counts"}
 
     def drain(self, cutoff: int | None) -> Msg | None:
@@ -132,9 +134,9 @@ class SyscallsSide(Side):
 
     def final(self, end_ns: int) -> Msg:
         in_flight = []
-        for k, v in self.maps["start"].items():
-            (tid,), (ts, nr) = U32.unpack(k), self.layouts["start"][1].unpack(v)  # type: ignore[union-attr]
-            if self.t0 <= ts <= end_ns:
+        for _k, v in self.maps["start"].items():
+            ts, nr, tid = self.layouts["start"][1].unpack(v)  # type: ignore[union-attr]
+            if ts and self.t0 <= ts <= end_ns:
                 in_flight.append([tid, nr, ts, os.path.exists(f"/proc/{tid}")])
         return {"in_flight": in_flight}
 
@@ -169,12 +171,12 @@ class BlockSide(Side):
 
 class OffCpuSide(Side):
     program = "offcpu.c"
-    counters = ("switch_out", "switch_in", "offstart_full", "blocked_full", "user_stack_collision", "user_stack_error",
-                "kernel_stack_collision", "kernel_stack_error", "no_user_stack", "kernel_stack_reused")
-    layouts = {"blocked": (struct.Struct("<IIIIiiII16s"), struct.Struct("<QQQ")),
-               "offstart": (struct.Struct("<Q"), struct.Struct("<qqiiII16s"))}
+    counters = ("switch_out", "switch_in", "shared_entry", "blocked_full", "user_stack_collision", "user_stack_error",
+                "kernel_stack_collision", "kernel_stack_error", "no_user_stack", "stacks_sampled")
+    layouts = {"blocked": (struct.Struct("<IIIIiiII"), struct.Struct("<QQQ16s")),
+               "offstart": (U32, struct.Struct("<QQqiiII16s"))}
     sizes = {"user_stacks": "ustacks", "kernel_stacks": "kstacks", "blocked_entries": "blocked",
-             "max_threads": "offstart", "kcache_entries": "kcache"}
+             "max_threads": "offstart"}
 
     def _stacks(self, rows: list[list[Any]], ui: int, ki: int) -> Msg:
         return {"ustacks": self.stacks("u", "ustacks", {r[ui] for r in rows}),
@@ -182,7 +184,7 @@ class OffCpuSide(Side):
 
     def drain(self, cutoff: int | None) -> Msg | None:
         rows = [[slot, back, tgid, tid, _comm(comm), state, us, ks, total, count, head]
-                for (slot, back, tgid, tid, us, ks, state, _pad, comm), (total, count, head) in self.take("blocked", cutoff)]
+                for (slot, back, tgid, tid, us, ks, state, _pad), (total, count, head, comm) in self.take("blocked", cutoff)]
         msg: Msg = {"rows": rows, "counters": self.read_counters()}
         if self.settings.get("ongoing"):
             msg["ongoing"] = self.ongoing(None)
@@ -195,8 +197,8 @@ class OffCpuSide(Side):
         val_s = self.layouts["offstart"][1]
         assert val_s is not None
         for _k, v in self.maps["offstart"].items():
-            ts, state, us, ks, tgid, tid, raw_comm = val_s.unpack(v)
-            if ts < self.t0 or (end_ns is not None and ts > end_ns):
+            _key, ts, state, us, ks, tgid, tid, raw_comm = val_s.unpack(v)
+            if not ts or ts < self.t0 or (end_ns is not None and ts > end_ns):
                 continue
             if _alive_comm(tgid, tid) is None:
                 continue  # the thread exited while off the CPU
@@ -211,15 +213,16 @@ class OffCpuSide(Side):
 
 class FutexSide(Side):
     program = "futex.c"
-    counters = ("entered", "paired", "fstart_full", "waits_full", "locks_full", "user_stack_collision", "user_stack_error")
-    layouts = {"waits": (struct.Struct("<IIIIiI16s"), struct.Struct("<QQQQQQ")),
-               "locks": (struct.Struct("<IIQ"), struct.Struct("<QQQ")), "fstart": (U32, struct.Struct("<QQiI"))}
+    counters = ("entered", "paired", "shared_entry", "waits_full", "locks_full", "user_stack_collision", "user_stack_error",
+                "stacks_sampled")
+    layouts = {"waits": (struct.Struct("<IIIIiI"), struct.Struct("<QQQQQQ16s")),
+               "locks": (struct.Struct("<IIQ"), struct.Struct("<QQQ")), "fstart": (U32, struct.Struct("<QQiIII"))}
     sizes = {"user_stacks": "ustacks", "wait_entries": "waits", "lock_entries": "locks", "max_threads": "fstart"}
     TOP_LOCKS = 200
 
     def drain(self, cutoff: int | None) -> Msg | None:
         rows = [[slot, back, tgid, tid, _comm(comm), us, total, count, timeouts, eagain, mx, head]
-                for (slot, back, tgid, tid, us, _pad, comm), (total, count, timeouts, eagain, mx, head)
+                for (slot, back, tgid, tid, us, _pad), (total, count, timeouts, eagain, mx, head, comm)
                 in self.take("waits", cutoff)]
         return {"rows": rows, "ustacks": self.stacks("u", "ustacks", {r[5] for r in rows}), "counters": self.read_counters()}
 
@@ -234,10 +237,9 @@ class FutexSide(Side):
             locks.append([tgid, uaddr, total, count, mx])
         locks.sort(key=lambda x: -x[2])
         waiting = []
-        for k, v in self.maps["fstart"].items():
-            (tid,) = U32.unpack(k)
-            ts, uaddr, us, tgid = fval.unpack(v)
-            if not self.t0 <= ts <= end_ns:
+        for _k, v in self.maps["fstart"].items():
+            ts, uaddr, us, tgid, tid, _pad = fval.unpack(v)
+            if not ts or not self.t0 <= ts <= end_ns:
                 continue
             comm = _alive_comm(tgid, tid)
             if comm is not None:

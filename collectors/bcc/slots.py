@@ -23,19 +23,21 @@ from profiler.collectors.bcc.symbols import Symbols
 
 LOST_USER = "[lost user stack]"
 LOST_KERNEL = "[lost kernel stack]_[k]"
+UNSAMPLED = -1000  # common.h: an event whose stacks were not walked
+NOT_SAMPLED = "[stack not sampled]"
 EFAULT = 14
 TRACING_FRAMES = ("__traceiter_", "__bpf_trace_", "bpf_trace_run", "perf_trace_", "trace_call_bpf",
                   "bpf_get_stackid", "__probestub_", "bpf_prog_")
 
 
-def spread(slot: int, back: int, total: int, count: int, head: int, slot_ns: int) -> list[tuple[int, int]]:
+def spread(slot: int, back: int, total: int, count: float, head: int, slot_ns: int) -> list[tuple[int, int]]:
     """(slot, ns) parts of ``count`` waits that ended in ``slot`` after starting ``back`` slots earlier."""
     if back <= 0 or slot - back < 0:
         return [(slot, total)]
-    parts = [(slot - back, head)]
-    middle = count * slot_ns
+    parts = [(slot - back, int(head))]
+    middle = int(round(count * slot_ns))  # count may be a share of waits (Sharer): a fraction
     parts += [(s, middle) for s in range(slot - back + 1, slot)]
-    parts.append((slot, max(0, total - head - (back - 1) * middle)))
+    parts.append((slot, max(0, int(total) - int(head) - (back - 1) * middle)))
     return [(s, ns) for s, ns in parts if ns > 0]
 
 
@@ -78,10 +80,12 @@ class StackTable:
     def user(self, pid: int, us: int) -> list[str]:
         if us >= 0:
             return self.sym.user(pid, self.ustacks.get(us, []))
+        if us == UNSAMPLED:
+            return [NOT_SAMPLED]
         return [] if us == -EFAULT else [LOST_USER]
 
     def kernel(self, ks: int | None) -> list[str]:
-        if ks is None:
+        if ks is None or ks == UNSAMPLED:
             return []
         if ks < 0:
             return [LOST_KERNEL]
@@ -106,3 +110,61 @@ def header(fmt: str, t0_ns: int, slot_ns: int, **extra: Any) -> dict[str, Any]:
 
 def json_line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+
+class Sharer:
+    """Shares out the time of events whose stacks were not sampled (the programs walk stacks for a
+    random one in ``stack_every``) among the stacks sampled from the same thread and kind (the
+    off-CPU state; futex: one kind), in proportion to their time: the sampled stacks of the same
+    message (one drain: the same second or two) when there are any, else of the capture so far.
+    Every event's time is kept; the split by stack is an estimate. A thread none of whose events
+    was sampled yet keeps its time under ``[stack not sampled]``."""
+
+    def __init__(self) -> None:
+        self.profile: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (tid, kind) -> stacks -> ns
+        self.shared = 0  # events whose time was shared out
+        self.kept = 0  # events that kept [stack not sampled]
+
+    def share(self, rows: list[list[Any]], key: Any, stack: Any, amounts: tuple[int, ...],
+              with_stack: Any, fractions: tuple[int, ...] = ()) -> list[list[Any]]:
+        """``key(row)`` -> (tid, kind); ``stack(row)`` -> (ustack, kstack); ``amounts``: the row
+        fields (nanoseconds) split in whole numbers that add up; ``fractions``: fields split as
+        they come (counts: a stack's share of a count may be a fraction); ``with_stack(row,
+        stack)`` -> a copy of the row with that stack."""
+        here: dict[tuple[int, int], dict[tuple[int, int], float]] = {}
+        for r in rows:
+            st = stack(r)
+            if st[0] != UNSAMPLED:
+                k = key(r)
+                for d in (here.setdefault(k, {}), self.profile.setdefault(k, {})):
+                    d[st] = d.get(st, 0.0) + float(r[amounts[0]] or 0) + 1.0
+        out: list[list[Any]] = []
+        for r in rows:
+            if stack(r)[0] != UNSAMPLED:
+                out.append(r)
+                continue
+            k = key(r)
+            weights = here.get(k) or self.profile.get(k)
+            if not weights:
+                self.kept += 1
+                out.append(r)
+                continue
+            self.shared += 1
+            total = sum(weights.values())
+            parts: list[list[Any]] = []
+            for st, w in weights.items():
+                nr = with_stack(r, st)
+                for i in (*amounts, *fractions):
+                    nr[i] = float(r[i]) * w / total
+                parts.append(nr)
+            # whole numbers that add up to the row's: the largest part takes the rounding
+            for i in amounts:
+                rounded = [int(p[i]) for p in parts]
+                rounded[max(range(len(parts)), key=lambda j: parts[j][i])] += int(r[i]) - sum(rounded)
+                for p, v in zip(parts, rounded, strict=True):
+                    p[i] = v
+            out.extend(p for p in parts if any(p[i] for i in (*amounts, *fractions)))
+        return out
+
+    def weights(self, key: tuple[int, int]) -> dict[tuple[int, int], float]:
+        return self.profile.get(key, {})

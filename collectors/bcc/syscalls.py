@@ -35,9 +35,9 @@ class BccSyscalls(BccCollector):
     name = "syscalls"
     program = "syscalls.c"
 
-    def __init__(self, max_threads: int = 16384, count_entries: int = 65536) -> None:
+    def __init__(self, max_threads: int = 16384, count_entries: int = 16384) -> None:
         super().__init__()
-        self.max_threads = max_threads
+        self.max_threads = 1 << max(1, max_threads - 1).bit_length()  # a power of two: the program masks thread ids
         self.count_entries = count_entries
         self.out: Any = None
         self.rows = 0
@@ -89,7 +89,7 @@ class BccSyscalls(BccCollector):
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         c = self.counters
         rec.files = [MEMBER]
-        dropped = int(c.get("start_full", 0)) + int(c.get("counts_full", 0))
+        dropped = int(c.get("shared_entry", 0)) + int(c.get("counts_full", 0))
         rec.stats.update({
             "syscalls": self.calls,
             "rows": self.rows,
@@ -97,10 +97,12 @@ class BccSyscalls(BccCollector):
             "in_flight_at_stop": self.in_flight,
             "began_before_start": int(c.get("began_before", 0)),
             "dropped": dropped,
+            "shared_entry": int(c.get("shared_entry", 0)),
             "events": self.calls,
             "lost": dropped,
         })
         if dropped:
             rec.status = PARTIAL
-            rec.reason = (f"{dropped} syscalls not counted: kernel maps full "
-                          f"(threads {c.get('start_full', 0)}, counts {c.get('counts_full', 0)})")
+            rec.reason = (f"{dropped} syscalls not counted ({c.get('shared_entry', 0)} whose thread shared an entry "
+                          f"of the {self.max_threads}-entry call table with another thread inside a call, "
+                          f"{c.get('counts_full', 0)} to a full counts map)")

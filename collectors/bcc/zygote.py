@@ -101,14 +101,18 @@ class Zygote:
                 self.stderr = (self.stderr + [text[:300]])[-20:]
 
     def close(self) -> float | None:
-        """No more children will be asked for: the helper ends once its children have. Its own CPU seconds."""
+        """No more children will be asked for: the helper ends once its children have. Its own CPU
+        seconds (what the kernel reports for it includes the children it reaped: taken out)."""
         with contextlib.suppress(OSError):
             self.ctl.shutdown(socket.SHUT_WR)
         _rc, cpu = reap_within(self.proc, 60.0)
         self._reader.join(5.0)
         with contextlib.suppress(OSError):
             self.ctl.close()
-        return cpu
+        if cpu is None:
+            return None
+        with self.changed:
+            return max(0.0, cpu - sum(c.cpu or 0.0 for c in self.children.values()))
 
 
 _SHARED: Zygote | None = None

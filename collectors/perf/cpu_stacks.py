@@ -252,21 +252,30 @@ class RecordCollector(PerfCollector):
                 out: np.ndarray = np.isin(h, wanted)
                 return out
 
-            pr.filter_samples(data, copy, keep)
-            buf = io.BytesIO()
             errpath = ctx.writer.root / f".{self.name}.script.stderr"
             argv = script_argv(ctx.perf, copy, self.fields, False)
             rec.stats["script_argv"] = argv
-            try:
-                rc = run_to_file(argv, buf, timeout=self.script_timeout, stderr_path=errpath, on_cpu=self.add_child_cpu)
-                if rc != 0:
+            for drop in ((), (RECORD_KSYMBOL, RECORD_BPF_EVENT)):
+                pr.filter_samples(data, copy, keep, drop_types=drop)
+                buf = io.BytesIO()
+                rc = None
+                try:
+                    rc = run_to_file(argv, buf, timeout=self.script_timeout, stderr_path=errpath,
+                                     on_cpu=self.add_child_cpu)
+                except TimeoutError as exc:
+                    rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
+                err = errpath.read_text(errors="replace") if errpath.exists() else ""
+                if rc not in (0, None) and not drop and _BPF_RECORD_FAILED.search(err):
+                    # perf 6.1 stops at a BPF program's symbol record (a bcc tool loaded or
+                    # unloaded one): again without them, frames inside BPF programs [unknown]
+                    rec.stats["bpf_symbols"] = "dropped: perf script could not process them"
+                    continue
+                if rc not in (0, None):
                     rec.status, rec.reason = PARTIAL, f"perf script exited with code {rc}: {tail(errpath)}"
-            except TimeoutError as exc:
-                rec.status, rec.reason = PARTIAL, f"symbolizing was cut short: {exc}"
-            finally:
-                for f in (errpath, copy):
-                    with contextlib.suppress(OSError):
-                        f.unlink()
+                break
+            for f in (errpath, copy):
+                with contextlib.suppress(OSError):
+                    f.unlink()
             yield buf.getvalue()
 
         def go_table(path: str) -> Callable[[int], tuple[str, int] | None] | None:

@@ -39,11 +39,6 @@ import time
 from pathlib import Path
 from typing import IO
 
-try:
-    import numpy as np
-except ImportError:  # the cluster agent runs collectors under a bare python3: perf script text then
-    np = None  # type: ignore[assignment]
-
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext

@@ -25,20 +25,17 @@ into ``block.trace.gz`` instead, as in bundles before v4.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import gzip
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
 import threading
 import time
 import zlib
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,268 +43,38 @@ from typing import Any
 from profiler.collectors import process as _proc
 from profiler.collectors.base import CaptureContext, CollectorBase, Probe, disk_reason
 from profiler.collectors.files import file_size
+from profiler.collectors.tracefs.counting import (
+    EVENTS,
+    TraceCounter,
+    balance,
+    counter_argv,
+    parse_counter,
+)
+from profiler.collectors.tracefs.instance import (
+    TracefsInstance,
+    buffer_kb_per_cpu,
+    instance_name,
+    remove_stale_instances,
+    tool,
+)
 
 from profiler.bundle import OK, PARTIAL, CollectorRecord, members
 from profiler.formats import blockevents as be
+from profiler.formats import tracefs_pages as tp
 
 OUTPUT = members.BLOCK_EVENTS
+_SEQ = itertools.count(1)  # this process's instances, numbered
 TEXT_OUTPUT = members.BLOCK_TRACE  # without numpy: ftrace text, as bundles before v4 held
 READ_EVERY = 0.2  # s between two reads of every CPU's pages (a page fills in ~0.3 ms at 97K IOPS)
 DECODE_EVERY = 1.0  # s between two decodings of the pages read (numpy's per-call cost wants big batches)
-EVENTS = ["block_rq_issue", "block_rq_complete"]
 OPTIONAL_EVENTS = ["block_rq_requeue", "block_rq_merge"]
 COUNTER_STOP_WAIT = 2.0  # s: how long the stop waits for the counter before stopping the trace
-TOTAL_BUFFER_MB = 64  # ring buffer budget over all CPUs; the reader drains it continuously
-INSTANCE_PREFIX = "profiler-"
-_SEQ = itertools.count(1)
-# profiler-<pid>-s<its start time, clock ticks since boot>-<n>[-ns<pid namespace>]: whose it is, even
-# after the pid was reused (names without the start time come from older versions)
-_STALE = re.compile(r"^profiler-(\d+)-(?:s(\d+)-)?(\d+)(?:-ns(\d+))?$")
-# "  kworker/u8:2-1234    [001] d..1.  123.456789: block_rq_issue: ..." -> the issuing tid
-# (the irq-flags column is optional; no lazy scan to the end of every line: issue lines only cost)
-_ISSUER = re.compile(rb"-(\d+) +\[\d+\] +(?:[^ \n]+ +)?\d+\.\d+: block_rq_issue:")
-
-
-def counter_argv(perf: str, out: Path) -> list[str]:
-    """The independent count: perf stat keeps exact counts even where perf record loses samples."""
-    return [perf, "stat", "-a", "-x", ",", "-e",
-            ",".join(f"block:{e}" for e in EVENTS), "-o", str(out)]
-
-
-def parse_counter(text: str) -> dict[str, int]:
-    """perf stat -x, output -> {'block_rq_issue': n, 'block_rq_complete': n}."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        f = line.split(",")
-        if len(f) >= 3 and f[2].startswith("block:"):
-            with contextlib.suppress(ValueError):
-                out[f[2].split(":", 1)[1]] = int(f[0])
-    return out
-
-
-def parse_cpu_stats(text: str) -> dict[str, int]:
-    """A tracefs per_cpu/cpuN/stats file -> {'overrun': n, 'dropped events': n, ...}."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        with contextlib.suppress(ValueError):
-            out[key.strip()] = int(value.split()[0])
-    return out
-
-
-def balance(trace: dict[str, int], counted: dict[str, int] | None, ring_lost: int,
-            window_ratio: float = 1.0) -> tuple[dict[str, Any], str | None]:
-    """Compare the trace with the independent count; returns (stats, reason it is incomplete or None).
-
-    The counter starts before the trace and is stopped before it (the stop waits for it):
-    ``window_ratio`` is the share of the counter's window the trace covered, and the events the counter may
-    have seen outside the trace's window, plus IOs in flight at either edge, are allowed as slack.
-    """
-    stats: dict[str, Any] = {"trace": dict(trace), "ring_buffer_lost": ring_lost}
-    reasons = []
-    if ring_lost:
-        reasons.append(f"the tracefs buffer lost {ring_lost} events (overrun)")
-    if counted:
-        stats["counted"] = dict(counted)
-        for ev in EVENTS:
-            want, got = counted.get(ev, 0), trace.get(ev, 0)
-            slack = 64 + want // 100 + int(want * max(0.0, 1.0 - window_ratio))
-            if want - got > slack:
-                reasons.append(f"the trace holds {got} of {want} {ev} events counted by perf stat")
-    issues, completes = trace.get("block_rq_issue", 0), trace.get("block_rq_complete", 0)
-    stats["unpaired"] = abs(issues - completes)
-    if issues and completes < issues // 2 - 64:
-        reasons.append(f"only {completes} completions for {issues} issues: pairing is incomplete")
-    return stats, "; ".join(reasons) or None
-
-
-def start_ticks(pid: int | str) -> int | None:
-    """When the process started (field 22 of /proc/PID/stat, clock ticks since boot), None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return int(stat[stat.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def instance_name(seq: int) -> str:
-    """This process's next instance name: its pid and start time, so that another profiler can
-    tell it from one a killed profiler left (whose pid may have been reused meanwhile)."""
-    ns = _pidns_tag()
-    return f"{INSTANCE_PREFIX}{os.getpid()}-s{start_ticks('self') or 0}-{seq}" + (f"-ns{ns}" if ns else "")
-
-
-def stale_instances(root: str) -> list[str]:
-    """Instances a killed profiler left behind: its process is gone (no such pid, or that pid is
-    another process now, started at another time). Every other instance is someone's running capture."""
-    out = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir(os.path.join(root, "instances")):
-            m = _STALE.match(name)
-            # tracefs is one per kernel: only our own PID namespace's instances can be judged by pid
-            if not m or m.group(4) != _pidns_tag():
-                continue
-            started = start_ticks(m.group(1))
-            if started is None or (m.group(2) is not None and started != int(m.group(2))):
-                out.append(os.path.join(root, "instances", name))
-    return out
-
-
-def remove_stale_instances(root: str | None) -> list[str]:
-    """Remove what :func:`stale_instances` finds (root only); the names removed."""
-    gone = []
-    for path in stale_instances(root) if root else []:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
-            gone.append(os.path.basename(path))
-    return gone
-
-
-def _pidns_tag() -> str | None:
-    """None in the host's PID namespace; else the namespace's inode, so profilers in several
-    namespaces (containers, the namespaced hosts of the cluster tests) sharing one kernel's
-    tracefs neither take each other's instance names nor remove each other's instances."""
-    from profiler.collectors import host
-
-    if not host.nested_pid_namespace():
-        return None
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return None
-
-
-class TracefsInstance:
-    """A private ftrace instance: created, configured, and always removed."""
-
-    def __init__(self, root: str, name: str) -> None:
-        self.root = root
-        self.path = os.path.join(root, "instances", name)
-        self.created = False
-
-    def create(self) -> None:
-        os.mkdir(self.path)
-        self.created = True
-        atexit.register(self.remove)
-
-    def write(self, rel: str, value: str) -> None:
-        with open(os.path.join(self.path, rel), "w") as fh:
-            fh.write(value)
-
-    def read(self, rel: str) -> str:
-        with open(os.path.join(self.path, rel)) as fh:
-            return fh.read()
-
-    def has(self, rel: str) -> bool:
-        return os.path.exists(os.path.join(self.path, rel))
-
-    def entries(self) -> int:
-        """Events still waiting in the ring buffer, over every CPU."""
-        n = 0
-        with contextlib.suppress(OSError):
-            for cpu in os.listdir(os.path.join(self.path, "per_cpu")):
-                with contextlib.suppress(OSError):
-                    n += parse_cpu_stats(self.read(f"per_cpu/{cpu}/stats")).get("entries", 0)
-        return n
-
-    def lost(self) -> int:
-        """Events the ring buffer overwrote or dropped, over every CPU."""
-        n = 0
-        with contextlib.suppress(OSError):
-            for cpu in os.listdir(os.path.join(self.path, "per_cpu")):
-                with contextlib.suppress(OSError):
-                    st = parse_cpu_stats(self.read(f"per_cpu/{cpu}/stats"))
-                    n += st.get("overrun", 0) + st.get("dropped events", 0)
-        return n
-
-    def remove(self) -> None:
-        if not self.created:
-            return
-        with contextlib.suppress(OSError):
-            self.write("tracing_on", "0")
-        with contextlib.suppress(OSError):
-            for ev in os.listdir(os.path.join(self.path, "events", "block")):
-                p = os.path.join(self.path, "events", "block", ev, "enable")
-                if os.path.exists(p):
-                    with contextlib.suppress(OSError), open(p, "w") as fh:
-                        fh.write("0")
-        for _ in range(20):
-            try:
-                os.rmdir(self.path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    break
-                time.sleep(0.05)  # a reader still has trace_pipe open
-        self.created = os.path.exists(self.path)
-        if not self.created:
-            with contextlib.suppress(Exception):
-                atexit.unregister(self.remove)
-
-
-def tool(name: str) -> str | None:
-    """A coreutils-level helper (cat, gzip): from PATH, else where Debian keeps it."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for d in ("/usr/bin", "/bin"):
-        if os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    return None
-
-
-def buffer_kb_per_cpu(ncpu: int, total_mb: int = TOTAL_BUFFER_MB) -> int:
-    """Per-CPU ring size: a total budget spread over the CPUs, 1 to 32 MiB each (the in-process
-    reader may be held up by the interpreter's lock for a moment: 8 MiB, 0.7 s of events at
-    97K IOPS on the CPU taking the interrupts, overran once here)."""
-    return max(1024, min(32768, total_mb * 1024 // max(1, ncpu)))
-
-
-class TraceCounter:
-    """Counts block events in ftrace text as it streams by (C-speed byte counts per chunk),
-    and the issues made by the targets' own threads."""
-
-    def __init__(self, events: list[str], is_target: Callable[[int], bool]) -> None:
-        self.needles = {ev: f" {ev}:".encode() for ev in events}
-        self.counts = {ev: 0 for ev in events}
-        self.is_target = is_target
-        self.target_issues = 0
-        self.carry = b""
-
-    def feed(self, chunk: bytes) -> None:
-        data = self.carry + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self.carry = data
-            return
-        self.carry = data[cut + 1:]
-        self._count(data[:cut + 1])
-
-    def close(self) -> None:
-        if self.carry:
-            self._count(self.carry)
-            self.carry = b""
-
-    def _count(self, data: bytes) -> None:
-        for ev, needle in self.needles.items():
-            self.counts[ev] += data.count(needle)
-        if b" block_rq_issue:" not in data:
-            return
-        # one is_target per distinct issuing thread, not per issue (millions on a high-IOPS host)
-        for tid, n in Counter(_ISSUER.findall(data)).items():
-            if self.is_target(int(tid)):
-                self.target_issues += n
-
-
 class RawReader:
     """The thread that reads every CPU's ``trace_pipe_raw`` (non-blocking, whole pages) and
-    hands the pages to a :class:`blockevents.PageStream`; events older than the round before
+    hands the pages to a :class:`tracefs_pages.PageStream`; events older than the round before
     the last are final and written."""
 
-    def __init__(self, inst: TracefsInstance, stream: be.PageStream) -> None:
+    def __init__(self, inst: TracefsInstance, stream: tp.PageStream) -> None:
         self.stream = stream
         self.fds: list[int] = []
         for cpu in sorted(os.listdir(os.path.join(inst.path, "per_cpu")), key=lambda c: int(c[3:]) if c[3:].isdigit() else -1):
@@ -338,7 +105,7 @@ class RawReader:
             chunks = self.held[cpu]
             while True:
                 try:
-                    page = os.read(fd, be.PAGE)
+                    page = os.read(fd, tp.PAGE)
                 except BlockingIOError:
                     break
                 except OSError as exc:
@@ -347,7 +114,7 @@ class RawReader:
                     raise
                 if not page:
                     break
-                chunks.append(page.ljust(be.PAGE, b"\0"))
+                chunks.append(page.ljust(tp.PAGE, b"\0"))
                 n += 1
         return n
 
@@ -476,9 +243,9 @@ class BlockIOCollector(CollectorBase):
                 # The reader: a thread reading whole binary pages, decoded with numpy.
                 self.member_cm = ctx.writer.open_member(OUTPUT, compress=False)
                 self.member = self.member_cm.__enter__()
-                fmts = be.RawFormats.from_tracefs(os.path.join(inst.path, "events", "block"))
+                fmts = tp.RawFormats.from_tracefs(os.path.join(inst.path, "events", "block"))
                 tap = ctx.early.tap_for(OUTPUT) if ctx.early is not None else None
-                self.raw = RawReader(inst, be.PageStream(self.member, fmts, self._is_target, tap))
+                self.raw = RawReader(inst, tp.PageStream(self.member, fmts, self._is_target, tap))
                 self.raw.start()
                 self.rec.stats["reader"] = "trace_pipe_raw, in-process"
             else:

@@ -154,11 +154,22 @@ class FileFollower:
     def start(self) -> FileFollower:
         """Copy what the file holds now (untimed: its lines were written before the capture), then follow it."""
         self._fh = open(self.source, "rb")  # noqa: SIM115 - closed by the thread
-        while True:
-            data = self._fh.read(CHUNK)
+        held = os.fstat(self._fh.fileno()).st_size  # what it holds now: a writer faster than us cannot hold the start
+        last = b"\n"
+        while self._fh.tell() < held:
+            data = self._fh.read(min(CHUNK, held - self._fh.tell()))
             if not data:
                 break
             self.lines.copy(data, timed=False)
+            last = data[-1:]
+        for _ in range(16):  # the line it ended in was written before the capture too: untimed
+            if last == b"\n":
+                break
+            data = self._fh.readline(CHUNK)
+            if not data:
+                break
+            self.lines.copy(data, timed=False)
+            last = data[-1:]
         self._thread.start()
         return self
 

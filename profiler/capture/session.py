@@ -53,7 +53,7 @@ from profiler.collectors.base import (
     disk_reason,
     skipped,
 )
-from profiler.collectors.tracefs import blockio
+from profiler.collectors.tracefs import instance
 from profiler.errors import CapabilityError, Interrupted, OutputError
 from profiler.files import create_growing
 from profiler.progress import Progress
@@ -195,7 +195,7 @@ class Session:
             if note:
                 self._note(note)
             if host.is_root():  # tracefs instances a killed capture left (their process is gone), never others'
-                gone = blockio.remove_stale_instances(host.tracefs_path())
+                gone = instance.remove_stale_instances(host.tracefs_path())
                 if gone:
                     self._note(f"removed {len(gone)} tracefs instance(s) a killed capture left: {', '.join(gone)}")
             self._manifest = build_manifest(self.targets, self.options, self.perf, self.extra_options)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # imported where a capture runs, not by every verb's --help
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
 BACKENDS = ("perf", "bcc", "auto")
 MAX_FREQUENCY = 10000
+MAX_INTERVAL = 3600.0  # s: perf stat -I takes milliseconds in an int
 
 # ----------------------------------------------------------------------------- the capture options
 # Declared once; every capturing verb takes them from here (tests/test_cli_conventions.py checks
@@ -41,14 +42,14 @@ DURATION = typer.Option("30s", "--duration", "-d", help="How long to capture (30
 DURATION_AT_MOST = typer.Option(None, "--duration", "-d", help="Stop the capture (and the load) after this long at most (30s, 2m).")
 FREQUENCY = typer.Option(99, "--frequency", "-F", help=f"cpu-clock sampling frequency (Hz, 1 to {MAX_FREQUENCY}).")
 CALL_GRAPH = typer.Option("fp", "--call-graph", help="Stack unwinding: fp, dwarf (Rust/C++ without frame pointers) or lbr.")
-INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (at least 10ms).")
+INTERVAL = typer.Option("1s", "--interval", help="perf stat and syscalls interval (10ms to 1h).")
 BACKEND = typer.Option("auto", "--backend", help="auto (default: in-kernel aggregation with bcc where the host supports it, else perf; the manifest says which and why), bcc, or perf (docs/bcc.md).")
 NO_REPORT = typer.Option(False, "--no-report", help="Capture only; do not analyze or write the report.")
 LIVE = typer.Option(False, "--live", help="Redraw the running verdict in the terminal every --interval during the capture: its top evidence, the top waits, the top on-CPU functions per thread pool, the load's throughput and latency (docs/cli.md#live).")
 KEEP_PERF_DATA = typer.Option(False, "--keep-perf-data", help="Also keep perf.data files in the bundle.")
 COLLECTOR = typer.Option(None, "--collector", help="Run only this collector (repeatable): perf-stat, procfs, cpu-stacks, offcpu-stacks, block-io, syscalls, server-status; syscalls-trace or offcpu-trace trace the whole capture instead of 1 s in 10.")
 STATUS_URL = typer.Option(None, "--status-url", help="The target's HTTP status port, when profiler cannot find it or it is on another host: http://HOST:PORT, or PID=http://HOST:PORT (repeatable).")
-STATUS_INTERVAL = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics (at least 500ms).")
+STATUS_INTERVAL = typer.Option("5s", "--status-interval", help="How often server-status scrapes /metrics (500ms to 1h).")
 NO_SERVER_CPU_PROFILE = typer.Option(False, "--no-server-cpu-profile", help="Do not ask Go servers for their own CPU profile over the window.")
 
 
@@ -66,8 +67,8 @@ def status_options(urls: list[str] | None, interval: str, cpu_profile: bool) -> 
             raise UsageError(f"--status-url {u!r}: use http://HOST:PORT, or PID=http://HOST:PORT for one target")
         checked.append(u.strip().rstrip("/"))
     iv = parse_duration(interval)
-    if iv < 0.5:
-        raise UsageError("--status-interval must be at least 500ms")
+    if not 0.5 <= iv <= MAX_INTERVAL:
+        raise UsageError("--status-interval must be between 500ms and 1h")
     return {"status_urls": checked, "status_interval": iv, "server_cpu_profile": cpu_profile}
 
 
@@ -80,8 +81,8 @@ def make_options(duration: float | None, frequency: int, call_graph: str, interv
     if not 1 <= frequency <= MAX_FREQUENCY:
         raise UsageError(f"--frequency must be between 1 and {MAX_FREQUENCY} Hz")
     iv = parse_duration(interval)
-    if iv < 0.01:
-        raise UsageError("--interval must be at least 10ms")
+    if not 0.01 <= iv <= MAX_INTERVAL:
+        raise UsageError("--interval must be between 10ms and 1h")
     from profiler.collectors.base import CaptureOptions
 
     options = CaptureOptions(duration=duration, frequency=frequency, call_graph=call_graph,

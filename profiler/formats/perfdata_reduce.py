@@ -157,7 +157,7 @@ class Merged:
 
 
 def merge_samples(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, by_tid: bool,
-                  count_samples: bool = False, keep: Keep | None = None) -> Merged:
+                  count_samples: bool = False, keep: Keep | None = None, drop_types: tuple[int, ...] = ()) -> Merged:
     """Copy a perf.data with the samples of identical stacks merged into one, whose period is
     their total (``count_samples``: how many they were): `perf script` then symbolizes each
     distinct stack once, and folding its text by period gives the same folded stacks as the
@@ -217,7 +217,7 @@ def merge_samples(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, b
         for ci, off, idx, w in first.values():
             keep_at.setdefault(ci, {})[off] = (idx, w)
         out.written = len(first)
-        _write_merged(f, dst, keep_at, plan)
+        _write_merged(f, dst, keep_at, plan, drop_types)
     return out
 
 
@@ -272,7 +272,7 @@ def _side_record(rec: Records, off: int, gen: dict[int, int], comm_of: dict[int,
 
 
 def _write_merged(f: PerfFile, dst: str | os.PathLike[str], keep_at: dict[int, dict[int, tuple[int, int]]],
-                  plan: list[tuple[int, int, np.ndarray]]) -> None:
+                  plan: list[tuple[int, int, np.ndarray]], drop_types: tuple[int, ...] = ()) -> None:
     lays = {ev.index: sample_layout(ev.sample_type) for ev in f.events}
     f.fh.seek(0)
     head = bytearray(f.fh.read(f.data_off))
@@ -282,6 +282,8 @@ def _write_merged(f: PerfFile, dst: str | os.PathLike[str], keep_at: dict[int, d
         for ci, rec in enumerate(f.again(plan)):
             here = keep_at.get(ci, {})
             take = rec.types != RECORD_SAMPLE
+            if drop_types:
+                take &= ~np.isin(rec.types, np.asarray(drop_types, np.uint32))
             buf = bytearray(rec.buf)
             if here:
                 pos = np.searchsorted(rec.offs, np.fromiter(here.keys(), np.int64, len(here)))

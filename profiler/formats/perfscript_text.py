@@ -23,7 +23,6 @@ in their place in the order.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -37,11 +36,18 @@ from profiler.formats.perfdata import (
     sample_layout,
     state_letters,
 )
+from profiler.formats.perfscript_fields import (
+    build_ids,
+    is_dummy,
+    output_type,
+    sched_switch,
+    time_text,
+    trace_texts,
+    unique_rows,
+)
 from profiler.formats.perfstacks import Keep, Stacks
 from profiler.formats.perfsymbolize import Frames, Symbolizer
 
-FEAT_BUILD_ID = 2
-MISC_BUILD_ID_SIZE = 1 << 15
 KNOWN_FIELDS = ("comm", "pid", "tid", "cpu", "time", "period", "event", "ip", "sym", "symoff", "dso", "trace")
 FLUSH = 1 << 20
 
@@ -70,62 +76,6 @@ class Result:
 # (pid, tid, time) of the samples perf script must print -> its text for them (the caller writes the
 # smaller perf.data it reads, and merges it like ours when ``merge`` is given)
 Fallback = Callable[[np.ndarray, np.ndarray, np.ndarray], Iterator[bytes]]
-
-
-def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
-    """The header's build ids: {(kernel?, file name): hex}, and the kernel's."""
-    out: dict[tuple[bool, str], str] = {}
-    data = f._feature(FEAT_BUILD_ID) or b""
-    pos = 0
-    kernel = None
-    while pos + 8 <= len(data):
-        _typ, misc, size = struct.unpack_from("<IHH", data, pos)
-        if size < 8 + 4 + 24 or pos + size > len(data):
-            break
-        raw = data[pos + 12 : pos + 36]
-        n = raw[20] if misc & MISC_BUILD_ID_SIZE else 20
-        name_end = data.find(b"\0", pos + 36, pos + size)
-        name = data[pos + 36 : name_end if name_end >= 0 else pos + size].decode("utf-8", "surrogateescape")
-        is_kernel = (misc & 7) == 1
-        bid = raw[:n].hex()
-        out[(is_kernel, name)] = bid
-        if is_kernel and name == "[kernel.kallsyms]":
-            kernel = bid
-        pos += size
-    return out, kernel
-
-
-def _sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
-    """The payload columns perf script's ``trace`` field prints for sched_switch."""
-    from profiler.formats.perfdata import tp_column, tp_strings
-
-    try:
-        fl = f.tp_fields("sched_switch")
-    except PerfDataUnsupported:
-        return None
-    need = ("prev_comm", "prev_pid", "prev_prio", "prev_state", "next_comm", "next_pid", "next_prio")
-    if not all(k in fl for k in need):
-        return None
-    comms: dict[bytes, int] = {}
-    names: list[str] = []
-
-    def intern(b: bytes) -> int:
-        i = comms.get(b)
-        if i is None:
-            i = comms[b] = len(names)
-            names.append(b.decode("utf-8", "surrogateescape"))
-        return i
-
-    def decode(rec: object, offs: np.ndarray, raw: np.ndarray) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for k in ("prev_pid", "prev_prio", "prev_state", "next_pid", "next_prio"):
-            out[k] = tp_column(rec, raw, fl[k]).astype(np.int64)  # type: ignore[arg-type]
-        for k in ("prev_comm", "next_comm"):
-            out[k] = tp_strings(rec, raw, fl[k], intern)  # type: ignore[arg-type]
-        return out
-
-    decode.names = names  # type: ignore[attr-defined]
-    return decode
 
 
 @dataclass
@@ -246,13 +196,13 @@ def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep 
         bids, kernel_bid = build_ids(f)
         names = [ev.name for ev in f.events]
         has_tracing = FEAT_TRACING_DATA in f.features
-        trace = _sched_switch(f) if "trace" in want and has_tracing else None
+        trace = sched_switch(f) if "trace" in want and has_tracing else None
         checked: set[str] = set()
         for ev in f.events:
             # perf checks the first event of each kind (hardware, software, tracepoint...), dummies aside
-            if _is_dummy(ev) or _output_type(ev.type) in checked:
+            if is_dummy(ev) or output_type(ev.type) in checked:
                 continue
-            checked.add(_output_type(ev.type))
+            checked.add(output_type(ev.type))
             lay = sample_layout(ev.sample_type)
             for fld, ok in (("period", lay.period >= 0), ("cpu", lay.cpu >= 0), ("tid", lay.tid >= 0),
                             ("pid", lay.tid >= 0), ("time", lay.time >= 0)):
@@ -324,14 +274,6 @@ def _go_counts(fr: Frames, body_idx: np.ndarray, res: Result) -> None:
     res.go_unnamed = int(weight[in_go & (fr.sym == -1)].sum())
 
 
-def _is_dummy(ev: object) -> bool:
-    return getattr(ev, "type", -1) == 1 and getattr(ev, "config", -1) == 9  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY
-
-
-def _output_type(typ: int) -> str:
-    return str(typ) if typ < 6 else "other"  # PERF_TYPE_MAX: dynamic PMUs share one output type
-
-
 def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndarray]:
     """One sample per (event, process, thread name, [thread], body), the first in order, its
     period the total (or the count); and its body index."""
@@ -356,24 +298,6 @@ def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
     """One representative sample per body key, and each sample's body index."""
     _, first, inv = np.unique(st.body, return_index=True, return_inverse=True)
     return first, inv.ravel()
-
-
-def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each distinct row of equal-length integer columns: (index of its first occurrence, in
-    sorted order; each row's distinct row number). A lexsort: no structured-array sort."""
-    n = len(cols[0])
-    if not n:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.lexsort(cols[::-1])
-    change = np.zeros(n, bool)
-    change[0] = True
-    for c in cols:
-        sc = c[order]
-        change[1:] |= sc[1:] != sc[:-1]
-    group = np.cumsum(change) - 1
-    inv = np.empty(n, np.int64)
-    inv[order] = group
-    return order[change], inv
 
 
 def _frame_lines(fr: Frames, want: list[str]) -> tuple[list[str], np.ndarray]:
@@ -445,13 +369,6 @@ def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
     del lines[:i]
 
 
-def _time_text(t: np.ndarray) -> list[str]:
-    """perf's ``%12s: `` of ``secs.usecs`` (microseconds truncated)."""
-    secs = (t // 1_000_000_000).tolist()
-    usecs = ((t % 1_000_000_000) // 1000).tolist()
-    return [f"{f'{s_}.{u:06d}':>12}: " for s_, u in zip(secs, usecs, strict=True)]
-
-
 def headers(pr: Prepared, st: Stacks) -> list[str]:
     """Each sample's header line as perf prints it (without its newline)."""
     n = len(st)
@@ -478,11 +395,11 @@ def headers(pr: Prepared, st: Stacks) -> list[str]:
             h.append(f"[{cpu:03d}] ")
         heads.append("".join(h))
     head = np.asarray(heads, dtype=object)[inv].tolist()
-    times = _time_text(st.time) if "time" in want else [""] * n
+    times = time_text(st.time) if "time" in want else [""] * n
     periods = [f"{p:10d} " for p in st.period.tolist()] if "period" in want else [""] * n
     ev_text = [f"{nm:>{pr.width}}: " if "event" in want else "" for nm in names]
     evs = [ev_text[e] for e in st.event.tolist()]
-    traces = (_trace_texts(st, pr.trace, pr.states, pr.evtypes) if "trace" in want and pr.trace is not None
+    traces = (trace_texts(st, pr.trace, pr.states, pr.evtypes) if "trace" in want and pr.trace is not None
               else [""] * n)
     return list(map("".join, zip(head, times, periods, evs, traces, strict=True)))
 
@@ -523,27 +440,3 @@ def _samples(pr: Prepared, st: Stacks, body_idx: np.ndarray, bodies: list[str], 
         yield "".join(out).encode("utf-8", "surrogateescape")
 
 
-def _trace_texts(st: Stacks, trace: Callable[..., dict[str, np.ndarray]], states: Callable[[int], str] | None,
-                 evtypes: dict[int, int]) -> list[str]:
-    """sched_switch's payload as its print format prints it (perf's ``trace`` field)."""
-    names: list[str] = getattr(trace, "names", [])
-    ex = st.extra
-    if not ex:
-        return [""] * len(st)
-    letters: dict[int, str] = {}
-    assert states is not None
-    out = []
-    tp = np.asarray([evtypes[int(e)] == 2 for e in range(max(evtypes) + 1)], bool)[st.event].tolist()
-    for is_tp, pc, pp, pr, ps, nc, np_, nr in zip(tp, ex["prev_comm"].tolist(), ex["prev_pid"].tolist(),
-                                                  ex["prev_prio"].tolist(), ex["prev_state"].tolist(),
-                                                  ex["next_comm"].tolist(), ex["next_pid"].tolist(),
-                                                  ex["next_prio"].tolist(), strict=True):
-        if not is_tp:
-            out.append("")
-            continue
-        s_ = letters.get(ps)
-        if s_ is None:
-            s_ = letters[ps] = states(ps)
-        out.append(f"prev_comm={names[pc]} prev_pid={pp} prev_prio={pr} prev_state={s_} ==> "
-                   f"next_comm={names[nc]} next_pid={np_} next_prio={nr}")
-    return out

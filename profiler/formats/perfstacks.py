@@ -282,7 +282,7 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
 
     c_ = {k: cat(v, np.uint64 if k == "hash" else np.int64) for k, v in cols.items()}
     ex = {k: np.concatenate(v) for k, v in extra.items()}
-    st = np.asarray(side_t, np.int64).astype(np.uint64).astype(np.int64) if side_t else np.zeros(0, np.int64)
+    st = np.asarray(side_t, np.uint64).astype(np.int64) if side_t else np.zeros(0, np.int64)
     sp = np.asarray(side_p, np.int64)
     # one time order: side-band and samples by (time, file position)
     n_s = len(c_["time"])
@@ -311,13 +311,13 @@ def _state(side: list[Side], side_at: np.ndarray, pid: np.ndarray,
            tid: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Each sample's thread name, process map generation and kernel generation, from the
     side-band records in processing order (``side_at[i]``: samples before record i)."""
-    names: list[str] = []
-    name_id: dict[str, int] = {}
-    comm_of: dict[int, int] = {}  # tid -> name id (set: perf's comm_set)
+    names: list[str] = ["swapper"]  # perf names the idle task (tid 0) before reading anything
+    name_id: dict[str, int] = {"swapper": 0}
+    comm_of: dict[int, int] = {0: 0}  # tid -> name id (set: perf's comm_set)
     # assignments (sample position, tid, name id) and generation bumps (sample position, pid)
-    a_at: list[int] = []
-    a_tid: list[int] = []
-    a_name: list[int] = []
+    a_at: list[int] = [0]
+    a_tid: list[int] = [0]
+    a_name: list[int] = [0]
     g_at: list[int] = []
     g_pid: list[int] = []
     k_at: list[int] = []

@@ -112,6 +112,7 @@ class Symbolizer:
         self._dso_of: dict[tuple[str, str], int] = {}
         self.kernel_map: tuple[int, int, int] | None = None  # start, end, pgoff (the _text address then)
         self.kernel_ranges: list[tuple[int, int, str]] = []  # modules and BPF programs: perf script names them
+        self._kernel_span: tuple[int, int] | None = None  # the kernel's map once its symbols are loaded
 
     # -- dsos
     def _dso(self, name: str, kind: str, pid: int) -> int:
@@ -290,6 +291,12 @@ class Symbolizer:
         d = np.full(len(ip), -1, np.int64)
         if self.kernel_map is not None:
             ks, ke, _ = self.kernel_map
+            kd = self._dso(KERNEL_DSO, "kernel", -1)
+            t, _why = self._table(kd)
+            if t is not None and self._kernel_span is not None:
+                # perf fits the kernel's map to its symbols once they are loaded (map__fixup_start
+                # and _end): from the first to the end of the last, past _etext (.init.text...)
+                ks, ke = self._kernel_span
             inside = (ip >= np.uint64(ks)) & (ip < np.uint64(ke))
             if inside.any():
                 d[inside] = self._dso(KERNEL_DSO, "kernel", -1)
@@ -337,7 +344,11 @@ class Symbolizer:
         delta = 0
         if self.kernel_map is not None and self.kernel_map[2] and "_text" in named:
             delta = named["_text"] - self.kernel_map[2]
-        return kallsyms.shifted(table, delta)
+        table = kallsyms.shifted(table, delta)
+        own = np.flatnonzero(~module)
+        if len(own):
+            self._kernel_span = (int(table.starts[own[0]]), int(table.ends[own[-1]]))
+        return table
 
 
 def _frames(starts: np.ndarray, keep: np.ndarray, addr: np.ndarray, dso: np.ndarray, sym: np.ndarray, off: np.ndarray,

@@ -1,16 +1,11 @@
-"""Capture bundles as an input: which member answers which question (inputs layer).
+"""Capture bundles as an input (inputs layer): the format, what the manifest says of a collector, the CSV members' rows.
 
-A bundle is a directory with ``manifest.json`` (``profiler/bundle.py`` opens it safely). The
-same question is answered by different members depending on the backend that captured it:
-
-| question | perf backend | bcc backend |
-| --- | --- | --- |
-| CPU stacks | ``cpu.perf.txt.gz`` (perf script text; ``cpu.perf.txt`` in old bundles) | same |
-| off-CPU stacks | ``offcpu.perf.txt.gz`` (sched_switch samples) + ``offcpu.csv.gz`` (exact switch-in times) | ``offcpu.folded.gz`` (blocked ns per stack, summed in the kernel, no times) |
-| block IO | ``block.trace.gz`` (one ftrace line per event) | ``block.hist.jsonl.gz`` (in-kernel histograms) |
-
-The functions here name the member (None when the capture has none: :func:`collector_status`
-says why); reading it is the job of the format's reader.
+A bundle is a directory with ``manifest.json`` (``profiler/bundle/`` opens it safely). Which
+member answers which question, perf backend or bcc, and reading it, is the views' job
+(analyzers/views/, docs/bundle.md#views): a verb asks a view, never a member. Here: the
+format detection knows a bundle by (``FORMAT``); :func:`collector_status` and
+:func:`collector_note`, what a message says when a member is missing or partial; the parsers of
+the CSV rows the views read (``offcpu.csv.gz``'s intervals).
 """
 
 from __future__ import annotations
@@ -19,65 +14,16 @@ import csv
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.bundle import Bundle, members
+from profiler.bundle import Bundle
 from profiler.inputs.source import BUNDLE
 from profiler.tolerant import ReadLog
 
-__all__ = [
-    "FORMAT", "CPU_STACKS", "OFFCPU_STACKS", "OFFCPU_INTERVALS", "OFFCPU_FOLDED", "BLOCK_TRACE", "BLOCK_EVENTS", "BLOCK_HIST",
-    "OffCpuMembers", "cpu_stacks", "offcpu", "block_trace", "collector_note", "collector_status", "csv_rows",
-    "read_intervals", "Intervals",
-]
+__all__ = ["FORMAT", "collector_note", "collector_status", "csv_rows", "read_intervals", "Intervals"]
 
 FORMAT = BUNDLE
-
-# The names are profiler.bundle.members'; the uncompressed ones are what early bundles wrote.
-CPU_STACKS = (members.CPU_STACKS, "cpu.perf.txt")  # perf script text of cpu-clock samples
-OFFCPU_STACKS = (members.OFFCPU_STACKS, "offcpu.perf.txt")  # perf script text of sched_switch samples
-OFFCPU_INTERVALS = members.OFFCPU_INTERVALS  # tid,comm,off,on,state: when each switch-out ended
-OFFCPU_FOLDED = members.OFFCPU_FOLDED  # bcc: blocked ns per folded stack
-BLOCK_TRACE = members.BLOCK_TRACE  # ftrace text of block_rq_* events (bundles before v4)
-BLOCK_EVENTS = members.BLOCK_EVENTS  # the same events in binary columns (since v4)
-BLOCK_HIST = members.BLOCK_HIST  # bcc: latency histograms per slot
-
-
-def _first(bundle: Bundle, names: Iterable[str]) -> str | None:
-    return next((n for n in names if bundle.has(n)), None)
-
-
-def cpu_stacks(bundle: Bundle) -> str | None:
-    """The member holding CPU stack samples (and their times), if the capture has one."""
-    return _first(bundle, CPU_STACKS)
-
-
-@dataclass(frozen=True)
-class OffCpuMembers:
-    """Where a bundle keeps its off-CPU evidence: perf's samples (+ intervals) or bcc's folded totals."""
-
-    stacks: str | None = None  # perf: sched_switch samples
-    intervals: str | None = None  # perf: switch-in times, when the collector wrote them
-    folded: str | None = None  # bcc
-
-
-def offcpu(bundle: Bundle) -> OffCpuMembers | None:
-    """The members answering "where did the threads wait", if the capture has them."""
-    stacks = _first(bundle, OFFCPU_STACKS)
-    if stacks is not None:
-        return OffCpuMembers(stacks=stacks, intervals=OFFCPU_INTERVALS if bundle.has(OFFCPU_INTERVALS) else None)
-    if bundle.has(OFFCPU_FOLDED):
-        return OffCpuMembers(folded=OFFCPU_FOLDED)
-    return None
-
-
-def block_trace(bundle: Bundle) -> str | None:
-    """The member holding one line per block event, if the capture has one."""
-    if bundle.has(BLOCK_EVENTS):
-        return BLOCK_EVENTS
-    return BLOCK_TRACE if bundle.has(BLOCK_TRACE) else None
 
 
 def collector_status(bundle: Bundle, name: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -29,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -43,6 +44,7 @@ __all__ = ["FORMAT", "MAGIC", "Direct", "Merge", "Merged", "PerfScriptRefused", 
 
 MAGIC = b"PERFILE2"
 PIPE_SIZE = 1 << 20
+_BPF_RECORD_FAILED = re.compile(r"failed to process type: (17|18)\b")
 _F_SETPIPE_SZ = 1031
 
 T = TypeVar("T")
@@ -95,15 +97,19 @@ def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], f
     already cut (:data:`Item`: a header line and its frame lines, or a block of perf's text)
     instead of their text, so a folder never re-reads what was just made."""
     if fields and os.environ.get("PROFILER_SYMBOLIZER") != "perf":
-        try:
-            return _read_direct(perf_data, consume, fields, merge, merged, direct if direct is not None else Direct(),
-                                samples)
-        except pdata.PerfDataUnsupported as exc:
-            if direct is not None:
-                direct.why = str(exc)
-        except (OSError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError) as exc:
-            if direct is not None:  # a damaged file the direct reader trips on: perf script reads it as far as it can
-                direct.why = f"{type(exc).__name__}: {exc}"
+        made = _direct(perf_data, fields, merge, direct if direct is not None else Direct())
+        if made is not None:
+            from profiler.formats import perfscript_text as pt
+
+            prepared, res, how = made
+            if samples is not None:
+                out = samples(pt.items(prepared, how, res))
+            else:
+                chunks = pt._render(prepared, how, res)
+                out = consume(io.BufferedReader(_Chunks(next(chunks, b""), chunks), PIPE_SIZE))  # type: ignore[type-var]
+            if merge is not None and merged is not None:
+                merged.append(Merged(res.samples, res.written))
+            return out
     try:
         return _read_perf_script(perf_data, consume, fields, merge, merged)
     except InputError as exc:
@@ -192,36 +198,51 @@ def _keep_these(tid: np.ndarray, t: np.ndarray) -> pr.Keep:
     return lambda pid, tid_, t_: np.isin(h(tid_, t_), wanted)
 
 
-def _read_direct(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str, merge: Merge | None,
-                 merged: list[Merged] | None, direct: Direct, samples: Callable[[Iterator[Item]], T] | None) -> T:
+def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Direct) -> tuple[Any, Any, Any] | None:
+    """Everything the direct path prints, read and named (prepared, result, how to merge), or
+    None when the file cannot be read so: perf script then makes the text. Only reading is
+    guarded: an error of the consumer is the consumer's."""
     from profiler.formats import perfscript_text as pt
 
-    res = pt.Result()
-    with tempfile.TemporaryDirectory(prefix="profiler-perf-") as tmp:
+    tmp = tempfile.TemporaryDirectory(prefix="profiler-perf-")
 
-        def fallback(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> Iterator[bytes]:
-            """perf script's text for the samples the direct path cannot name (a smaller copy)."""
-            copy = Path(tmp) / "rest.perf.data"
-            keep = _keep_these(tid, t)
+    def fallback(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> Iterator[bytes]:
+        """perf script's text for the samples the direct path cannot name (a smaller copy)."""
+        copy = Path(tmp.name) / "rest.perf.data"
+        keep = _keep_these(tid, t)
+        for drop in ((), (pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT)):
             if merge is not None:
-                pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples, keep=keep)
+                pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples, keep=keep,
+                                 drop_types=drop)
             else:
-                pr.filter_samples(perf_data, copy, keep)
-            chunks: list[bytes] = []
-            _run(perf_script_argv(copy, fields), copy, lambda out: chunks.extend(iter(lambda: out.read(PIPE_SIZE), b"")))
-            return iter(chunks)
+                pr.filter_samples(perf_data, copy, keep, drop_types=drop)
+            try:
+                chunks = _run(perf_script_argv(copy, fields), copy, lambda out: list(iter(lambda: out.read(PIPE_SIZE), b"")))
+            except (InputError, PerfScriptRefused) as exc:
+                if not drop and _BPF_RECORD_FAILED.search(str(exc)):
+                    continue  # perf 6.1 stops at a BPF program's symbol record: again without them
+                raise
+            break
+        return iter(chunks)
 
-        how = pt.Merge(merge.by_tid, merge.count_samples) if merge is not None else None
-        prepared = pt.prepare(str(perf_data), fields, fallback=fallback, result=res)  # everything read and named
-        direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
-        if samples is not None:
-            out = samples(pt.items(prepared, how, res))
-        else:
-            chunks = pt._render(prepared, how, res)
-            out = consume(io.BufferedReader(_Chunks(next(chunks, b""), chunks), PIPE_SIZE))  # type: ignore[type-var]
-    if merge is not None and merged is not None:
-        merged.append(Merged(res.samples, res.written))
-    return out
+    res = pt.Result()
+    try:
+        prepared = pt.prepare(str(perf_data), fields, fallback=fallback, result=res)
+    except pdata.PerfDataUnsupported as exc:
+        direct.why = str(exc)
+        tmp.cleanup()
+        return None
+    except (OSError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError) as exc:
+        direct.why = f"{type(exc).__name__}: {exc}"  # a damaged file: perf script reads it as far as it can
+        tmp.cleanup()
+        return None
+    except BaseException:
+        tmp.cleanup()
+        raise
+    tmp.cleanup()  # perf's text, if any, is held in memory
+    direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
+    how = pt.Merge(merge.by_tid, merge.count_samples) if merge is not None else None
+    return prepared, res, how
 
 
 def _widen_pipe(fd: int) -> None:

@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 from profiler.analyzers.verdict.cluster import ClusterAnalysis
 from profiler.renderers import flamegraph_svg, formatting, jinja_env
 from profiler.renderers.protocol import ReportOptions
-from profiler.untrusted import sanitize
+from profiler.untrusted import markdown, sanitize
 
 TEMPLATE = "cluster.html.j2"
 CATEGORY_COLOURS = {
@@ -123,8 +123,8 @@ class ClusterMarkdown:
     def render(self, model: ClusterAnalysis, options: ReportOptions | None = None) -> str:
         v = model.verdict
 
-        def cell(s: Any) -> str:
-            return str(s).replace("|", "\\|").replace("\n", " ")
+        def cell(s: Any) -> str:  # names and roles come from another machine's cluster.json: text, never markup
+            return markdown(s)
 
         out = [f"# Cluster report: {_title(v.category)}", "", f"**{cell(v.headline)}**", ""]
         out += [f"- {cell(r)}" for r in v.reasons]

@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import IO
 
-from profiler.analyzers.stacks import offcpu as offmod
 from profiler.analyzers.stacks.export import Labeler, StackProfile
 from profiler.analyzers.stacks.folding import Collapser, FoldOptions
 from profiler.analyzers.stacks.naming import fold_stacks
-from profiler.bundle import Bundle
+from profiler.bundle import Bundle, members
 from profiler.errors import BundleError, InputError, UsageError
-from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, perfscript, pprof
+from profiler.inputs import Source, bundles, detect, folded, perfdata, perfscript, pprof
 from profiler.inputs.streams import iter_decoded
 from profiler.progress import Progress
 from profiler.usecases import flamegraph as fg
@@ -47,12 +46,12 @@ def _cpu(src: Source, bundle: Bundle | None, opts: FoldOptions, progress: Progre
     c = Collapser(opts, on_sample=lambda t, stack, n: lab.sample(t, stack, n, c.ids))
     meter = fg._Meter(progress, f"folding {src.name}")
     if bundle is not None:
-        name = bundles.cpu_stacks(bundle)
-        if name is None:
-            raise BundleError(f"{src.name} holds no CPU stacks ({bundles.CPU_STACKS[0]}; cpu-stacks collector: "
+        from profiler.analyzers import views  # the one reader of a bundle's members
+
+        name = members.CPU_STACKS
+        if not views.fold_cpu_stacks(bundle, c, meter):
+            raise BundleError(f"{src.name} holds no CPU stacks ({name}; cpu-stacks collector: "
                               f"{bundles.collector_status(bundle, 'cpu-stacks')})")
-        with bundle.open_binary(name) as fh:
-            _fold(c, fh, meter)
         stacks = fg._from_collapser(c, opts, f"{src.name}/{name}", bundle.log(name))
         stacks.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
     elif src.format is perfdata.FORMAT:
@@ -69,24 +68,21 @@ def _cpu(src: Source, bundle: Bundle | None, opts: FoldOptions, progress: Progre
 
 def _offcpu(src: Source, bundle: Bundle, opts: FoldOptions) -> tuple[fg.Stacks, Labeler] | None:
     """A perf bundle's off-CPU intervals, labeled; None for a bcc bundle (its totals have no threads)."""
-    members = bundles.offcpu(bundle)
-    if members is None or members.stacks is None:
-        return None
-    intervals = None
-    if members.intervals is not None:
-        intervals = bundles.read_intervals(bundle.iter_lines(members.intervals), bundle.log(members.intervals))
+    from profiler.analyzers import views  # the one reader of a bundle's members
+
     lab = Labeler()
-    folder = offmod.SwitchFolder(by_reason=True, pools=opts.pools, window=opts.window, intervals=intervals,
-                                 on_interval=lambda lo, hi, key: lab.interval(lo, hi, key, round((hi - lo) * 1e6),
-                                                                              folder.thread, opts.pools))
-    for s in perfscript.iter_samples(bundle.iter_lines(members.stacks), bundle.log(members.stacks)):
-        folder.sample(s)
-    folder.close()
+    view = views.read_offcpu(bundle, pools=opts.pools, window=opts.window, limit=None, evidence=False,
+                             on_interval=lambda lo, hi, key, tid: lab.interval(lo, hi, key, round((hi - lo) * 1e6),
+                                                                                 tid, opts.pools))
+    if view is None or view.bcc:
+        return None
+    if view.error is not None:
+        raise view.error
     if not lab.counts:
-        raise InputError(f"no sched_switch samples with blocked time in {src.name}/{members.stacks}")
-    notes = list(folder.stats.notes) + bundles.collector_note(bundle, "offcpu-stacks")
-    stacks = fg.Stacks(counts=folder.counts, unit="us", event="sched:sched_switch", samples=folder.stats.switches,
-                       source=f"{src.name}/{members.stacks}", warnings=bundle.read_warnings() + bundle.warnings,
+        raise InputError(f"no sched_switch samples with blocked time in {src.name}/{view.source}")
+    notes = view.notes + bundles.collector_note(bundle, "offcpu-stacks")
+    stacks = fg.Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs,
+                       source=f"{src.name}/{view.source}", warnings=bundle.read_warnings() + bundle.warnings,
                        notes=notes)
     return stacks, lab
 
@@ -119,7 +115,7 @@ def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, pro
     from profiler.renderers.registry import EXPORTS
 
     writer = EXPORTS.pick(StackProfile, fmt)
-    src = detect(input, STACKS, stdin=stdin)
+    src = detect(input, tuple(fg.STACK_READERS), stdin=stdin)
     bundle = src.bundle() if src.format is bundles.FORMAT else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))
@@ -145,7 +141,10 @@ def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, pro
             profile.duration_ns = round(bundle.manifest.duration * 1e9)
         return writer.render(profile), stacks
     if offcpu:  # bcc's totals, perf script or perf.data of sched_switch: merged stacks
-        stacks = fg._offcpu(src, bundle, opts)
+        off = fg.OFFCPU_READERS.get(src.format)
+        if off is None:
+            raise UsageError(f"--offcpu needs sched_switch samples (a bundle or perf script text), not {src.format.what}")
+        stacks = off(fg._Request(input, src, bundle, opts, progress))
     elif src.format is folded.FORMAT:
         if opts.window.bounded:
             raise UsageError("--from/--to need timestamps: folded stacks have none")

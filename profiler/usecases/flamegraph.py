@@ -15,19 +15,13 @@ from typing import IO
 
 from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
-from profiler.analyzers.stacks.folding import (
-    PARALLEL_MIN_BYTES,
-    Collapser,
-    FoldOptions,
-    collapse_file,
-    collapse_stream,
-    format_folded,
-)
+from profiler.analyzers.stacks.folding import Collapser, FoldOptions, collapse_stream, format_folded
+from profiler.analyzers.stacks.folding_files import PARALLEL_MIN_BYTES, collapse_file
 from profiler.analyzers.stacks.naming import fold_stacks
-from profiler.analyzers.stacks.offcpu import offcpu_by_reason, offcpu_folded, pool_roots
-from profiler.bundle import Bundle
+from profiler.analyzers.stacks.offcpu import OffCpuStats, offcpu_folded
+from profiler.bundle import Bundle, members
 from profiler.errors import BundleError, InputError, UsageError
-from profiler.inputs import STACKS, Source, bundles, detect, folded, perfdata, pprof
+from profiler.inputs import Format, Source, bundles, detect, folded, perfdata, perfscript, pprof
 from profiler.inputs.perfscript import iter_samples, open_lines
 from profiler.progress import Progress
 from profiler.renderers.flamegraph_svg import RENDERER, FlameGraphOptions
@@ -110,42 +104,74 @@ def _log_warnings(log: ReadLog) -> list[str]:
     return [summary] if summary is not None else []
 
 
+@dataclass
+class _Request:
+    """One stack input being read: where it is and how to fold it."""
+
+    input: str  # as the user gave it
+    src: Source
+    bundle: Bundle | None
+    opts: FoldOptions
+    progress: Progress | None
+
+
 def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress: Progress | None = None,
                 stdin: IO[bytes] | None = None) -> Stacks:
     """Any stack input -> folded counts (CPU samples, off-CPU time in µs, or a pprof sample type,
     picked by ``opts.event_filter``). A relative ``opts.window`` counts from a bundle's capture
-    start, else from the first sample."""
-    src = detect(input, STACKS, stdin=stdin)
-    bundle = src.bundle() if src.format is bundles.FORMAT else None
+    start, else from the first sample. The input's format picks its reader in STACK_READERS (or,
+    with ``offcpu``, OFFCPU_READERS): the formats a flame graph accepts, in detection order."""
+    src = detect(input, tuple(STACK_READERS), stdin=stdin)
+    bundle = src.bundle() if src.format.directory else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))
     if opts.group_by and src.format is not pprof.FORMAT:
         raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
-    if opts.window.bounded and src.format in (folded.FORMAT, pprof.FORMAT):
-        raise UsageError("--from/--to need timestamps: " + ("folded stacks have none" if src.format is folded.FORMAT
-                                                            else "a pprof profile has none"))
+    if opts.window.bounded and src.format in UNTIMED:
+        raise UsageError(f"--from/--to need timestamps: {UNTIMED[src.format]}")
+    req = _Request(input, src, bundle, opts, progress)
     if offcpu:
-        return _offcpu(src, bundle, opts)
-    meter = _Meter(progress, f"folding {src.name}", src.path.stat().st_size
-                   if src.path is not None and src.path.is_file() and not src.compressed else None)
-    if bundle is not None:
-        name = bundles.cpu_stacks(bundle)
-        if name is None:
-            raise BundleError(f"{input} holds no CPU stacks ({bundles.CPU_STACKS[0]}; cpu-stacks collector: "
-                              f"{bundles.collector_status(bundle, 'cpu-stacks')})")
-        meter.task = f"folding {name}"
-        with bundle.open_binary(name) as fh:
-            out = _from_collapser(collapse_stream(fh, opts, meter), opts, f"{input}/{name}", bundle.log(name))
-        out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
-        return out
-    if src.format is perfdata.FORMAT:
-        meter.task, meter.total = f"perf script {src.name} | folding", None
-        return _from_perf_data(src.file, input, opts, meter, src.log, src.name + src.damage())
-    if src.format is pprof.FORMAT:
-        return _pprof(src, opts)
-    if src.format is folded.FORMAT:
-        counts = folded.read_source(src)
-        return Stacks(counts=counts, source=src.name, samples=sum(counts.values()), warnings=_log_warnings(src.log))
+        off = OFFCPU_READERS.get(src.format)
+        if off is None:
+            raise UsageError(f"--offcpu needs sched_switch samples (a bundle or perf script text), not {src.format.what}")
+        return off(req)
+    return STACK_READERS[src.format](req)
+
+
+def _meter(req: _Request, task: str) -> _Meter:
+    src = req.src
+    return _Meter(req.progress, task, src.path.stat().st_size
+                  if src.path is not None and src.path.is_file() and not src.compressed else None)
+
+
+def _bundle_stacks(req: _Request) -> Stacks:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
+    bundle = req.bundle
+    assert bundle is not None
+    meter = _meter(req, f"folding {members.CPU_STACKS}")
+    c = Collapser(req.opts)
+    if not views.fold_cpu_stacks(bundle, c, meter):
+        raise BundleError(f"{req.input} holds no CPU stacks ({members.CPU_STACKS}; cpu-stacks collector: "
+                          f"{bundles.collector_status(bundle, 'cpu-stacks')})")
+    out = _from_collapser(c, req.opts, f"{req.input}/{members.CPU_STACKS}", bundle.log(members.CPU_STACKS))
+    out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
+    return out
+
+
+def _perf_data_stacks(req: _Request) -> Stacks:
+    meter = _Meter(req.progress, f"perf script {req.src.name} | folding")
+    return _from_perf_data(req.src.file, req.input, req.opts, meter, req.src.log, req.src.name + req.src.damage())
+
+
+def _folded_stacks(req: _Request) -> Stacks:
+    counts = folded.read_source(req.src)
+    return Stacks(counts=counts, source=req.src.name, samples=sum(counts.values()), warnings=_log_warnings(req.src.log))
+
+
+def _perf_script_stacks(req: _Request) -> Stacks:
+    src, opts, progress = req.src, req.opts, req.progress
+    meter = _meter(req, f"folding {src.name}")
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
         fold = collapse_file(str(src.path), opts, on_progress=(lambda d, t: progress(meter.task, d, t, "B"))
                              if progress is not None else None)  # several processes
@@ -204,9 +230,10 @@ def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
     return [f"{input}: {direct.by_perf:,} of {direct.samples:,} samples named by perf script ({why})"]
 
 
-def _pprof(src: Source, opts: FoldOptions) -> Stacks:
+def _pprof(req: _Request) -> Stacks:
     """One sample type of a pprof profile (``--event TYPE``; by default the producer's choice,
     else the last type, as `go tool pprof` shows it): cpu time, goroutines, bytes..."""
+    src, opts = req.src, req.opts
     profile = pprof.read_source(src)
     i = profile.index(opts.event_filter)
     st = profile.sample_types[i]
@@ -225,51 +252,74 @@ def _pprof(src: Source, opts: FoldOptions) -> Stacks:
                   warnings=profile.warnings + unlabeled + _log_warnings(src.log))
 
 
-def _offcpu(src: Source, bundle: Bundle | None, opts: FoldOptions) -> Stacks:
-    if src.format in (folded.FORMAT, pprof.FORMAT):
-        raise UsageError(f"--offcpu needs sched_switch samples (a bundle or perf script text), not {src.format.what}")
-    intervals = None
-    if bundle is not None:
-        members = bundles.offcpu(bundle)
-        if members is None:
-            raise BundleError(f"{src.name} holds no off-CPU evidence ({bundles.OFFCPU_STACKS[0]}; offcpu-stacks "
-                              f"collector: {bundles.collector_status(bundle, 'offcpu-stacks')})")
-        if members.folded is not None:
-            return _bcc_offcpu(src.name, bundle, members.folded, opts)
-        assert members.stacks is not None
-        if members.intervals is not None:
-            intervals = bundles.read_intervals(bundle.iter_lines(members.intervals), bundle.log(members.intervals))
-        source = f"{src.name}/{members.stacks}"
-        counts, stats = offcpu_folded(iter_samples(bundle.iter_lines(members.stacks), bundle.log(members.stacks)),
-                                      pools=opts.pools, window=opts.window, intervals=intervals)
-    elif src.format is perfdata.FORMAT:
-        source = src.name
-        counts, stats = perfdata.read_perf_script(
-            src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
-            name=src.name + src.damage())
-    else:
-        source = src.name
-        with src.open() as fh:
-            counts, stats = offcpu_folded(iter_samples(open_lines(fh), src.log), pools=opts.pools, window=opts.window)
-    warnings = bundle.read_warnings() + bundle.warnings if bundle is not None else _log_warnings(src.log)
-    if not counts:
-        raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
-    notes = list(stats.notes)
-    if bundle is not None:
-        notes.extend(bundles.collector_note(bundle, "offcpu-stacks"))
-    return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=source,
-                  warnings=warnings, notes=notes)
+def _bundle_offcpu(req: _Request) -> Stacks:
+    """A bundle's off-CPU members through the off-CPU view (analyzers/views/stacks.py), the one
+    reader the report uses too: blocked microseconds, perf's or bcc's."""
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
 
-
-def _bcc_offcpu(where: str, bundle: Bundle, member: str, opts: FoldOptions) -> Stacks:
-    """The bcc backend's offcpu.folded.gz: blocked nanoseconds per stack, folded in the kernel."""
-    counts = folded.parse_folded(bundle.iter_lines(member), bundle.log(member))
-    if opts.pools:
-        counts = pool_roots(counts)
-    if opts.window.bounded:
+    bundle, opts = req.bundle, req.opts
+    assert bundle is not None
+    view = views.read_offcpu(bundle, pools=opts.pools, window=opts.window, limit=None, evidence=False)
+    if view is None:
+        raise BundleError(f"{req.src.name} holds no off-CPU evidence ({members.OFFCPU_STACKS}; offcpu-stacks "
+                          f"collector: {bundles.collector_status(bundle, 'offcpu-stacks')})")
+    if view.bcc and opts.window.bounded:
         raise UsageError("--from/--to: the bcc backend's off-CPU stacks are totals over the capture, without times")
-    return Stacks(counts=offcpu_by_reason(counts), unit="ns", event="offcpu (bcc)", source=f"{where}/{member}",
-                  warnings=bundle.read_warnings() + bundle.warnings)
+    if view.error is not None:
+        raise view.error
+    source = f"{req.src.name}/{view.source}"
+    warnings = bundle.read_warnings() + bundle.warnings
+    if view.bcc:
+        return Stacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
+    if not view.folded:
+        raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
+    return Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
+                  warnings=warnings, notes=view.notes + bundles.collector_note(bundle, "offcpu-stacks"))
+
+
+def _switches(req: _Request, counts: dict[str, int], stats: OffCpuStats) -> Stacks:
+    warnings = _log_warnings(req.src.log)
+    if not counts:
+        raise InputError(f"no sched_switch samples with blocked time in {req.src.name}" + _damage(warnings))
+    return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=req.src.name,
+                  warnings=warnings, notes=list(stats.notes))
+
+
+def _perf_data_offcpu(req: _Request) -> Stacks:
+    src, opts = req.src, req.opts
+    counts, stats = perfdata.read_perf_script(
+        src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
+        name=src.name + src.damage())
+    return _switches(req, counts, stats)
+
+
+def _perf_script_offcpu(req: _Request) -> Stacks:
+    with req.src.open() as fh:
+        counts, stats = offcpu_folded(iter_samples(open_lines(fh), req.src.log), pools=req.opts.pools,
+                                      window=req.opts.window)
+    return _switches(req, counts, stats)
+
+
+StackReader = Callable[[_Request], Stacks]
+
+# How each input format gives a flame graph its stacks: the formats `profiler flamegraph` and
+# `diff` accept, in the order detection tries them (profiler/inputs/source.py: the first that
+# claims the input's head wins, so perf script text, the text fallback, comes last).
+STACK_READERS: dict[Format, StackReader] = {
+    bundles.FORMAT: _bundle_stacks,
+    perfdata.FORMAT: _perf_data_stacks,
+    pprof.FORMAT: _pprof,
+    folded.FORMAT: _folded_stacks,
+    perfscript.FORMAT: _perf_script_stacks,
+}
+# With --offcpu: the formats that hold sched_switch samples (or a bcc capture's blocked time).
+OFFCPU_READERS: dict[Format, StackReader] = {
+    bundles.FORMAT: _bundle_offcpu,
+    perfdata.FORMAT: _perf_data_offcpu,
+    perfscript.FORMAT: _perf_script_offcpu,
+}
+# The formats without times, and why --from/--to cannot cut them.
+UNTIMED: dict[Format, str] = {folded.FORMAT: "folded stacks have none", pprof.FORMAT: "a pprof profile has none"}
 
 
 def _damage(warnings: list[str]) -> str:

@@ -20,13 +20,12 @@ from typing import IO, Any
 import numpy as np
 
 from profiler.analyzers.io import heatmap as hm
-from profiler.analyzers.io import hist_heatmap, histograms, pairing, stats
+from profiler.analyzers.io import hist_heatmap, pairing, stats
 from profiler.analyzers.stacks import subsecond
 from profiler.bundle import Bundle, members
 from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import (
-    BLOCK_EVENTS,
-    SAMPLE_TIMES,
+    Format,
     Source,
     biosnoop,
     blocktrace,
@@ -34,6 +33,7 @@ from profiler.inputs import (
     detect,
     pairs,
     perfdata,
+    perfscript,
 )
 from profiler.inputs.perfdata_blocks import PerfDataUnsupported
 from profiler.progress import Progress
@@ -88,21 +88,29 @@ class _Ticker:
         return tick
 
 
+@dataclass
+class _Request:
+    """One heatmap input being read."""
+
+    input: str  # as the user gave it
+    name: str  # as messages name it
+    src: Source
+    bundle: Bundle | None
+    opts: HeatmapRequest
+    ticker: _Ticker
+
+
 def heatmap(input: str, opts: HeatmapRequest, *, progress: Progress | None = None, stdin: IO[bytes] | None = None) -> HeatmapResult:
-    """`profiler heatmap`: one input -> the heatmap document and SVG."""
-    src = detect(input, SAMPLE_TIMES if opts.cpu else BLOCK_EVENTS, stdin=stdin)
-    bundle = src.bundle() if src.format is bundles.FORMAT else None
+    """`profiler heatmap`: one input -> the heatmap document and SVG. The input's format picks its
+    reader in LATENCY_READERS (or, with ``opts.cpu``, TIMES_READERS)."""
+    readers: dict[Format, Any] = TIMES_READERS if opts.cpu else LATENCY_READERS
+    src = detect(input, tuple(readers), stdin=stdin)
+    bundle = src.bundle() if src.format.directory else None
     name = str(Path(input)) if bundle is not None else src.path.name if src.path is not None else src.name
+    req = _Request(input, name, src, bundle, opts, _Ticker(progress))
     if opts.cpu:
-        return _cpu(src, bundle, name, input, opts)
-    if src.format is pairs.FORMAT:
-        return _pairs(src, name, opts)
-    if src.format is biosnoop.FORMAT:
-        return _biosnoop(src, name, opts)
-    if bundle is not None and bundles.block_trace(bundle) is None and bundle.has(members.BLOCK_HIST):
-        return _bcc_hist(bundle, name, opts)
-    bio = _block_io(src, bundle, name, _Ticker(progress))
-    return _block(bio, bundle, name, opts)
+        return _cpu(req, TIMES_READERS[src.format](req))
+    return LATENCY_READERS[src.format](req)
 
 
 def _warnings_of(src: Source, bundle: Bundle | None) -> list[str]:
@@ -117,26 +125,37 @@ def _text(fh: IO[bytes]) -> IO[str]:
     return io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n")
 
 
-def _sample_times(src: Source, bundle: Bundle | None, name: str) -> subsecond.SampleTimes:
-    if bundle is not None:
-        member = bundles.cpu_stacks(bundle)
-        if member is None:
-            raise BundleError(f"{name} holds no {bundles.CPU_STACKS[0]} (cpu-stacks collector: "
-                              f"{bundles.collector_status(bundle, 'cpu-stacks')})")
-        with bundle.open_binary(member) as fh:
-            return subsecond.parse_sample_times(_text(fh), bundle.log(member))
-    if src.format is perfdata.FORMAT:
-        return perfdata.read_perf_script(src.file, lambda out: subsecond.parse_sample_times(_text(out)),
-                                         name=src.name + src.damage())
-    with src.open() as fh:
-        st = subsecond.parse_sample_times(_text(fh), src.log)
-    if not len(st.t):
-        raise InputError(f"{name}: no perf script samples with times found{src.damage()}")
+# --------------------------------------------------------------------------- CPU sample times
+
+
+def _bundle_times(req: _Request) -> subsecond.SampleTimes:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
+    assert req.bundle is not None
+    st = views.read_cpu_times(req.bundle)
+    if st is None:
+        raise BundleError(f"{req.name} holds no {members.CPU_STACKS} (cpu-stacks collector: "
+                          f"{bundles.collector_status(req.bundle, 'cpu-stacks')})")
     return st
 
 
-def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: HeatmapRequest) -> HeatmapResult:
-    st = _sample_times(src, bundle, name)
+def _perf_data_times(req: _Request) -> subsecond.SampleTimes:
+    src = req.src
+    return perfdata.read_perf_script(src.file, lambda out: subsecond.parse_sample_times(_text(out)),
+                                     name=src.name + src.damage())
+
+
+def _perf_script_times(req: _Request) -> subsecond.SampleTimes:
+    src = req.src
+    with src.open() as fh:
+        st = subsecond.parse_sample_times(_text(fh), src.log)
+    if not len(st.t):
+        raise InputError(f"{req.name}: no perf script samples with times found{src.damage()}")
+    return st
+
+
+def _cpu(req: _Request, st: subsecond.SampleTimes) -> HeatmapResult:
+    src, bundle, name, opts = req.src, req.bundle, req.name, req.opts
     warnings = _warnings_of(src, bundle)
     if not len(st.t):
         raise InputError(f"{name}: no CPU samples with times" + (f" (read: {'; '.join(warnings)})" if warnings else ""))
@@ -147,35 +166,54 @@ def _cpu(src: Source, bundle: Bundle | None, name: str, input: str, opts: Heatma
     doc: dict[str, Any] = {"kind": "cpu-subsecond", "input": name, **h.to_json(), "warnings": warnings}
     svg = heatmap_svg.SUBSECOND.render(h, heatmap_svg.HeatmapOptions(
         title=opts.title, subtitle=f"{name}: {h.total} samples over {h.ncols * h.step:,.0f} s",
-        source=input if bundle is not None else "BUNDLE",
+        source=req.input if bundle is not None else "BUNDLE",
     ))
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _block_io(src: Source, bundle: Bundle | None, name: str, ticker: _Ticker) -> pairing.PairedIO:
-    if bundle is not None:
-        member = bundles.block_trace(bundle)
-        if member is None:
-            raise BundleError(f"{name} holds no {bundles.BLOCK_EVENTS} or {bundles.BLOCK_TRACE} (block-io collector: "
-                              f"{bundles.collector_status(bundle, 'block-io')})")
-        with bundle.open_binary(member, text=member == bundles.BLOCK_TRACE) as fh:
-            bio = pairing.pair_bundle_member(fh, member, ticker.pairer(member))
-        bio.warnings.extend(_warnings_of(src, bundle))
-        return bio
-    if src.format is perfdata.FORMAT:
-        try:  # block events straight from the file: no perf script, no text
-            bio = pairing.read_perf_data(str(src.file))
-        except PerfDataUnsupported:
-            bio = perfdata.read_perf_script(src.file, lambda out: pairing.pair_stream(out, ticker.pairer(name)),
-                                            PERF_FIELDS, name=src.name + src.damage())
-        if bio.counts.events == 0:
-            raise InputError(f"{src.name} holds no block:block_rq_issue/complete events")
-        return bio
-    assert src.format is blocktrace.FORMAT
-    with src.open() as fh:
-        bio = pairing.pair_stream(fh, ticker.pairer(name))
-    bio.warnings.extend(_warnings_of(src, bundle))
-    return bio
+# --------------------------------------------------------------------------- IO latency
+
+
+def _bundle_latency(req: _Request) -> HeatmapResult:
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
+    bundle = req.bundle
+    assert bundle is not None
+    if views.block_member(bundle) is None and bundle.has(members.BLOCK_HIST):
+        return _bcc_hist(bundle, req.name, req.opts)
+    bio = views.read_block_trace(bundle, req.ticker.pairer(views.block_member(bundle) or ""))
+    if bio is None:
+        raise BundleError(f"{req.name} holds no {members.BLOCK_EVENTS} or {members.BLOCK_TRACE} (block-io collector: "
+                          f"{bundles.collector_status(bundle, 'block-io')})")
+    bio.warnings.extend(_warnings_of(req.src, bundle))
+    return _block(bio, bundle, req.name, req.opts)
+
+
+def _perf_data_latency(req: _Request) -> HeatmapResult:
+    src = req.src
+    try:  # block events straight from the file: no perf script, no text
+        bio = pairing.read_perf_data(str(src.file))
+    except PerfDataUnsupported:
+        bio = perfdata.read_perf_script(src.file, lambda out: pairing.pair_stream(out, req.ticker.pairer(req.name)),
+                                        PERF_FIELDS, name=src.name + src.damage())
+    if bio.counts.events == 0:
+        raise InputError(f"{src.name} holds no block:block_rq_issue/complete events")
+    return _block(bio, None, req.name, req.opts)
+
+
+def _block_trace_latency(req: _Request) -> HeatmapResult:
+    with req.src.open() as fh:
+        bio = pairing.pair_stream(fh, req.ticker.pairer(req.name))
+    bio.warnings.extend(_warnings_of(req.src, None))
+    return _block(bio, None, req.name, req.opts)
+
+
+def _pairs_latency(req: _Request) -> HeatmapResult:
+    return _pairs(req.src, req.name, req.opts)
+
+
+def _biosnoop_latency(req: _Request) -> HeatmapResult:
+    return _biosnoop(req.src, req.name, req.opts)
 
 
 def _lattice(opts: HeatmapRequest) -> dict[str, Any]:
@@ -237,14 +275,17 @@ def _biosnoop(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
 
 def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapRequest) -> HeatmapResult:
     """A bcc-backend bundle: its in-kernel latency histograms, one panel per op (as the report draws it)."""
+    from profiler.analyzers import views  # the analysis's readers: only for a bundle
+
     if opts.by not in ("none", "op"):
         raise UsageError(f"--by {opts.by}: a bcc capture keeps latency histograms per device and op, not per IO; "
                          "use --by op (its panels) or capture with --backend perf")
     try:
-        h = histograms.parse_block_hist(bundle.iter_lines(members.BLOCK_HIST))
-    except ValueError as exc:  # no header line: nothing can be read
+        h = views.read_block_hist(bundle)  # its warnings join the bundle's
+    except InputError as exc:  # no header line: nothing can be read
         raise InputError(f"{name}: {exc}" + (f" (read: {'; '.join(bundle.read_warnings())})"
                                               if bundle.read_warnings() else "")) from None
+    assert h is not None
     model = hist_heatmap.from_hist(h)
     if model is None:
         raise InputError(f"{name}: {members.BLOCK_HIST} holds no IOs")
@@ -252,7 +293,7 @@ def _bcc_hist(bundle: Bundle, name: str, opts: HeatmapRequest) -> HeatmapResult:
            "totals": {"ios": int(sum(s.count for s in h.slots))},
            "panels": [x.to_json() for x in model.panels]}
     svg = heatmap_svg.LATENCY.render(model, heatmap_svg.HeatmapOptions(title=opts.title, colour=opts.colour))
-    warnings = bundle.read_warnings() + bundle.warnings + h.warnings
+    warnings = bundle.read_warnings() + bundle.warnings
     doc["warnings"] = warnings
     return HeatmapResult(doc, svg, warnings=warnings)
 
@@ -301,3 +342,22 @@ def _top_comms(bio: pairing.PairedIO, n: int = 6) -> dict[str, np.ndarray]:
     if rest.any():
         groups["(others)"] = rest
     return groups
+
+
+# How each input format gives the heatmap its data, in the order detection tries them
+# (profiler/inputs/source.py: the first that claims the input's head wins).
+# IO latency: block events (a bundle's member, perf.data, ftrace or perf script text), bcc
+# biosnoop's output, HeatMap's `time latency` pairs.
+LATENCY_READERS: dict[Format, Callable[[_Request], HeatmapResult]] = {
+    bundles.FORMAT: _bundle_latency,
+    perfdata.FORMAT: _perf_data_latency,
+    blocktrace.FORMAT: _block_trace_latency,
+    biosnoop.FORMAT: _biosnoop_latency,
+    pairs.FORMAT: _pairs_latency,
+}
+# --cpu: timestamped CPU samples.
+TIMES_READERS: dict[Format, Callable[[_Request], subsecond.SampleTimes]] = {
+    bundles.FORMAT: _bundle_times,
+    perfdata.FORMAT: _perf_data_times,
+    perfscript.FORMAT: _perf_script_times,
+}

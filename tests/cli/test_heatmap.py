@@ -257,15 +257,18 @@ def test_io_heatmap_for_the_report(tmp_path: Path) -> None:
 
 
 def test_report_entry_points(tmp_path: Path) -> None:
-    """What analyzers/analysis.py and metrics.py call: models from a bundle, and their pictures."""
+    """Models from a bundle's views (what the analysis and `profiler heatmap` read), and their pictures."""
+    from profiler.analyzers import views
     from profiler.analyzers.views.blockio import io_from_bundle
 
     from profiler.bundle import Bundle
 
     b = Bundle.open(_bundle(tmp_path))
     io = io_from_bundle(b)
-    cpu = subsecond.from_bundle(b)
-    assert io is not None and cpu is not None and cpu.total > 0
+    st = views.read_cpu_times(b)
+    assert st is not None
+    cpu = subsecond.subsecond_heatmap(st.t, rows=50, t0=subsecond.capture_origin(b, st.t))
+    assert io is not None and cpu.total > 0
     n = len(io.block.ios)
     assert len(io.issue) == len(io.latency) == len(io.dev) == len(io.op) == len(io.bytes) == len(io.tid) == len(io.comm) == n
     assert set(io.dev) == {"254:0"} and set(io.op) <= {"read", "write", "flush", "discard", "other"}

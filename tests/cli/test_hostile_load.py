@@ -29,21 +29,36 @@ def target() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
+# A small process in between starts the CLI and reads its peak from wait4: Linux carries the
+# high-water mark of the memory a process had at exec into its peak, so a child forked from the
+# (large) test process would report the test process's size (tests/cli/test_hostile.py does the same).
+_MEASURE = """
+import os, subprocess, sys, threading
+timeout = float(sys.argv[1])
+proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+late = []
+timer = threading.Timer(timeout, lambda: (late.append(1), proc.kill()))
+timer.start()
+err = proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+timer.cancel()
+sys.stderr.buffer.write(err + (b"\\nmeasure: timed out\\n" if late else b""))
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
 def _rss(args: list[str], timeout: float = 600) -> tuple[int, float]:
-    """Exit code and peak RSS (MB) of the CLI run as a child."""
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss / 1024
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"{args[:3]} did not end within {timeout}s")
-        time.sleep(0.05)
+    """Exit code and peak RSS (MB) of the CLI run as a grandchild (see _MEASURE)."""
+    code, rss, _err = rss_and_err(args, timeout)
+    return code, rss
+
+
+def rss_and_err(args: list[str], timeout: float = 600) -> tuple[int, float, str]:
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "profiler", *args],
+                         capture_output=True, text=True, timeout=timeout + 60)
+    assert "measure: timed out" not in out.stderr, f"{args[:3]} did not end within {timeout}s"
+    code, rss_kb = out.stdout.split()
+    return int(code), int(rss_kb) / 1024, out.stderr
 
 
 LINES = 1_500_000
@@ -69,3 +84,40 @@ def test_a_load_printing_millions_of_lines_is_copied_with_flat_memory(tmp_path: 
     # the analysis keeps only the report lines' times: flat memory however long the log
     code, rss = _rss(["analyze", str(out), "--no-html"])
     assert code == 0 and rss < 300, rss
+
+
+def test_a_load_log_written_faster_than_it_is_read_does_not_hold_the_capture(tmp_path: Path,
+                                                                              target: subprocess.Popen[bytes]) -> None:
+    """attach --load-log on a file a writer fills as fast as it can: what it held at the start is
+    copied, the rest followed; the capture starts and ends on time, memory flat (a regression
+    guard: the copy of what the file held stops at its size when the capture started)."""
+    log = tmp_path / "load.log"
+    log.write_bytes(b"[ 1s ] thds: 4 tps: 100.00 qps: 2000.00 lat (ms,95%): 5.00\n" * 100_000)
+    with open(log, "ab") as fh:  # as fast as it can, but bounded: 64 MiB (an unbounded yes fills a disk in seconds)
+        writer = subprocess.Popen(["sh", "-c", "yes 'a line of a load that never stops' | head -c 64M"], stdout=fh)
+    try:
+        t0 = time.monotonic()
+        code, rss = _rss(["attach", "--pid", str(target.pid), "--collector", "procfs", "-d", "2s", "-o",
+                          str(tmp_path / "cap"), "--no-report", "--load-log", str(log)], timeout=50)
+        took = time.monotonic() - t0
+    finally:
+        writer.kill()
+        writer.wait()
+    assert code == 0 and rss < 150 and took < 40, (code, rss, took)
+    m = Bundle.open(tmp_path / "cap").manifest
+    assert m.load is not None and (tmp_path / "cap" / members.LOAD_LOG).stat().st_size >= 100_000 * 60
+
+
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero", "directory"])
+def test_a_load_log_that_is_no_file_is_one_line(tmp_path: Path, target: subprocess.Popen[bytes],
+                                                capsys: pytest.CaptureFixture[str], what: str) -> None:
+    from profiler.cli import main
+    from tests.cli.test_hostile import one_error_line
+
+    log = {"fifo": tmp_path / "fifo", "/dev/zero": Path("/dev/zero"), "directory": tmp_path}[what]
+    if what == "fifo":
+        os.mkfifo(log)
+    code = main(["attach", "--pid", str(target.pid), "-d", "1s", "-o", str(tmp_path / "cap"), "--no-report",
+                 "--load-log", str(log)])
+    assert code == 7 and "regular file" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "cap").exists()

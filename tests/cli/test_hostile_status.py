@@ -203,3 +203,24 @@ def test_one_bad_server_record_skips_only_itself_named(tmp_path: Path, capsys: p
     assert [w for w in doc["warnings"] if named in w], doc["warnings"]
     assert not [w for w in doc["warnings"] if "could not be read:" in w and "server-status.jsonl" in w]
     shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("shape", ["one line repeated", "distinct families", "distinct series"])
+def test_server_metrics_under_1_mb_take_under_500_mb(tmp_path: Path, shape: str) -> None:
+    """A server-metrics.jsonl.gz under 1 MB, shaped for memory: a 32 MiB body of one line (a
+    decompression bomb: reading stops at 200x), 400,000 distinct families or series."""
+    from tests.cli.test_hostile_load import _rss
+
+    d = _seed(tmp_path)
+    rec = json.loads(gzip.decompress((d / members.SERVER_METRICS).read_bytes()).decode().splitlines()[0])
+    if shape == "one line repeated":
+        bodies = ["go_goroutines 1\n" * ((32 << 20) // 16)] * 6
+    elif shape == "distinct families":
+        bodies = ["".join(f"# TYPE m{i} gauge\n" for i in range(400_000))]
+    else:
+        bodies = ["".join(f'm{{a="{i}"}} 1\n' for i in range(400_000))]
+    raw = "".join(json.dumps(dict(rec, body=b, t0=rec["t0"] + i, t1=rec["t1"] + i)) + "\n" for i, b in enumerate(bodies))
+    (d / members.SERVER_METRICS).write_bytes(gzip.compress(raw.encode(), 9))
+    assert (d / members.SERVER_METRICS).stat().st_size < 1 << 20
+    code, rss = _rss(["report", str(d), "--format", "json"])
+    assert code == 0 and rss < 500, rss

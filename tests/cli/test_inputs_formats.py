@@ -10,15 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from profiler.analyzers import views
 
 from profiler.bundle import BundleWriter, Manifest
 from profiler.cli import main
 from profiler.cli._common import parse_window
 from profiler.errors import BundleError, InputError, UsageError
 from profiler.inputs import (
-    BLOCK_EVENTS,
-    SAMPLE_TIMES,
-    STACKS,
     TimeWindow,
     blocktrace,
     bundles,
@@ -29,9 +27,16 @@ from profiler.inputs import (
     perfscript,
 )
 from profiler.inputs.streams import HEAD_SIZE, iter_chunks, iter_decoded, open_binary, prefixed
+from profiler.usecases.flamegraph import STACK_READERS
+from profiler.usecases.heatmap import LATENCY_READERS, TIMES_READERS
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "samples"
+
+# what each verb accepts, in detection order: the rows of its use case's table
+STACKS = tuple(STACK_READERS)
+SAMPLE_TIMES = tuple(TIMES_READERS)
+BLOCK_EVENTS = tuple(LATENCY_READERS)
 PERF_SCRIPT = SAMPLES / "perf-script"
 
 
@@ -160,13 +165,13 @@ def test_bundle_members_by_backend(tmp_path: Path) -> None:
         return bundles.Bundle.open(tmp_path / name)
 
     perf = bundle("perf", ["cpu.perf.txt.gz", "offcpu.perf.txt.gz", "offcpu.csv.gz", "block.trace.gz"])
-    assert bundles.cpu_stacks(perf) == "cpu.perf.txt.gz" and bundles.block_trace(perf) == "block.trace.gz"
-    assert bundles.offcpu(perf) == bundles.OffCpuMembers(stacks="offcpu.perf.txt.gz", intervals="offcpu.csv.gz")
+    off = views.read_offcpu(perf)
+    assert views.block_member(perf) == "block.trace.gz" and off is not None and off.source == "offcpu.perf.txt.gz"
+    assert views.read_cpu_times(perf) is not None
     bcc = bundle("bcc", ["offcpu.folded.gz", "block.hist.jsonl.gz"])
-    assert bundles.offcpu(bcc) == bundles.OffCpuMembers(folded="offcpu.folded.gz")
-    assert bundles.cpu_stacks(bcc) is None and bundles.block_trace(bcc) is None
+    off = views.read_offcpu(bcc)
+    assert off is not None and off.bcc and off.source == "offcpu.folded.gz"
+    assert views.read_cpu_times(bcc) is None and views.block_member(bcc) is None
     assert bundles.collector_status(bcc, "block-io") == "not run"
-    old = bundle("old", ["cpu.perf.txt"])
-    assert bundles.cpu_stacks(old) == "cpu.perf.txt" and bundles.offcpu(old) is None
     rows = ["tid,comm,off,on,state", "7,a,1.5,1.75,S", "bad,row", "8,b,2.0,2.5,D"]
     assert bundles.read_intervals(rows) == {(7, 1_500_000): 1.75, (8, 2_000_000): 2.5}

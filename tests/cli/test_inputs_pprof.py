@@ -17,8 +17,9 @@ import pytest
 
 from profiler.cli import main
 from profiler.errors import InputError
-from profiler.inputs import STACKS, detect, pprof
+from profiler.inputs import detect, pprof
 from profiler.inputs.streams import HEAD_SIZE
+from profiler.usecases.flamegraph import STACK_READERS
 from tests.workloads import gobuild
 
 PARKED = 12  # goroutines the workload parks in main.parkForever
@@ -105,7 +106,7 @@ def test_sniffing_takes_profiles_not_text(tmp_path: Path) -> None:
         assert not pprof.sniff(text)
     f = tmp_path / "cpu.pb.gz"
     f.write_bytes(gzip.compress(raw))
-    src = detect(str(f), STACKS)
+    src = detect(str(f), tuple(STACK_READERS))
     assert src.format is pprof.FORMAT and src.compressed
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from profiler.cli import main
-from profiler.inputs import BLOCK_EVENTS, biosnoop, detect
+from profiler.inputs import biosnoop, detect
+from profiler.usecases.heatmap import LATENCY_READERS
 from tests.conftest import SAMPLES, requires_perf
 
 BIOSNOOP = SAMPLES / "biosnoop"
@@ -17,7 +18,7 @@ BIOSNOOP = SAMPLES / "biosnoop"
 
 def test_biosnoop_is_sniffed_and_read_by_its_header() -> None:
     for name, queued in (("biosnoop.txt", False), ("biosnoop-Q.txt", True)):
-        src = detect(str(BIOSNOOP / name), BLOCK_EVENTS)
+        src = detect(str(BIOSNOOP / name), tuple(LATENCY_READERS))
         assert src.format is biosnoop.FORMAT
         b = biosnoop.read_source(src)
         assert len(b.t) == 1000 and b.skipped_lines == 0

@@ -183,7 +183,7 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
     shows the decoding exact to the nanosecond on one recording)."""
     from profiler.collectors.tracefs import blockio as col
 
-    from profiler.formats import blockevents
+    from profiler.formats import tracefs_pages
 
     text_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqtext-{os.getpid()}")
     raw_inst = col.TracefsInstance(str(TRACEFS), f"profiler-eqraw-{os.getpid()}")
@@ -203,8 +203,8 @@ def test_binary_pages_pair_exactly_as_the_text_trace_of_the_same_ios(tmp_path: P
         th = threading.Thread(target=_pump, args=(Path(text_inst.path) / "trace_pipe", text_out, stop))
         th.start()
         with open(member, "wb") as out:
-            fmts = blockevents.RawFormats.from_tracefs(os.path.join(raw_inst.path, "events", "block"))
-            reader = col.RawReader(raw_inst, blockevents.PageStream(out, fmts))
+            fmts = tracefs_pages.RawFormats.from_tracefs(os.path.join(raw_inst.path, "events", "block"))
+            reader = col.RawReader(raw_inst, tracefs_pages.PageStream(out, fmts))
             reader.start()
             for inst in (text_inst, raw_inst):
                 inst.write("tracing_on", "1")

@@ -43,7 +43,8 @@ def _read(stream: IO[bytes]) -> tuple[bytes, int]:
 @pytest.mark.privileged
 @requires_root
 @requires_perf
-def test_fields_first_then_perfs_defaults(recording: Path) -> None:
+def test_fields_first_then_perfs_defaults(recording: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFILER_SYMBOLIZER", "perf")  # perf script itself (the direct path has no pipe)
     default = subprocess.run(["perf", "script", "-i", str(recording)], capture_output=True, timeout=60, check=True).stdout
     out, pipe = perfdata.read_perf_script(recording, _read, "comm,tid,time")
     assert out and out != default and pipe == perfdata.PIPE_SIZE

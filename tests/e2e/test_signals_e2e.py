@@ -5,7 +5,8 @@ the bundle is finished as `partial` with what was captured and the signal named,
 is the shell's (128 + the signal), and nothing is left: no perf or other helper process (each
 one the profiler started is watched while it runs), no load, no tracefs instance. The point
 is random (the seed is in every failure message); a second signal during the stop cannot cut
-it short. (`cluster attach` is killed the same way in tests/test_cluster_e2e.py.)
+it short; with the bcc backend no BPF program of the capture stays loaded. (`cluster attach` is killed
+the same way in tests/e2e/test_cluster_signals_e2e.py.)
 """
 
 from __future__ import annotations
@@ -57,6 +58,22 @@ def _descendants(pid: int, seen: dict[int, float]) -> None:
                 seen.setdefault(c.pid, c.create_time())
 
 
+def _bpf_programs(pids: list[int], progs: set[int]) -> None:
+    """Note the BPF programs these processes hold (their fds' ``prog_id``)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                    for line in fh:
+                        if line.startswith("prog_id:"):
+                            progs.add(int(line.split()[1]))
+
+
+def _loaded_programs() -> set[int]:
+    r = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, timeout=30)
+    return {int(line.split(":")[0]) for line in r.stdout.splitlines() if line[:1].isdigit()}
+
+
 def _still_running(seen: dict[int, float]) -> list[str]:
     left = []
     for pid, created in seen.items():
@@ -76,8 +93,8 @@ def _running(out: Path) -> set[str]:
 
 
 def _capture_killed(argv: list[str], out: Path, sig: int, seed: int, *, again: bool = False,
-                    want: frozenset[str] = frozenset({"cpu-stacks", "offcpu-stacks", "block-io"})
-                    ) -> tuple[int, str, dict[int, float], int]:
+                    want: frozenset[str] = frozenset({"cpu-stacks", "offcpu-stacks", "block-io"}),
+                    progs: set[int] | None = None) -> tuple[int, str, dict[int, float], int]:
     """Start the verb, wait until its collectors run, sleep a random while, send ``sig`` (and once
     more shortly after with ``again``); the exit code, stderr, every process it had started, its pid."""
     rng = random.Random(seed)
@@ -91,10 +108,13 @@ def _capture_killed(argv: list[str], out: Path, sig: int, seed: int, *, again: b
             _descendants(proc.pid, seen)
             time.sleep(0.05)
         until = time.monotonic() + rng.uniform(0.0, 3.0)
-        while time.monotonic() < until:
+        while True:
             _descendants(proc.pid, seen)
+            if progs is not None:
+                _bpf_programs([proc.pid, *seen], progs)
+            if time.monotonic() >= until:
+                break
             time.sleep(0.05)
-        _descendants(proc.pid, seen)
         proc.send_signal(sig)
         if again:
             time.sleep(rng.uniform(0.05, 0.5))
@@ -180,13 +200,13 @@ def test_a_second_signal_during_the_stop_does_not_cut_it(tmp_path: Path, name: s
 def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> None:
     """A later capture removes the tracefs instances a killed one left (its process is gone, or its
     pid now names another process) and never one whose owner still runs: others capture beside us."""
-    from profiler.collectors.tracefs import blockio
+    from profiler.collectors.tracefs import instance
 
     root = Path(TRACEFS) / "instances"
     dead = next(p for p in range(4_000_000, 3_000_000, -1) if not os.path.exists(f"/proc/{p}"))
     me = os.getpid()
-    mine = blockio.start_ticks(me)
-    tag = blockio._pidns_tag()
+    mine = instance.start_ticks(me)
+    tag = instance._pidns_tag()
     ns = f"-ns{tag}" if tag else ""
     made = {
         "gone": root / f"profiler-{dead}-s123-1{ns}",  # its process is gone
@@ -198,7 +218,7 @@ def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> N
     try:
         for p in made.values():
             p.mkdir()
-        gone = set(blockio.remove_stale_instances(TRACEFS))
+        gone = set(instance.remove_stale_instances(TRACEFS))
         assert {made["gone"].name, made["old-format gone"].name, made["pid reused"].name} <= gone
         assert made["alive"].is_dir() and made["old-format alive"].is_dir()
         assert not gone & {made["alive"].name, made["old-format alive"].name}
@@ -206,3 +226,31 @@ def test_instances_of_killed_captures_go_and_live_ones_stay(tmp_path: Path) -> N
         for p in made.values():
             with contextlib.suppress(OSError):
                 p.rmdir()
+
+
+def _bcc_usable() -> str | None:
+    if shutil.which("bpftool") is None:
+        return "bpftool is not installed"
+    from profiler.collectors.bcc.common import bcc_status
+
+    ok, reason, _fix = bcc_status()
+    return None if ok else reason
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_attach_with_bcc_killed_leaves_no_bpf_program(tmp_path: Path, name: str) -> None:
+    """The bcc backend's programs are the profiler's own (held by its file descriptors): after a
+    SIGTERM or SIGHUP at a random point none of them is loaded any more."""
+    why = _bcc_usable()
+    if why:
+        pytest.skip(f"the bcc backend cannot run here: {why}")
+    sig, seed = SIGNALS[name], time.time_ns()
+    out = tmp_path / "cap"
+    progs: set[int] = set()
+    with target() as t:
+        rc, err, seen, pid = _capture_killed(["attach", "--backend", "bcc", "--pid", str(t.pid), "-d", "60s", "-o",
+                                              str(out), "--no-report"], out, sig, seed,
+                                             want=frozenset({"cpu-stacks", "offcpu-stacks", "syscalls"}), progs=progs)
+    _check(out, rc, err, seen, sig, seed, pid)
+    assert progs, f"seed {seed}: no BPF program seen in the capture: this test could not see a leftover"
+    assert not progs & _loaded_programs(), f"seed {seed}: BPF programs left loaded: {sorted(progs & _loaded_programs())}"

@@ -142,3 +142,29 @@ def test_map_loads_find_every_map_fd_and_skip_the_second_half_of_wide_loads():
              + struct.pack("<BBhi", 0x18, 0x01, 0, 99) + struct.pack("<BBhi", 0, 0, 0, 0)  # r1 = 99 (a constant)
              + struct.pack("<BBhi", 0x95, 0, 0, 0))
     assert list(objects.map_loads(insns)) == [(0, 7)]
+
+
+def test_unsampled_waits_share_their_time_among_the_stacks_sampled_from_the_same_thread():
+    S = objects_slots
+    sharer = S.Sharer()
+    # rows: [tid, state, ustack, kstack, total_ns, count]; stacks sampled for two waits of thread 1
+    rows = [[1, 1, 10, 20, 3000, 1], [1, 1, 11, 21, 1000, 1], [1, 1, S.UNSAMPLED, S.UNSAMPLED, 8000, 6],
+            [2, 1, S.UNSAMPLED, S.UNSAMPLED, 500, 2]]
+    got = sharer.share(rows, key=lambda r: (r[0], r[1]), stack=lambda r: (r[2], r[3]), amounts=(4,),
+                       fractions=(5,), with_stack=lambda r, st: [r[0], r[1], st[0], st[1], *r[4:]])
+    by = {}
+    for tid, _st, us, ks, ns, n in got:
+        by[(tid, us, ks)] = by.get((tid, us, ks), (0, 0.0))
+        by[(tid, us, ks)] = (by[(tid, us, ks)][0] + ns, by[(tid, us, ks)][1] + n)
+    # every nanosecond kept, whole numbers; thread 1's unsampled time split ~3:1 like its sampled time
+    assert sum(v[0] for v in by.values()) == 12500 and all(isinstance(r[4], int) for r in got)
+    assert by[(1, 10, 20)][0] == pytest.approx(3000 + 8000 * 3001 / 4002, abs=1)
+    assert by[(1, 11, 21)][0] == pytest.approx(1000 + 8000 * 1001 / 4002, abs=1)
+    assert by[(1, 10, 20)][1] + by[(1, 11, 21)][1] == pytest.approx(8)
+    # thread 2 had no sampled stack: its time stays, under the not-sampled marker
+    assert by[(2, S.UNSAMPLED, S.UNSAMPLED)] == (500, 2) and sharer.kept == 1 and sharer.shared == 1
+    # later, an unsampled wait of thread 1 with nothing sampled in its message: the capture's profile
+    later = sharer.share([[1, 1, S.UNSAMPLED, S.UNSAMPLED, 400, 1]], key=lambda r: (r[0], r[1]),
+                         stack=lambda r: (r[2], r[3]), amounts=(4,), fractions=(5,),
+                         with_stack=lambda r, st: [r[0], r[1], st[0], st[1], *r[4:]])
+    assert {(r[2], r[3]) for r in later} == {(10, 20), (11, 21)} and sum(r[4] for r in later) == 400

@@ -9,7 +9,7 @@ import pytest
 from profiler.collectors import registry
 from profiler.collectors.base import CaptureContext, CaptureOptions, Collector, Target
 from profiler.collectors.perf import cpu_stacks, offcpu, perf_stat, syscalls
-from profiler.collectors.tracefs import blockio
+from profiler.collectors.tracefs import counting, instance
 
 from profiler.bundle import BundleWriter, Manifest
 from profiler.formats import offcpu_intervals, syscall_pairs
@@ -149,7 +149,7 @@ def test_syscalls_argv(ctx: CaptureContext) -> None:
 
 
 def test_block_counter_argv_counts_system_wide(tmp_path: Path) -> None:
-    argv = blockio.counter_argv("perf", tmp_path / "c")
+    argv = counting.counter_argv("perf", tmp_path / "c")
     assert argv[:3] == ["perf", "stat", "-a"]
     assert argv[argv.index("-e") + 1] == "block:block_rq_issue,block:block_rq_complete"
 
@@ -229,13 +229,13 @@ def test_syscall_blocked_at_end_is_counted_up_to_the_last_event() -> None:
 
 
 def test_block_balance_flags_lost_completions() -> None:
-    stats, why = blockio.balance({"block_rq_issue": 83_000, "block_rq_complete": 83_000},
+    stats, why = counting.balance({"block_rq_issue": 83_000, "block_rq_complete": 83_000},
                                  {"block_rq_issue": 725_000, "block_rq_complete": 725_000}, 0)
     assert why is not None and "83000 of 725000" in why
-    stats, why = blockio.balance({"block_rq_issue": 1000, "block_rq_complete": 998},
+    stats, why = counting.balance({"block_rq_issue": 1000, "block_rq_complete": 998},
                                  {"block_rq_issue": 1003, "block_rq_complete": 1001}, 0)
     assert why is None and stats["unpaired"] == 2
-    _, why = blockio.balance({"block_rq_issue": 10, "block_rq_complete": 10}, None, 5)
+    _, why = counting.balance({"block_rq_issue": 10, "block_rq_complete": 10}, None, 5)
     assert why is not None and "lost 5" in why
 
 
@@ -244,7 +244,7 @@ def test_trace_counter_counts_events_and_target_issues_across_chunks(split: int)
     text = (b"   fio-7  [001] .....  10.000001: block_rq_issue: 254,0 RS 4096 () 8 + 8 be,0,4 [fio]\n"
             b"  <idle>-0  [000] ..s1.  10.000101: block_rq_complete: 254,0 RS () 8 + 8 be,0,4 [0]\n"
             b" kworker/0:1H-44 [000] .....  10.000201: block_rq_issue: 254,0 WS 4096 () 16 + 8 be,0,4 [kworker/0:1H]\n") * 3
-    tc = blockio.TraceCounter(["block_rq_issue", "block_rq_complete"], lambda tid: tid == 7)
+    tc = counting.TraceCounter(["block_rq_issue", "block_rq_complete"], lambda tid: tid == 7)
     for i in range(0, len(text), split):
         tc.feed(text[i:i + split])
     tc.close()
@@ -253,16 +253,16 @@ def test_trace_counter_counts_events_and_target_issues_across_chunks(split: int)
 
 
 def test_ring_buffer_is_sized_from_a_total_budget() -> None:
-    assert blockio.buffer_kb_per_cpu(2) == 32768
-    assert blockio.buffer_kb_per_cpu(16) == 4096
-    assert blockio.buffer_kb_per_cpu(256) == 1024
+    assert instance.buffer_kb_per_cpu(2) == 32768
+    assert instance.buffer_kb_per_cpu(16) == 4096
+    assert instance.buffer_kb_per_cpu(256) == 1024
 
 
 def test_block_counter_and_ring_stats_parsers() -> None:
-    counted = blockio.parse_counter("# started on x\n\n725000,,block:block_rq_issue,1000,100.00,,\n"
+    counted = counting.parse_counter("# started on x\n\n725000,,block:block_rq_issue,1000,100.00,,\n"
                                     "724990,,block:block_rq_complete,1000,100.00,,\n")
     assert counted == {"block_rq_issue": 725000, "block_rq_complete": 724990}
-    st = blockio.parse_cpu_stats("entries: 0\noverrun: 12\ncommit overrun: 0\nbytes: 0\n"
+    st = counting.parse_cpu_stats("entries: 0\noverrun: 12\ncommit overrun: 0\nbytes: 0\n"
                                  "oldest event ts:     0.000000\nnow ts:   960.368984\ndropped events: 3\n")
     assert st["overrun"] == 12 and st["dropped events"] == 3
 

@@ -177,7 +177,7 @@ def test_parse_folded_roundtrip_and_errors() -> None:
 
 @pytest.mark.parametrize("name", ["mariadb-sysbench.txt", "several-events.txt", "comm-with-spaces.txt", "blank-lines.txt"])
 def test_several_processes_fold_the_same(name: str) -> None:
-    from profiler.analyzers.stacks.folding import collapse_file
+    from profiler.analyzers.stacks.folding_files import collapse_file
 
     path = DIR / name
     for opts in (FoldOptions(), FoldOptions(include_tid=True, window=TimeWindow(start=0.005, relative=True), count_samples=True)):

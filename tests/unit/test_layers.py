@@ -21,7 +21,7 @@ Every module is parsed (never imported), so function-level imports, imports unde
 ``if TYPE_CHECKING:`` and ``importlib.import_module("profiler....")`` string literals (an
 f-string counts by its literal prefix) are all checked. Top-level ``import collectors`` /
 ``analyzers`` / ``templates`` (the repository folders, not the installed names) is refused too.
-A second test checks STYLE.md practice 13: each module's docstring summary (its first paragraph)
+A second test checks docs/style.md practice 13: each module's docstring summary (its first paragraph)
 names its layer, as ``(<layer> layer)``.
 """
 
@@ -260,7 +260,7 @@ _NAMES_LAYER = re.compile(r"(\w+) layer\b", re.I)
 
 
 def test_each_module_docstring_names_its_layer() -> None:
-    """STYLE.md practice 13: a one-line summary atop each module naming its layer."""
+    """docs/style.md practice 13: a one-line summary atop each module naming its layer."""
     bad: list[str] = []
     unnamed: set[str] = set()
     for mod in modules():

@@ -13,9 +13,11 @@
 struct pf_cfg {
     u64 t0;            // capture start (ns, CLOCK_MONOTONIC): slots count from it; 0 = not armed
     u64 slot_ns;       // slot length (--interval), ns
-    u32 kstack_every;  // offcpu: walk a kernel stack every Nth switch-out (see offcpu.c)
+    u32 stack_every;   // offcpu, futex: walk a full stack every Nth time a call site is seen (below)
     u32 ntargets;      // targets below; more than PF_INLINE_TARGETS: the `targets` hash decides
     u32 tgid[PF_INLINE_TARGETS];
+    u32 mask;          // syscalls: the per-thread array's size - 1 (a power of two)
+    u32 pad;
 };
 
 BPF_ARRAY(cfg, struct pf_cfg, 1);
@@ -59,3 +61,18 @@ static __always_inline int is_target(struct pf_cfg *c, u32 tgid)
     return 0;
 }
 #endif
+
+// Stacks, cheaply: walking a whole user stack (frame pointers, each frame read from user memory)
+// and a kernel one (the unwinder), then hashing them into a stack map, is most of what a
+// switch-out or a futex wait costs the target. They are walked for a random one in
+// cfg.stack_every events; the others carry UNSAMPLED instead of a stack id and their time is
+// shared out, by the collector, among the stacks sampled from the same thread (in the same
+// state): every event's time is kept, the split by stack is an estimate (unbiased: the sample
+// is random, not every Nth, so no pattern of waits can line up with it).
+#define UNSAMPLED (-1000)
+
+static __always_inline int sampled(struct pf_cfg *c)
+{
+    u32 every = c->stack_every;
+    return every <= 1 || bpf_get_prandom_u32() % every == 0;
+}

@@ -9,13 +9,7 @@
 // already changed) count as attempts without a wait; ETIMEDOUT ends a timed wait (idle
 // pools) and is counted apart. Map sizes (MAX_THREADS, WAIT_ENTRIES, LOCK_ENTRIES,
 // USER_STACKS) are set when the maps are created; the rest is in cfg (common.h).
-//
-// Built twice (collectors/bcc/objects.py): with PF_RAW the programs attach to the raw
-// raw_syscalls tracepoints (sys_enter: the user registers and the syscall number; sys_exit:
-// the registers and the return value) and keep to futex calls themselves, reading the futex's
-// address and operation from the saved user registers (the syscall ABI: struct pt_regs, which
-// the kernel keeps stable for ptrace). A raw tracepoint program does not keep other BPF
-// programs (block-io's) off the CPU while it runs; a classic one does (docs/bcc.md).
+
 
 #define FUTEX_CMD_MASK 0x7f  // ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
 
@@ -39,10 +33,12 @@
 #define PASS 1
 
 struct fstart_t {
-    u64 ts;
+    u64 ts;    // 0: no wait of this entry's thread in progress
     u64 uaddr;
     s32 ustack;
     u32 tgid;
+    u32 tid;   // the thread this entry holds (threads whose ids collide share it)
+    u32 pad;
 };
 
 struct wait_key {
@@ -52,7 +48,6 @@ struct wait_key {
     u32 tid;
     s32 ustack;
     u32 pad;
-    char comm[16];
 };
 
 struct wait_val {
@@ -62,6 +57,7 @@ struct wait_val {
     u64 eagain;    // returned at once
     u64 max_ns;
     u64 head_ns;   // back > 0: the time spent in the slot the wait began in
+    char comm[16]; // the thread's name when the entry was made
 };
 
 struct lock_key {
@@ -77,21 +73,20 @@ struct lock_val {
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-BPF_HASH(fstart, u32, struct fstart_t, MAX_THREADS);
+// The wait in progress per thread, in an array indexed by the thread id (cfg.mask + 1 entries,
+// a power of two): a wait whose entry another thread's wait took over is not timed, and counted
+// (counter 2).
+BPF_ARRAY(fstart, struct fstart_t, MAX_THREADS);
 BPF_HASH(waits, struct wait_key, struct wait_val, WAIT_ENTRIES);
 BPF_HASH(locks, struct lock_key, struct lock_val, LOCK_ENTRIES);
 BPF_STACK_TRACE(ustacks, USER_STACKS);
-// counters: 0 waits entered, 1 waits paired, 2 fstart full, 3 waits full, 4 locks full,
-// 5 user stack lost (EEXIST collision), 6 user stack lost (other)
+// counters: 0 waits entered, 1 waits paired, 2 waits lost to a shared entry, 3 waits full, 4 locks full,
+// 5 user stack lost (EEXIST collision), 6 user stack lost (other), 7 waits whose stack was sampled
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 
 #define HAVE_TARGETS
 #include "common.h"
 
-#ifdef PF_RAW
-#include <asm/unistd.h>
-#include <linux/ptrace.h>
-#endif
 
 static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
 {
@@ -107,58 +102,45 @@ static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
     if (cmd != 0 && cmd != 6 && cmd != 9 && cmd != 11 && cmd != 13)
         return PASS;
     u32 tid = (u32)id;
-    struct fstart_t st = {.ts = bpf_ktime_get_ns(), .uaddr = uaddr, .tgid = tgid};
-    st.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
-    if (st.ustack == -EEXIST) bump(5);
-    else if (st.ustack < 0) bump(6);
-    if (fstart.update(&tid, &st) != 0)
-        bump(2);
-    else
-        bump(0);
+    u32 idx = tid & c->mask;
+    struct fstart_t *st = fstart.lookup(&idx);
+    if (!st)
+        return PASS;
+    if (st->ts && st->tid != tid)
+        bump(2);  // another thread's wait held this entry: it will not be timed
+    st->ts = bpf_ktime_get_ns();
+    st->uaddr = uaddr;
+    st->tgid = tgid;
+    st->tid = tid;
+    if (sampled(c)) {
+        st->ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+        bump(7);
+    } else {
+        st->ustack = UNSAMPLED;
+    }
+    if (st->ustack == -EEXIST) bump(5);
+    else if (st->ustack < 0 && st->ustack != UNSAMPLED) bump(6);
+    bump(0);
     return PASS;
 }
 
 
-#ifdef PF_RAW
-int pf_futex_enter(struct bpf_raw_tracepoint_args *ctx)
-{
-    if (ctx->args[1] != __NR_futex)
-        return PASS;
-    struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-    u64 uaddr = 0, op = 0;
-    bpf_probe_read_kernel(&uaddr, sizeof(uaddr), &PT_REGS_PARM1(regs));
-    bpf_probe_read_kernel(&op, sizeof(op), &PT_REGS_PARM2(regs));
-    return futex_enter(ctx, uaddr, (int)op);
-}
-#else
 int pf_futex_enter(struct tracepoint__syscalls__sys_enter_futex *args)
 {
     return futex_enter(args, (u64)args->uaddr, args->op);
 }
-#endif
 
-#ifdef PF_RAW
-int pf_futex_exit(struct bpf_raw_tracepoint_args *ctx)
-#else
 int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
-#endif
 {
     struct pf_cfg *c = config();
     if (!c)
         return PASS;
     u64 id = bpf_get_current_pid_tgid();
-#ifdef PF_RAW
-    // every syscall exits here: only the target threads' are looked at, and only a thread that
-    // entered a waiting futex call has an fstart entry
-    if (!is_target(c, id >> 32))
-        return PASS;
-    long ret = (long)ctx->args[1];
-#else
     long ret = args->ret;
-#endif
     u32 tid = (u32)id;
-    struct fstart_t *st = fstart.lookup(&tid);
-    if (!st)
+    u32 idx = tid & c->mask;
+    struct fstart_t *st = fstart.lookup(&idx);
+    if (!st || !st->ts || st->tid != tid)
         return PASS;
     u64 now = bpf_ktime_get_ns();
     u64 delta = now > st->ts ? now - st->ts : 0;
@@ -171,28 +153,32 @@ int pf_futex_exit(struct tracepoint__syscalls__sys_exit_futex *args)
     }
     struct wait_key wk = {.slot = s1, .back = s1 > s0 ? s1 - s0 : 0, .tgid = st->tgid, .tid = tid,
                           .ustack = st->ustack};
-    bpf_get_current_comm(&wk.comm, sizeof(wk.comm));
     struct lock_key lk = {.tgid = st->tgid, .uaddr = st->uaddr};
-    fstart.delete(&tid);
+    st->ts = 0;  // consumed
     bump(1);
 
-    struct wait_val zw = {};
-    struct wait_val *w = waits.lookup_or_try_init(&wk, &zw);
+    struct wait_val *w = waits.lookup(&wk);
     if (!w) {
-        bump(3);
-        return PASS;
+        struct wait_val zw = {};
+        bpf_get_current_comm(&zw.comm, sizeof(zw.comm));
+        waits.update(&wk, &zw);
+        w = waits.lookup(&wk);
+        if (!w) {
+            bump(3);
+            return PASS;
+        }
     }
+    // the key holds the thread, whose waits end one at a time: plain adds
     if (ret == -EAGAIN) {
-        __sync_fetch_and_add(&w->eagain, 1);
+        w->eagain += 1;
         return PASS;
     }
     if (ret == -ETIMEDOUT)
-        __sync_fetch_and_add(&w->timeouts, 1);
+        w->timeouts += 1;
     else
-        __sync_fetch_and_add(&w->count, 1);
-    __sync_fetch_and_add(&w->total_ns, delta);
-    if (head)
-        __sync_fetch_and_add(&w->head_ns, head);
+        w->count += 1;
+    w->total_ns += delta;
+    w->head_ns += head;
     if (delta > w->max_ns)
         w->max_ns = delta;
 

@@ -10,12 +10,11 @@
 // Stack ids that failed are kept as the negative error so that lost stacks are counted, not
 // dropped: -EFAULT means no user stack (kernel threads), -EEXIST a hash-bucket collision in a
 // full-ish stack map, -ENOMEM no room.
-// Kernel stacks cost most (the ORC unwinder: about 1.6 us a switch here, against 0.3 us for
-// everything else), and a thread blocking from the same user call site in the same state
-// takes the same kernel path nearly always. With cfg.kstack_every > 1 the kernel stack is
-// walked the first time a (thread, user stack, state) is seen and then once every
-// kstack_every switch-outs from it, reusing the last walked id in between (counter 9 counts
-// reuses). Threads without a user stack always have their kernel stack walked.
+// Stacks cost most: the ORC unwinder took about 1.6 us a switch here for a kernel stack, and a
+// user stack is a frame-pointer walk through user memory hashed into the stack map. So both are
+// walked for a random one in cfg.stack_every switch-outs (counter 9); the time of every
+// switch-out is kept exactly, per thread and state, and the collector shares the unsampled
+// ones' out among the stacks sampled from that thread in that state (collectors/bcc/offcpu.py).
 // Map sizes (MAX_THREADS, BLOCKED_ENTRIES, USER_STACKS, KERNEL_STACKS) are set when the maps
 // are created; the rest is in cfg (common.h).
 //
@@ -48,7 +47,8 @@
 #define PASS 1
 
 struct off_t {
-    u64 ts;
+    u64 key;  // the task this entry holds: its address (raw) or its thread id (classic)
+    u64 ts;   // 0: none off the CPU here
     s64 state;
     s32 ustack;
     s32 kstack;
@@ -66,38 +66,31 @@ struct blocked_key {
     s32 kstack;
     u32 state;  // 0 runnable (preempted), 1 S, 2 D, 3 other
     u32 pad;
-    char comm[16];
 };
 
+// One thread's entries are only ever updated by its own switch-ins, which do not run side by
+// side: plain adds, no atomics.
 struct blocked_val {
     u64 total_ns;
     u64 count;
     u64 head_ns;  // back > 0: the time spent in the slot the thread left
+    char comm[16];  // the thread's name when the entry was made
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-// the thread off the CPU, by task: its address (raw) or its thread id (classic)
-BPF_HASH(offstart, u64, struct off_t, MAX_THREADS);
+// The target threads off the CPU, in an array indexed by a hash of the task (cfg.mask + 1
+// entries, a power of two): no hash map to update at every switch-out and look up at every
+// switch-in of the host. A switch-out whose entry holds another task still off the CPU takes it
+// over, and that task's wait is lost and counted (counter 2).
+BPF_ARRAY(offstart, struct off_t, MAX_THREADS);
 BPF_HASH(blocked, struct blocked_key, struct blocked_val, BLOCKED_ENTRIES);
-struct kcache_key {
-    u32 tid;
-    s32 ustack;
-    u32 state;
-    u32 pad;
-};
 
-struct kcache_val {
-    s32 kstack;
-    u32 uses;
-};
-
-BPF_TABLE("lru_hash", struct kcache_key, struct kcache_val, kcache, MAX_THREADS);
 BPF_STACK_TRACE(ustacks, USER_STACKS);
 BPF_STACK_TRACE(kstacks, KERNEL_STACKS);
-// counters: 0 switch-outs recorded, 1 switch-ins paired, 2 offstart full, 3 blocked full,
+// counters: 0 switch-outs recorded, 1 switch-ins paired, 2 waits lost to a shared entry, 3 blocked full,
 // 4 user stack lost (EEXIST collision), 5 user stack lost (other error, not EFAULT),
 // 6 kernel stack lost (EEXIST), 7 kernel stack lost (other), 8 no user stack (EFAULT),
-// 9 kernel stack id reused from the cache (not walked)
+// 9 switch-outs whose stacks were sampled (walked)
 BPF_PERCPU_ARRAY(counters, u64, 12);  // per CPU: no shared cache line on hot paths
 
 #define HAVE_TARGETS
@@ -120,26 +113,24 @@ static __always_inline u32 state_class(s64 st)
     return 3;
 }
 
-static __always_inline s32 kernel_stack(void *ctx, u32 every, u32 tid, s32 ustack, u32 state)
+// Both stacks of a switch-out, for a random one in cfg.stack_every of them (common.h:
+// sampled); the others are marked UNSAMPLED and their time is shared out by the collector among
+// the stacks sampled from the same thread in the same state, in proportion to their time.
+static __always_inline void stacks(void *ctx, struct pf_cfg *c, s32 *us, s32 *ks)
 {
-    if (every <= 1 || ustack < 0)
-        return kstacks.get_stackid(ctx, 0);
-    struct kcache_key key = {.tid = tid, .ustack = ustack, .state = state};
-    struct kcache_val *c = kcache.lookup(&key);
-    if (c && c->kstack >= 0 && c->uses % every != 0) {
-        c->uses++;
-        bump(9);
-        return c->kstack;
+    if (!sampled(c)) {
+        *us = UNSAMPLED;
+        *ks = UNSAMPLED;
+        return;
     }
-    s32 id = kstacks.get_stackid(ctx, 0);
-    if (c) {
-        c->kstack = id;
-        c->uses = 1;
-    } else {
-        struct kcache_val v = {.kstack = id, .uses = 1};
-        kcache.update(&key, &v);
-    }
-    return id;
+    bump(9);
+    *us = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
+    *ks = kstacks.get_stackid(ctx, 0);
+}
+
+static __always_inline u32 index_of(struct pf_cfg *c, u64 key)
+{
+    return (u32)(key ^ (key >> 7) ^ (key >> 21)) & c->mask;
 }
 
 // A task that is exiting switches out for the last time: nothing comes back to pair it
@@ -153,25 +144,34 @@ static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s
     u32 tgid = id >> 32;
     // switch-out: the current task is the one leaving (out_key 0: it is not)
     if (out_key != 0 && tid != 0 && !(prev_state & TASK_DEAD) && is_target(c, tgid)) {
-        struct off_t o = {.ts = now, .state = prev_state, .tgid = tgid, .tid = tid};
-        bpf_get_current_comm(&o.comm, sizeof(o.comm));
-        o.ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
-        o.kstack = kernel_stack(ctx, c->kstack_every, tid, o.ustack, state_class(prev_state));
-        if (o.ustack == -EEXIST) bump(4);
-        else if (o.ustack == -EFAULT) bump(8);
-        else if (o.ustack < 0) bump(5);
-        if (o.kstack == -EEXIST) bump(6);
-        else if (o.kstack < 0) bump(7);
-        if (offstart.update(&out_key, &o) != 0)
-            bump(2);
-        else
+        u32 idx = index_of(c, out_key);
+        struct off_t *o = offstart.lookup(&idx);
+        if (o) {
+            if (o->ts && o->key != out_key)
+                bump(2);  // another thread still off the CPU held this entry: its wait is lost
+            if (o->key != out_key || o->tid != tid) {  // the name is read once per thread and entry
+                o->key = out_key;
+                o->tgid = tgid;
+                o->tid = tid;
+                bpf_get_current_comm(&o->comm, sizeof(o->comm));
+            }
+            o->ts = now;
+            o->state = prev_state;
+            stacks(ctx, c, &o->ustack, &o->kstack);
+            if (o->ustack == -EEXIST) bump(4);
+            else if (o->ustack == -EFAULT) bump(8);
+            else if (o->ustack < 0 && o->ustack != UNSAMPLED) bump(5);
+            if (o->kstack == -EEXIST) bump(6);
+            else if (o->kstack < 0 && o->kstack != UNSAMPLED) bump(7);
             bump(0);
+        }
     }
     // switch-in: the task coming back
     if (in_key == 0)
         return PASS;
-    struct off_t *o = offstart.lookup(&in_key);
-    if (!o)
+    u32 in_idx = index_of(c, in_key);
+    struct off_t *o = offstart.lookup(&in_idx);
+    if (!o || !o->ts || o->key != in_key)
         return PASS;
     u32 s1 = slot_of(c, now);
     u32 s0 = slot_of(c, o->ts);
@@ -184,24 +184,27 @@ static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s
         .kstack = o->kstack,
         .state = state_class(o->state),
     };
-    __builtin_memcpy(&key.comm, o->comm, sizeof(key.comm));
     u64 delta = now > o->ts ? now - o->ts : 0;
     u64 head = 0;
     if (key.back) {
         u64 left_end = c->t0 + (u64)(s0 + 1) * c->slot_ns;
         head = left_end > o->ts ? left_end - o->ts : 0;
     }
-    offstart.delete(&in_key);
-    struct blocked_val zv = {};
-    struct blocked_val *v = blocked.lookup_or_try_init(&key, &zv);
+    o->ts = 0;  // consumed
+    struct blocked_val *v = blocked.lookup(&key);
     if (!v) {
-        bump(3);
-        return PASS;
+        struct blocked_val zv = {};
+        __builtin_memcpy(&zv.comm, o->comm, sizeof(zv.comm));
+        blocked.update(&key, &zv);
+        v = blocked.lookup(&key);
+        if (!v) {
+            bump(3);
+            return PASS;
+        }
     }
-    __sync_fetch_and_add(&v->total_ns, delta);
-    __sync_fetch_and_add(&v->count, 1);
-    if (head)
-        __sync_fetch_and_add(&v->head_ns, head);
+    v->total_ns += delta;
+    v->count += 1;
+    v->head_ns += head;
     bump(1);
     return PASS;
 }

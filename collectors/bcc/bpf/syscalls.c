@@ -24,8 +24,9 @@
 #define PASS 1
 
 struct start_t {
-    u64 ts;
-    u64 nr;
+    u64 ts;   // 0: no call of this thread in flight
+    u32 nr;
+    u32 tid;  // the thread this entry holds (entries are shared by threads whose ids collide)
 };
 
 struct count_key {
@@ -42,12 +43,14 @@ struct count_val {
 };
 
 BPF_HASH(targets, u32, u8, 1024);
-// One entry per thread, rewritten in place on every call (no insert/delete per syscall);
-// LRU so that threads that come and go during a long capture cannot fill it.
-BPF_TABLE("lru_hash", u32, struct start_t, start, MAX_THREADS);
+// The call in flight per thread, in an array indexed by the thread id (masked: cfg.mask + 1
+// entries, a power of two), no hash to compute on the hottest path of the host. Two threads
+// whose ids share an entry and are both inside a syscall: the second overwrites the first, and
+// the first's exit finds another thread's id there, is not timed and is counted (counter 5).
+BPF_ARRAY(start, struct start_t, MAX_THREADS);
 BPF_HASH(counts, struct count_key, struct count_val, COUNT_ENTRIES);
-// counters: 0 enters seen, 1 exits seen, 2 start map full, 3 counts map full,
-// 4 exits without an enter (call began before the capture)
+// counters: 0 enters seen, 1 exits seen, 2 (unused), 3 counts map full,
+// 4 exits without an enter (call began before the capture), 5 calls lost to a shared entry
 BPF_PERCPU_ARRAY(counters, u64, 8);  // per CPU: no shared cache line on hot paths
 
 #define HAVE_TARGETS
@@ -74,16 +77,13 @@ int pf_sys_enter(struct tracepoint__raw_syscalls__sys_enter *args)
 #else
     u64 nr = (u64)args->id;
 #endif
-    bump(0);
-    struct start_t *cur = start.lookup(&tid);
-    if (cur) {
-        cur->ts = now;
-        cur->nr = nr;
+    u32 idx = tid & c->mask;
+    struct start_t *cur = start.lookup(&idx);
+    if (!cur)
         return PASS;
-    }
-    struct start_t st = {.ts = now, .nr = nr};
-    if (start.update(&tid, &st) != 0)
-        bump(2);
+    cur->ts = now;
+    cur->nr = (u32)nr;
+    cur->tid = tid;
     return PASS;
 }
 
@@ -104,15 +104,19 @@ int pf_sys_exit(struct tracepoint__raw_syscalls__sys_exit *args)
     u64 now = bpf_ktime_get_ns();
     if (c->t0 == 0 || now < c->t0)
         return PASS;  // not armed yet
-    struct start_t *st = start.lookup(&tid);
-    if (!st || !st->ts) {
-        bump(4);  // the call began before the capture: not counted (as the perf backend does)
+    u32 idx = tid & c->mask;
+    struct start_t *st = start.lookup(&idx);
+    if (!st)
+        return PASS;
+    if (st->tid != tid || !st->ts) {
+        // another thread's call took the entry, or the call began before the capture (not
+        // counted, as the perf backend does not count an exit without its enter)
+        bump(st->tid != tid && st->ts ? 5 : 4);
         return PASS;
     }
     u64 delta = now > st->ts ? now - st->ts : 0;
-    u32 nr = (u32)st->nr;
-    st->ts = 0;  // consumed; the entry stays for the thread's next call
-    bump(1);
+    u32 nr = st->nr;
+    st->ts = 0;  // consumed
     struct count_key key = {
         .slot = slot_of(c, now),
         .tid = tid,
