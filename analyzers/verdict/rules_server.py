@@ -116,6 +116,11 @@ def rule_go_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
         note = (f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
                 f"{(ev.memory_limit or 0) / 1048576:.0f} MiB")
         out.append(evidence("go_heap_of_memory_limit", lim, "go.heap_limit", note, panel=_panel("go.heap_inuse")))
+    elif ev.heap_inuse is not None and ev.heap_goal:
+        out.append(evidence("go_heap_of_gc_goal", ev.heap_inuse / ev.heap_goal, None,
+                            f"heap in use {ev.heap_inuse / 1048576:.0f} MiB, GC goal {ev.heap_goal / 1048576:.0f} MiB "
+                            "(no GOMEMLIMIT: shown without a threshold)", unit="of the GC goal",
+                            panel=_panel("go.heap_goal")))
     # The GC's share of a process that hardly runs is a share of almost nothing: a near-idle Go
     # process whose only work is a periodic or floor-sized GC cycle shows 70% "GC CPU" (and the
     # runtime's /cpu/classes figures overestimate GC time, worst when little else runs). The GC

@@ -33,6 +33,10 @@ from profiler.knowledge import pool_of
 GC_FRAMES = ("runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.gcDrain", "runtime.markroot",
              "runtime.bgsweep", "runtime.sweepone", "runtime.gcMarkDone", "runtime.gcMarkTermination")
 NO_LIMIT = 2**62  # GOMEMLIMIT above this is "not set" (math.MaxInt64 by default)
+# The Go runtime metrics (profiler.knowledge.servers keys) the rules read, besides the request
+# phases of profiler.knowledge.requests; docs/verdict.md#server-metrics-the-rules-read lists both,
+# and tests/unit/test_verdict_metric_list.py checks that list against this table and the code.
+RULE_READS = ("go.mutex_wait", "go.gc_cpu", "process.cpu", "go.heap_inuse", "go.memory_limit", "go.heap_goal")
 
 
 @dataclass
