@@ -1,31 +1,31 @@
 #!/usr/bin/env python3
-"""Flame graph speed: ours against inferno and perf script, side by side (bench, not a test).
+"""Flame graph speed: ours against perf script and inferno, side by side (bench, not a test).
 
 Prints medians of interleaved runs and their ratios for
-  1. the whole path perf.data -> SVG: ours vs `perf script` alone and vs
-     `perf script | inferno-collapse-perf | inferno-flamegraph` (goal: ours <= 1.2x perf script),
+  1. the whole path perf.data -> SVG, for every perf.data given, side by side: ours
+     (`profiler flamegraph perf.data -o x.svg`, start-up included) vs `perf script` alone
+     (goal: ours <= 1.2x perf script on each; stretch: <= 0.5x on a large one), and vs
+     `perf script | inferno-collapse-perf | inferno-flamegraph` when inferno is installed;
+     then whether ours folds what perf script prints (`profiler flamegraph perf.data --folded`
+     byte for byte against folding perf script's own text), and how many samples perf script
+     named for it (the ones the direct path cannot: JIT maps, kernel modules...);
   2. folding perf script text: `profiler flamegraph X --folded` vs inferno-collapse-perf
      (its default threads, and one thread),
   3. drawing the SVG for >= 100K unique stacks: ours vs inferno-flamegraph on the same file,
-plus CPU seconds and peak memory (max RSS) of each.
+plus CPU seconds and peak memory (max RSS) of each. Sections 2 and 3 need inferno.
 
-Input: a big perf.data you recorded from a real server, e.g. MariaDB under sysbench:
+Inputs: perf.data files you recorded from a real server, or let the bench record them: it
+starts its own MariaDB (as bench/overhead.py does), drives it with sysbench oltp_read_only and
+records until each file reaches its size (perf record --max-size):
 
-    perf record -F 999 -g -p $(pidof mariadbd) -o /tmp/big.data -- sleep 300
+    sudo python bench/flamegraph.py --record-sizes 10,200 --keep /var/tmp   # 10 MB and 200 MB
+    python bench/flamegraph.py --perf-data /var/tmp/a.data --perf-data /var/tmp/b.data [--reps 5]
 
-    python bench/flamegraph.py --perf-data /tmp/big.data [--reps 5]
-
-or let the bench record one: it starts its own MariaDB (as bench/overhead.py does), drives it
-with sysbench oltp_read_only and records mariadbd at 9999 Hz with call chains:
-
-    sudo python bench/flamegraph.py --record 60 --perf-data /var/tmp/big.data
-
-inferno (`cargo install inferno`, from crates.io) is looked for in ~/.cargo/bin and on PATH,
-and installed with cargo when it is missing and cargo is there (``--no-install``: never); its
-rows are left out when neither works. The perf script text is written next to the perf.data
-(keep both out of the repository). The machine is usually shared: read ratios of medians, not
-single timings, and the CPU columns (user + system of the whole process tree), which hardly
-depend on the load.
+A 10 MB file is recorded system-wide at 999 Hz (a typical capture: every process's binaries and
+the kernel), a larger one of mariadbd alone at 9999 Hz. inferno (`cargo install inferno`) is
+looked for in ~/.cargo/bin and on PATH, installed with cargo when missing and cargo is there
+(``--no-install``: never). The machine is usually shared: read ratios of medians, and the CPU
+columns (user + system of the whole process tree), which hardly depend on the load.
 """
 
 from __future__ import annotations
@@ -152,11 +152,14 @@ def find_inferno(install: bool) -> tuple[str, str] | None:
     return found[0], found[1]  # type: ignore[return-value]
 
 
-def record(perf_data: Path, seconds: int) -> None:
-    """A perf.data of a real server: our own MariaDB under sysbench oltp_read_only, 9999 Hz, call chains."""
+def record(perf_data: Path, size_mb: int) -> None:
+    """A perf.data of a real server: our own MariaDB under sysbench oltp_read_only, recorded
+    until the file holds ``size_mb`` MB (system-wide at 999 Hz up to 20 MB, else mariadbd at 9999 Hz)."""
     sys.path.insert(0, str(ROOT / "bench"))
     import overhead
 
+    wide = size_mb <= 20
+    seconds = 600
     with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-db-", dir="/var/tmp") as tmp:
         with overhead.mariadb(Path(tmp)) as (server, sock):
             base = dict(sock=sock, threads=8, tables=4, size=20000)
@@ -167,65 +170,88 @@ def record(perf_data: Path, seconds: int) -> None:
             load = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
             try:
                 time.sleep(5)
-                subprocess.run(["perf", "record", "-q", "-F", "9999", "-g", "-p", str(server.pid), "-o", str(perf_data),
-                                "--", "sleep", str(seconds)], check=True)
+                who = ["-a", "-F", "999"] if wide else ["-p", str(server.pid), "-F", "9999"]
+                # perf stops at the size with SIGTERM to the command it ran: its own exit says so
+                subprocess.run(["perf", "record", "-q", "-N", *who, "-g", "--max-size", f"{size_mb}M", "-o",
+                                str(perf_data), "--", "sleep", str(seconds)], check=False)
             finally:
                 load.kill()
                 load.wait()
+    if not perf_data.exists() or perf_data.stat().st_size < size_mb << 19:
+        raise SystemExit(f"bench: recording {perf_data} failed")
 
 
-def merged_stacks(data: Path) -> str:
-    from profiler.formats import perfdata as pd
-    from profiler.formats import perfdata_reduce as pr
+def whole_path(datas: list[Path], reps: int, inferno: tuple[str, str] | None, work: Path) -> None:
+    """Section 1, every perf.data side by side: ours vs perf script, medians of interleaved runs."""
+    cases: dict[str, list[str] | str] = {}
+    shell: set[str] = set()
+    for i, data in enumerate(datas):
+        tag = f"[{i + 1}] "
+        cases[tag + "perf script > /dev/null"] = ["perf", "script", "-i", str(data)]
+        cases[tag + "ours: profiler flamegraph -o x.svg"] = [*PROFILER, "flamegraph", str(data), "-o",
+                                                             str(work / f"ours{i}.svg"), "--force"]
+        if inferno is not None:
+            name = tag + "perf script | inferno-collapse | inferno-fg"
+            cases[name] = f"perf script -i {data} 2>/dev/null | {inferno[0]} | {inferno[1]} > {work / f'inf{i}.svg'}"
+            shell.add(name)
+    res = bench(cases, reps, shell=shell)
+    print("\n## 1. whole path perf.data -> SVG, start-up included (goal: ours <= 1.2x perf script; stretch <= 0.5x on a large file)")
+    print(f"{'':50} {'median s':>9} {'x perf script':>14} {'CPU s':>7} {'CPU x':>6} {'max RSS MB':>11}")
+    for i, data in enumerate(datas):
+        tag = f"[{i + 1}] "
+        size = data.stat().st_size / 1e6
+        print(f"[{i + 1}] {data} ({size:.0f} MB)")
+        b, bc = res[tag + "perf script > /dev/null"][0], res[tag + "perf script > /dev/null"][2] or 1e-9
+        for name, (t, m, c) in res.items():
+            if name.startswith(tag):
+                print(f"{name:50} {t:9.2f} {t / b:14.2f} {c:7.2f} {c / bc:6.2f} {m / 1024:11.0f}")
+        print(f"{'':4}ours against perf script's own text: {same_folded(data)}")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            m = pr.merge_samples(data, Path(tmp) / "m.data", by_tid=False)
-        except pd.PerfDataUnsupported as exc:
-            return f"not merged ({exc})"
-    return f"{m.samples:,} samples, {m.written:,} distinct stacks symbolized ({m.samples / max(m.written, 1):.1f}x fewer)"
+
+def same_folded(data: Path) -> str:
+    """Whether `profiler flamegraph perf.data --folded` prints what folding perf script's text
+    prints, and how many samples perf script had to name for the direct path."""
+    fields = "comm,pid,tid,time,period,event,ip,sym,dso"
+    ours = subprocess.run([*PROFILER, "flamegraph", str(data), "--folded"], capture_output=True, check=True)
+    text = subprocess.run(["perf", "script", "-i", str(data), "-F", fields], capture_output=True, check=True).stdout
+    ref = subprocess.run([*PROFILER, "flamegraph", "-", "--folded"], input=text, capture_output=True, check=True).stdout
+    note = ours.stderr.decode(errors="replace").strip().splitlines()
+    named = next((ln.split(": ", 2)[-1] for ln in note if "named by perf script" in ln), "all named without perf script")
+    return f"folded output {'identical' if ours.stdout == ref else 'DIFFERENT'}; {named}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--perf-data", type=Path, required=True, help="a big perf.data from a real server")
-    ap.add_argument("--record", type=int, metavar="SECONDS", help="record --perf-data first (root: MariaDB + sysbench)")
+    ap.add_argument("--perf-data", type=Path, action="append", default=[], help="a perf.data from a real server (repeatable)")
+    ap.add_argument("--record-sizes", help="record perf.data files of these sizes first, MB, e.g. 10,200 (root: MariaDB + sysbench)")
+    ap.add_argument("--keep", type=Path, default=Path("/var/tmp"), help="where recorded perf.data files go (kept)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only-whole-path", action="store_true", help="section 1 only")
     ap.add_argument("--no-install", action="store_true", help="never run cargo install inferno")
     args = ap.parse_args()
-    data = args.perf_data.resolve()
-    if args.record:
-        record(data, args.record)
+    datas = [p.resolve() for p in args.perf_data]
+    for mb in [int(x) for x in args.record_sizes.split(",")] if args.record_sizes else []:
+        data = (args.keep / f"profiler-bench-{mb}mb.perf.data").resolve()
+        print(f"# recording {data} ({mb} MB) ...", file=sys.stderr)
+        record(data, mb)
+        datas.append(data)
+    if not datas:
+        ap.error("give --perf-data FILE (repeatable) or --record-sizes")
     inferno = find_inferno(not args.no_install)
-    text = ensure_text(data)
-    size_mb = text.stat().st_size / 1e6
-    with open(text, "rb") as fh:
-        nsamples = sum(1 for ln in fh if ln[:1] not in (b"\t", b"\n", b"#"))
-    print(f"# flame graph benchmark: {size_mb:.0f} MB of perf script text, {nsamples:,} headers, {args.reps} interleaved runs each")
+    print(f"# flame graph benchmark: {len(datas)} perf.data, {args.reps} interleaved runs each")
     print(f"# host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other jobs):")
     print("# wall times are medians, read the ratios; CPU s (user+system, children included) barely depends on load")
     if inferno is None:
-        print("# inferno not installed (cargo install inferno): its rows are left out")
-
+        print("# inferno not installed (cargo install inferno): its rows and sections 2-3 are left out")
     with tempfile.TemporaryDirectory(prefix="profiler-bench-flame-") as tmp:
         work = Path(tmp)
-        out_svg = work / "whole.svg"
-        cases: dict[str, list[str] | str] = {
-            "perf script > /dev/null": ["perf", "script", "-i", str(data)],
-            "ours: profiler flamegraph perf.data": [*PROFILER, "flamegraph", str(data), "-o", str(out_svg), "--force"],
-        }
-        if inferno is not None:
-            icollapse, igraph = inferno
-            cases["perf script | inferno-collapse | inferno-fg"] = (
-                f"perf script -i {data} 2>/dev/null | {icollapse} | {igraph} > {work / 'inf.svg'}")
-        res = bench(cases, args.reps, shell={"perf script | inferno-collapse | inferno-fg"})
-        report("1. whole path perf.data -> SVG (goal: ours <= 1.2x perf script)", res, "perf script > /dev/null")
-        print(f"ours merges identical stacks before perf script: {merged_stacks(data)}")
-        same = subprocess.run([*PROFILER, "flamegraph", str(data), "--folded"], capture_output=True, check=True).stdout == (
-            subprocess.run([*PROFILER, "flamegraph", str(text), "--folded"], capture_output=True, check=True).stdout)
-        print(f"folded stacks from perf.data (merged) identical to those of its full perf script text: {same}")
-        if inferno is None:
+        whole_path(datas, args.reps, inferno, work)
+        print(f"# load average at the end of section 1: {os.getloadavg()[0]:.1f}")
+        if inferno is None or args.only_whole_path:
             return 0
+        data = datas[-1]
+        text = ensure_text(data)
+        size_mb = text.stat().st_size / 1e6
         icollapse, igraph = inferno
         folded_out = work / "ours.folded"
         res = bench(

@@ -17,7 +17,14 @@ and print, side by side:
   - the host's load average: on a shared host the wall figures are inflated by it, the CPU
     figures hardly.
 
-    sudo .venv/bin/python bench/report_latency.py [--duration 20s] [--only mariadb-hot-row] [--scale 1,4]
+    sudo .venv/bin/python bench/report_latency.py [--duration 20s] [--only mariadb-hot-row] [--scale 1,4] \
+        [--neighbour both] [--rounds 3]
+
+``--neighbour on|off|both`` runs each capture beside a process that keeps one CPU busy (a
+Python busy loop, started before the workload, stopped after the report), without it, or both
+(interleaved: quiet, busy, quiet, busy...); the "nbr" column says which. ``--rounds N`` repeats
+the whole set N times, interleaved, for medians. The real TiDB workloads need the servers'
+binaries in TIDB_SERVER (and PD_SERVER, TIKV_SERVER for the cluster one), as the scenario tests do.
 
 ``--scale 1,4`` captures each workload for 1x and 4x the duration (4x the events at the same
 rate) and prints both rows: processing should grow no faster than the events, and the
@@ -38,6 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,6 +70,23 @@ def fio_high_iops(ctx: Ctx) -> Started:
     return Started(p.pid, workers=4)
 
 
+def mariadb_myisam_mem_thrash(ctx: Ctx) -> Started:
+    """MariaDB serving random point selects from MyISAM tables (320 MB of rows, an 8 MB key
+    buffer) inside a 128 MiB memory cgroup: its data file's pages are evicted and read again."""
+    from tests.scenarios.catalog import MiB, drop_file_cache
+    from tests.scenarios.servers import MariaDB
+
+    g = ctx.group()
+    g.memory_limit(128 * MiB)
+    db = MariaDB(ctx.procs, ctx.tmp, **{"key-buffer-size": "8M", "innodb-buffer-pool-size": "16M"})
+    pid = db.start(join=g.join_self)
+    args = ["--tables=4", "--table-size=400000", "--mysql-storage-engine=MyISAM"]
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_read_only", *args, "prepare"), timeout=900)
+    drop_file_cache(db.datadir)
+    ctx.procs.spawn("sysbench", db.sysbench("oltp_point_select", *args, "--threads=8", f"--time={ctx.load_seconds}", "run"))
+    return Started(pid, workers=8)
+
+
 @dataclass
 class Workload:
     name: str
@@ -69,6 +94,8 @@ class Workload:
     start: object  # Callable[[Ctx], Started]
     warmup: float
     programs: tuple[str, ...]
+    target: str = "pid"  # "pid": Started.pid; "tikv": the cluster's tikv-server (Started.more_pids[0])
+    scenario: str = ""  # the scenario it comes from (its skip reasons), when not its own name
 
 
 def workloads() -> list[Workload]:
@@ -80,9 +107,29 @@ def workloads() -> list[Workload]:
         s = BY_NAME.get(name)
         if s is not None:
             out.append(Workload(name, what, s.start, s.warmup, tuple(s.programs)))
+    out.append(Workload("mariadb-myisam-mem-thrash", "memory thrash: MariaDB MyISAM point selects in 128 MiB",
+                        mariadb_myisam_mem_thrash, 5.0, ("mariadbd", "sysbench")))
     out.append(Workload("fio-high-iops", "high-IOPS fio: 4 KiB O_DIRECT random reads, 4 jobs x QD16",
                         fio_high_iops, 3.0, ("fio",)))
+    for name, what, target in (("tidb-pessimistic-hot-rows", "real tidb-server (unistore): 64 clients on 2 hot rows",
+                                "pid"),
+                               ("tidb-cluster-hot-rows", "real tikv-server (PD + TiKV + TiDB): hot rows", "tikv")):
+        s = BY_NAME.get(name)
+        if s is not None:
+            out.append(Workload(name if target == "pid" else "tikv-server-hot-rows", what, s.start, s.warmup,
+                                tuple(s.programs), target, name))
     return out
+
+
+class Neighbour:
+    """A process keeping one CPU busy for as long as it runs (started and stopped by pid)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 def tree_cpu(root: int) -> float:
@@ -102,9 +149,10 @@ def tree_cpu(root: int) -> float:
     total, todo = 0.0, [root]
     while todo:
         p = todo.pop()
-        f = stats.get(p)
-        if f is None:
+        st = stats.get(p)
+        if st is None:
             continue
+        f = st
         total += (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TICK
         todo.extend(kids.get(p, []))
     return total
@@ -164,20 +212,22 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def run_one(w: Workload, duration: float, work: Path) -> dict[str, object]:
+def run_one(w: Workload, duration: float, work: Path, neighbour: bool = False) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix=f"profiler-lat-{w.name}-", dir="/var/tmp"))
     procs = Procs(tmp)
     ctx = Ctx(w.name, tmp, procs, duration, int(w.warmup + duration + 60))
+    busy = Neighbour() if neighbour else None
     try:
         started = w.start(ctx)  # type: ignore[operator]
         time.sleep(w.warmup)
-        bundle = work / f"{w.name}-{duration:g}s"
-        argv = [sys.executable, "-m", "profiler", "attach", "--pid", str(started.pid), "--duration", f"{duration:g}s",
+        pid = started.pid if w.target == "pid" else started.more_pids[0]
+        bundle = work / f"{w.name}-{duration:g}s{'-nbr' if neighbour else ''}"
+        argv = [sys.executable, "-m", "profiler", "attach", "--pid", str(pid), "--duration", f"{duration:g}s",
                 "-o", str(bundle), "--force", "--keep-perf-data"]
         la0 = load()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
         sampler = CpuSampler(proc.pid)
-        out = proc.stdout.read() if proc.stdout else b""  # type: ignore[union-attr]
+        out = proc.stdout.read() if proc.stdout else b""
         _, status, ru = os.wait4(proc.pid, 0)
         t_exit = time.monotonic()
         sampler.stop()
@@ -192,7 +242,8 @@ def run_one(w: Workload, duration: float, work: Path) -> dict[str, object]:
         events: dict[str, int] = {}
         for data in bundle.glob("*.perf.data"):
             events.update(perf_events(data))
-        blk_stats = next((c for c in m["collectors"] if c["name"] == "block-io"), {}).get("stats", {})
+        blk_c: dict[str, Any] = next((c for c in m["collectors"] if c["name"] == "block-io"), {})
+        blk_stats = blk_c.get("stats", {})
         blk = blk_stats.get("events", 0)
         # the block-io reader's CPU during the capture (binary reader; the text reader of bundles
         # before v4 said only reader_cpu_seconds, its cat | gzip pair, also during the capture)
@@ -207,9 +258,11 @@ def run_one(w: Workload, duration: float, work: Path) -> dict[str, object]:
             "syscall_events": events.get("raw_syscalls:sys_enter", 0) + events.get("raw_syscalls:sys_exit", 0),
             "block_events": blk, "after_capture_s": t_exit - t_end, "after_capture_cpu_s": post_cpu,
             "floor_cpu_s": floor_cpu, "floor_wall_s": floor_wall, "max_rss_mb": ru.ru_maxrss / 1024,
-            "finish_cpu": fin, "block_reader_cpu_s": blk_reader,
+            "finish_cpu": fin, "block_reader_cpu_s": blk_reader, "neighbour": neighbour,
         }
     finally:
+        if busy is not None:
+            busy.stop()
         teardown(ctx)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -219,6 +272,9 @@ def main() -> int:
     ap.add_argument("--duration", default="20s", help="capture length (default 20s)")
     ap.add_argument("--only", action="append", help="workload name (repeatable)")
     ap.add_argument("--scale", default="1", help="comma-separated multiples of the duration (e.g. 1,4)")
+    ap.add_argument("--neighbour", choices=("off", "on", "both"), default="off",
+                    help="beside a process keeping one CPU busy: off, on, or both (interleaved)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the whole set, interleaved (medians: read the rows)")
     ap.add_argument("--keep", type=Path, help="keep the bundles here")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -228,40 +284,47 @@ def main() -> int:
         raise SystemExit(f"bench: cannot read --duration {args.duration!r}")
     base = float(m.group(1))
     scales = [float(x) for x in args.scale.split(",")]
+    busy = {"off": (False,), "on": (True,), "both": (False, True)}[args.neighbour]
     chosen = [w for w in workloads() if not args.only or w.name in args.only]
     print(f"# report latency: profiler attach --duration {base:g}s on {os.cpu_count()} CPUs; "
           f"load average {load()} at start (shared host: wall figures inflated by it, CPU figures hardly)")
-    hdr = (f"{'workload':28s} {'dur':>4s} {'cpu smp':>8s} {'switches':>9s} {'syscall ev':>10s} {'block ev':>9s} "
+    hdr = (f"{'workload':28s} {'nbr':>3s} {'dur':>4s} {'cpu smp':>8s} {'switches':>9s} {'syscall ev':>10s} {'block ev':>9s} "
            f"{'after s':>8s} {'after CPU':>9s} {'floor CPU':>9s} {'floor s':>8s} {'CPU/floor':>9s} {'RSS MB':>7s} {'load':>10s}")
     print(hdr)
     rows = []
     with tempfile.TemporaryDirectory(prefix="profiler-lat-") as tmpd:
         work = args.keep or Path(tmpd)
         work.mkdir(parents=True, exist_ok=True)
+        runnable = []
         for w in chosen:
             why = next((f"{p} is not installed" for p in w.programs if shutil.which(p) is None
                         and not Path(f"/usr/sbin/{p}").exists()), None)
-            s = BY_NAME.get(w.name)
+            s = BY_NAME.get(w.scenario or w.name)
             why = why or (skip_reason(s) if s is not None else None)
             if why:
                 print(f"{w.name:28s} skipped: {why}")
                 continue
-            for k in scales:
-                try:
-                    r = run_one(w, base * k, work)
-                except Exception as exc:  # noqa: BLE001 - one workload's failure must not stop the bench
-                    print(f"{w.name:28s} error: {type(exc).__name__}: {exc}")
-                    continue
-                rows.append(r)
-                ratio = r["after_capture_cpu_s"] / r["floor_cpu_s"] if r["floor_cpu_s"] else float("nan")  # type: ignore[operator]
-                print(f"{w.name:28s} {r['duration']:4.0f} {r['cpu_samples']:8d} {r['switches']:9d} {r['syscall_events']:10d} "
-                      f"{r['block_events']:9d} {r['after_capture_s']:8.1f} {r['after_capture_cpu_s']:9.2f} "
-                      f"{r['floor_cpu_s']:9.2f} {r['floor_wall_s']:8.1f} {ratio:9.2f} {r['max_rss_mb']:7.0f} {r['load']:>10s}",
-                      flush=True)
-                print(f"{'':28s}      collectors' finish CPU s: {r['finish_cpu']}; block-io reader CPU s "
-                      f"during the capture: {r['block_reader_cpu_s']}", flush=True)
+            runnable.append(w)
+        for _ in range(args.rounds):
+            for w in runnable:
+                for k in scales:
+                    for nbr in busy:
+                        try:
+                            r = run_one(w, base * k, work, neighbour=nbr)
+                        except Exception as exc:  # noqa: BLE001 - one workload's failure must not stop the bench
+                            print(f"{w.name:28s} error: {type(exc).__name__}: {exc}")
+                            continue
+                        rows.append(r)
+                        ratio = r["after_capture_cpu_s"] / r["floor_cpu_s"] if r["floor_cpu_s"] else float("nan")  # type: ignore[operator]
+                        print(f"{w.name:28s} {'yes' if nbr else 'no':>3s} {r['duration']:4.0f} {r['cpu_samples']:8d} "
+                              f"{r['switches']:9d} {r['syscall_events']:10d} {r['block_events']:9d} {r['after_capture_s']:8.1f} "
+                              f"{r['after_capture_cpu_s']:9.2f} {r['floor_cpu_s']:9.2f} {r['floor_wall_s']:8.1f} {ratio:9.2f} "
+                              f"{r['max_rss_mb']:7.0f} {r['load']:>10s}", flush=True)
+                        print(f"{'':28s}      collectors' finish CPU s: {r['finish_cpu']}; block-io reader CPU s "
+                              f"during the capture: {r['block_reader_cpu_s']}", flush=True)
     print("(after s: capture end -> report written, wall; after CPU: CPU seconds of the attach tree in that time; "
-          "floor: plain perf script over the same perf.data files; load: 1-min load average before/after)")
+          "floor: plain perf script over the same perf.data files; nbr: beside a process keeping one CPU busy; "
+          "load: 1-min load average before/after)")
     return 0
 
 

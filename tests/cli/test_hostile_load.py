@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from profiler.bundle import Bundle, members
+from tests.measure import run_profiler
 
 
 @pytest.fixture
@@ -30,20 +31,14 @@ def target() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _rss(args: list[str], timeout: float = 600) -> tuple[int, float]:
-    """Exit code and peak RSS (MB) of the CLI run as a child."""
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss / 1024
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"{args[:3]} did not end within {timeout}s")
-        time.sleep(0.05)
+    """Exit code and peak RSS (MB) of the CLI, measured by tests/measure.py."""
+    code, rss, _err = rss_and_err(args, timeout)
+    return code, rss
+
+
+def rss_and_err(args: list[str], timeout: float = 600) -> tuple[int, float, str]:
+    m = run_profiler(args, timeout=timeout)
+    return m.code, m.rss_mb, m.stderr
 
 
 LINES = 1_500_000

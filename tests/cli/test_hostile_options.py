@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -110,25 +109,10 @@ def test_a_topology_user_ssh_would_take_as_an_option_is_refused(tmp_path: Path, 
 
 
 def _rss_of(args: list[str], timeout: float = 120) -> tuple[int, float, str]:
-    """Run the CLI as a child and read its peak RSS from wait4 (MB)."""
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + timeout
-    err = b""
-    assert proc.stderr is not None
-    os.set_blocking(proc.stderr.fileno(), False)
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        chunk = proc.stderr.read() or b""
-        err += chunk
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"{args} did not end within {timeout}s")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, err.decode(errors="replace")
+    """Run the CLI as a grandchild and read its peak RSS from wait4 (MB): tests/cli/test_hostile_load.py."""
+    from tests.cli.test_hostile_load import rss_and_err
+
+    return rss_and_err(args, timeout)
 
 
 @pytest.mark.parametrize("kind", ["nested", "dev-zero", "fifo", "17MB", "directory", "aliases", "not-utf8"])
