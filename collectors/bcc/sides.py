@@ -231,10 +231,13 @@ class FutexSide(Side):
         fval = self.layouts["fstart"][1]
         assert key_s is not None and val_s is not None and fval is not None
         locks = []
-        for k, v in self.maps["locks"].items():
+        lmap = self.maps["locks"]
+        for k, v in lmap.items():
             tgid, _pad, uaddr = key_s.unpack(k)
-            total, count, mx = val_s.unpack(v)
-            locks.append([tgid, uaddr, total, count, mx])
+            # one value per CPU (a per-CPU map; one value where the map is shared): summed, max of maxima
+            per_cpu = [val_s.unpack_from(v, i) for i in range(0, len(v), lmap.slot)]
+            locks.append([tgid, uaddr, sum(p[0] for p in per_cpu), sum(p[1] for p in per_cpu),
+                          max(p[2] for p in per_cpu)])
         locks.sort(key=lambda x: -x[2])
         waiting = []
         for _k, v in self.maps["fstart"].items():
