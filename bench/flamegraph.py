@@ -69,15 +69,21 @@ def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False
     """Wall seconds, max RSS (KiB) and CPU seconds (user + system, children included) of one
     run. CPU time hardly depends on how busy the machine is; wall time does."""
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL  # noqa: SIM115
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, shell=shell)  # noqa: S603
-    _, status, ru = os.wait4(proc.pid, 0)
-    dt = time.perf_counter() - t0
-    if stdout:
-        out.close()  # type: ignore[union-attr]
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    with tempfile.TemporaryFile() as errf:  # a file, not a pipe: a chatty child must not block
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=errf, shell=shell)  # noqa: S603
+        _, status, ru = os.wait4(proc.pid, 0)
+        dt = time.perf_counter() - t0
+        if stdout:
+            out.close()  # type: ignore[union-attr]
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {argv}\n{err[-500:]}")
+        hint = ""
+        if "type: 17" in err:
+            hint = ("\n(perf script cannot read this file's BPF events: record again with "
+                    "--record-sizes, which keeps the file without them)")
+        raise SystemExit(f"failed: {argv}\n{err[-500:]}{hint}")
     return dt, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
@@ -179,6 +185,20 @@ def record(perf_data: Path, size_mb: int) -> None:
                 load.wait()
     if not perf_data.exists() or perf_data.stat().st_size < size_mb << 19:
         raise SystemExit(f"bench: recording {perf_data} failed")
+    if wide:
+        # perf record asks for BPF programs' symbol records on its tracking event even with
+        # --no-bpf-event, and this host's perf script stops at them ("failed to process type:
+        # 17"), which would leave no baseline: the file is kept without them (every sample stays)
+        import numpy as np
+
+        from profiler.formats import perfdata as pdata
+        from profiler.formats.perfdata_reduce import filter_samples
+
+        raw = perf_data.with_suffix(".raw")
+        perf_data.rename(raw)
+        filter_samples(raw, perf_data, lambda pid, tid, t: np.ones(len(pid), bool),
+                       drop_types=(pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT))
+        raw.unlink()
 
 
 def whole_path(datas: list[Path], reps: int, inferno: tuple[str, str] | None, work: Path) -> None:
