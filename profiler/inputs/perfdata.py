@@ -75,10 +75,13 @@ def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[s
 class Merge:
     """Merge the samples of identical stacks before perf script symbolizes them
     (profiler.formats.perfdata_reduce.merge_samples): their period becomes the total (``count_samples``:
-    their number), so a consumer that weighs samples by period folds the same stacks."""
+    their number), so a consumer that weighs samples by period folds the same stacks.
+    ``symbolic``: stacks of the same symbols and modules merge where their addresses differ,
+    for a consumer that reads no address (the direct path's; perf script merges by address)."""
 
     by_tid: bool = False
     count_samples: bool = False
+    symbolic: bool = False
 
 
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
@@ -241,7 +244,7 @@ def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Dir
         raise
     tmp.cleanup()  # perf's text, if any, is held in memory
     direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
-    how = pt.Merge(merge.by_tid, merge.count_samples) if merge is not None else None
+    how = pt.Merge(merge.by_tid, merge.count_samples, merge.symbolic) if merge is not None else None
     return prepared, res, how
 
 
