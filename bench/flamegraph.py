@@ -65,6 +65,20 @@ print(t3 - t2, t4 - t3, t5 - t4, t1 - t0)
 """
 
 
+def ensure_bytecode() -> None:
+    """Compile the package's modules, as pip does when it installs a wheel: a run with
+    PYTHONDONTWRITEBYTECODE set (an editable install, this host's environment) would otherwise
+    compile every module it imports at every start, which no installed copy does."""
+    import importlib.util
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for pkg in ("profiler", "profiler.analyzers", "profiler.collectors"):
+        spec = importlib.util.find_spec(pkg)
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", where], env=env, check=False,
+                           stdout=subprocess.DEVNULL)
+
+
 def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False) -> tuple[float, int, float]:
     """Wall seconds, max RSS (KiB) and CPU seconds (user + system, children included) of one
     run. CPU time hardly depends on how busy the machine is; wall time does."""
@@ -258,6 +272,7 @@ def main() -> int:
     if not datas:
         ap.error("give --perf-data FILE (repeatable) or --record-sizes")
     inferno = find_inferno(not args.no_install)
+    ensure_bytecode()
     print(f"# flame graph benchmark: {len(datas)} perf.data, {args.reps} interleaved runs each")
     print(f"# host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other jobs):")
     print("# wall times are medians, read the ratios; CPU s (user+system, children included) barely depends on load")
