@@ -124,7 +124,44 @@ THRESHOLDS: dict[str, Threshold] = {
     "req.io_share": Threshold(
         0.3, 0.7, "of request time", "our rule, as req.lock_share",
         "the requests' time in disk writes (Raft log append, apply) / their whole time"),
+    "req.elsewhere_share": Threshold(
+        0.5, 0.8, "of request time", "our rule: most of a calm server's request time is spent waiting for another "
+        "tier, so that tier is where to look",
+        "the requests' time in RPCs to another tier (TiDB's KV request duration, PD TSO wait) / their whole time"),
+    # A phase's p99 (seconds) against the vendor's own alert or guidance, where there is one: shown with the
+    # rates above, never scored (a p99 says how slow the slowest are, not how many wait); "full" = the threshold
+    "req.p99.tidb.statement": Threshold(
+        1.0, 1.0, "s", "PingCAP TiDB alert rules: TiDB_query_duration (statement p99 > 1 s)",
+        "p99 of the statement duration (tidb_server_handle_query_duration_seconds)"),
+    "req.p99.tidb.lock_keys": Threshold(
+        1.0, 1.0, "s", "TiKV pessimistic-txn.wait-for-lock-timeout, 1 s by default: a lock request that waits that "
+        "long is answered with an error and TiDB retries it; TiDB_query_duration alerts at a statement p99 of 1 s",
+        "p99 of pessimistic lock acquisition (tidb_tikvclient_txn_cmd_duration_seconds{type=lock_keys})"),
+    "req.p99.tikv.lock_wait": Threshold(
+        1.0, 1.0, "s", "TiKV pessimistic-txn.wait-for-lock-timeout, 1 s by default (the waiter's longest wait)",
+        "p99 of the lock manager's waiter lifetime (tikv_lock_manager_waiter_lifetime_duration)"),
+    "req.p99.tikv.latch_wait": Threshold(
+        1.0, 1.0, "s", "PingCAP TiKV alert rules: TiKV_scheduler_latch_wait_duration_seconds (p99 > 1 s)",
+        "p99 of the scheduler latch wait (tikv_scheduler_latch_wait_duration_seconds)"),
+    "req.p99.tikv.append_log": Threshold(
+        1.0, 1.0, "s", "PingCAP TiKV alert rules: TiKV_raft_append_log_duration_secs (p99 > 1 s)",
+        "p99 of the Raft log append (tikv_raftstore_append_log_duration_seconds)"),
+    "req.p99.tikv.apply_log": Threshold(
+        1.0, 1.0, "s", "PingCAP TiKV alert rules: TiKV_raft_apply_log_duration_secs (p99 > 1 s)",
+        "p99 of the Raft log apply (tikv_raftstore_apply_log_duration_seconds)"),
+    "req.p99.etcd.wal_fsync": Threshold(
+        0.01, 0.01, "s", "etcd's guidance (and OpenShift's recommended etcd practices): WAL fsync p99 under 10 ms",
+        "p99 of the WAL fsync (etcd_disk_wal_fsync_duration_seconds)"),
+    "req.p99.etcd.backend_commit": Threshold(
+        0.025, 0.025, "s", "etcd operators' guidance: backend commit p99 under 25 ms",
+        "p99 of the backend commit (etcd_disk_backend_commit_duration_seconds)"),
 }
+
+
+def p99_key(phase: str) -> str | None:
+    """The THRESHOLDS key of a request phase's p99, when the vendor documents one."""
+    key = f"req.p99.{phase}"
+    return key if key in THRESHOLDS else None
 
 
 def strength(value: float, at: float, full: float) -> float:

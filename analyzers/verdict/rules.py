@@ -19,7 +19,7 @@ from profiler.analyzers.verdict.findings import (
     ramp,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
-from profiler.analyzers.verdict.rules_requests import client_rows, requests_of
+from profiler.analyzers.verdict.rules_requests import client_rows, phase_rows, requests_of
 
 from profiler.knowledge import TIDB_ADVICE, TIKV_ADVICE
 from profiler.knowledge import requests as kr
@@ -156,7 +156,7 @@ def rule_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
     return Finding("memory", "memory_pressure", score, "memory pressure", sub, ev, rec, t.label)
 
 
-def condition_wait_weight(t: TargetMetrics) -> tuple[float, str]:
+def condition_wait_weight(t: TargetMetrics) -> tuple[float, str, list[Evidence]]:
     """How much of the busy threads' futex time counts as waiting on a lock, and why ("" when all of it).
 
     A futex wait is a lock acquire (a mutex or rwlock: the off-CPU stacks name it) or a condition
@@ -168,19 +168,20 @@ def condition_wait_weight(t: TargetMetrics) -> tuple[float, str]:
     latches), its condition waits count only as much as its requests wait on locks, lock acquires
     in full; without off-CPU stacks that name lock acquires (the bcc backend's user stacks are
     not symbolized), the server's timings decide alone. Without such a server, all of it counts,
-    as before."""
+    as before. The server's lock phases it read come back as evidence rows."""
     rt = requests_of(t)
     if rt is None or not rt.reports(kr.LOCK):
-        return 1.0, ""
+        return 1.0, "", []
     acquire = t.stacks.lock_acquire_share
     waiting = max((p.waiting for p in rt.of_kind(kr.LOCK)), default=0.0)
     said = ramp(waiting, "req.lock_waiting")
     weight = (acquire or 0.0) + (1.0 - (acquire or 0.0)) * said
     named = ("no off-CPU stacks name lock acquires: " if acquire is None
              else f"{_pct(acquire)} lock acquires (off-CPU stacks), ")
+    rows = [r for p in rt.of_kind(kr.LOCK) for r in phase_rows(p, "req.lock_waiting", "req.lock_share")]
     return weight, (f"{named}the condition waits counted as much as the server's own histograms say its requests "
                     f"wait on locks ({waiting:.2f} waiting on average: "
-                    f"{', '.join(kr.BY_KEY[k].title for k in rt.present if kr.BY_KEY[k].kind == kr.LOCK)})")
+                    f"{', '.join(kr.BY_KEY[k].title for k in rt.present if kr.BY_KEY[k].kind == kr.LOCK)})"), rows
 
 
 def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
@@ -188,9 +189,10 @@ def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
         return None
     fut = t.time.active_states.get("futex", 0.0)
     ev = [evidence("futex_wait_share", fut, "lock.futex", f"{t.time.active_threads} busy threads")]
-    weight, why = condition_wait_weight(t)
+    weight, why, server_rows = condition_wait_weight(t)
     if why:
         ev.append(evidence("lock_share_of_futex_time", weight, None, why, unit="of futex time"))
+        ev.extend(server_rows)
     score = ramp(fut * weight, "lock.futex")
     if t.time.busy_vcsw_rate is not None:
         # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
@@ -247,13 +249,13 @@ def waits_elsewhere(t: TargetMetrics) -> tuple[list[Evidence], str] | None:
     if not rpc:
         return None
     best = max(rpc, key=lambda p: (p.share or 0.0, p.key))
-    if (best.share or 0.0) < 0.5:
+    if (best.share or 0.0) < THRESHOLDS["req.elsewhere_share"].value:
         return None
     text = (f"its requests spend {_pct(best.share)} of their time waiting for the {best.tier} tier "
             f"({best.title.lower()}: {best.waiting:.1f} waiting on average, p99 {(best.p99 or 0) * 1000:.1f} ms"
             + (f", most in {best.top}" if best.top else "") + ")")
-    return [evidence(f"{best.key}.share", best.share, None, f"{best.title}: share of the request time ({best.metric})",
-                     unit="of request time", panel=best.panel)], text
+    return [evidence(f"{best.key}.share", best.share, "req.elsewhere_share",
+                     f"{best.title}: share of the request time ({best.metric})", panel=best.panel)], text
 
 
 def rule_not_saturated(t: TargetMetrics, m: Metrics, others: list[Finding]) -> Finding:

@@ -16,13 +16,14 @@ rules score CPU, IO, memory and locks from the OS), so the best explanation wins
   backend commit busy most of the window).
 
 Each server metric read becomes evidence rows (requests waiting, share of the request time, p99)
-with its threshold (``req.*`` in findings.THRESHOLDS) and the Grafana panel users know it from.
+with its threshold (``req.*`` in findings.THRESHOLDS; a p99 against the vendor's alert where there
+is one, shown but not scored) and the Grafana panel users know it from.
 """
 
 from __future__ import annotations
 
 from profiler.analyzers.server.requests import PhaseTime, RequestTime
-from profiler.analyzers.verdict.findings import Evidence, Finding, evidence, ramp
+from profiler.analyzers.verdict.findings import Evidence, Finding, evidence, p99_key, ramp
 from profiler.analyzers.verdict.model import Metrics, TargetMetrics
 from profiler.analyzers.verdict.rules_cpu import cpu_scores
 from profiler.analyzers.verdict.rules_server import short_site
@@ -54,16 +55,26 @@ def phase_rows(p: PhaseTime, waiting_key: str | None, share_key: str | None) -> 
     where = f"{p.metric}: {p.per_s:.1f}/s, mean {_ms(p.mean)}" + (f"; most in {p.top}" if p.top else "")
     rows = []
     if p.serial:
-        rows.append(evidence(f"{p.key}.busy", p.waiting, waiting_key, f"{p.title} in progress: {where}", panel=p.panel))
+        rows.append(evidence(f"{p.key}.busy", p.waiting, waiting_key, f"{p.title} in progress: {where}",
+                             unit="of the window", panel=p.panel))
     else:
         rows.append(evidence(f"{p.key}.waiting", p.waiting, waiting_key,
-                             f"{p.title}: requests in it on average; {where}", panel=p.panel))
+                             f"{p.title}: requests in it on average; {where}", unit="requests waiting", panel=p.panel))
     if p.share is not None:
         rows.append(evidence(f"{p.key}.share", p.share, share_key, f"{p.title}: share of the request time",
-                             panel=p.panel))
+                             unit="of request time", panel=p.panel))
     if p.p99 is not None:
-        rows.append(evidence(f"{p.key}.p99", p.p99, None, f"{p.title} p99 ({p.metric})", unit="s", panel=p.panel))
+        key = p99_key(p.key)
+        rows.append(evidence(f"{p.key}.p99", p.p99, key, f"{p.title} p99 ({p.metric})"
+                             + ("" if key else "; no vendor alert for it: shown without a threshold"),
+                             unit="s", panel=p.panel))
     return rows
+
+
+def total_rows(rt: RequestTime) -> list[Evidence]:
+    """The whole request (TiDB's statement, TiKV's gRPC message duration) the phases' shares are of:
+    requests in it on average and its p99, as evidence rows."""
+    return phase_rows(rt.total, None, None) if rt.total is not None else []
 
 
 def _score(p: PhaseTime, waiting_key: str, share_key: str) -> float:
@@ -152,6 +163,7 @@ def rule_request_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
     rows: list[Evidence] = [wrow] if wrow is not None else []
     for p in phases:
         rows.extend(phase_rows(p, "req.lock_waiting", "req.lock_share"))
+    rows.extend(total_rows(rt))
     tier = served_by(t, best)
     sub = (f"requests wait for locks: {best.waiting:.1f} in {best.title.lower()} on average{_total_text(rt)}"
            + (f", {_pct(best.share)} of the requests' time" if best.share is not None else "")
@@ -183,6 +195,7 @@ def rule_request_queue(t: TargetMetrics, m: Metrics) -> Finding | None:
         return None
     rows = ([wrow] if wrow is not None else []) + [r for p in phases
                                                    for r in phase_rows(p, "req.queue_waiting", "req.queue_share")]
+    rows.extend(total_rows(rt))
     sub = (f"requests queue for a slot: {best.waiting:.1f} wait in {best.title.lower()} on average{_total_text(rt)}"
            + (f", {_pct(best.share)} of the requests' time" if best.share is not None else "")
            + f"; its p99 {_ms(best.p99)} ({best.metric})" + _waiters_text(t.server))
@@ -209,6 +222,7 @@ def rule_request_io(t: TargetMetrics, m: Metrics) -> Finding | None:
         return None
     rows = ([wrow] if wrow is not None else []) + [r for p in phases
             for r in phase_rows(p, "req.io_busy" if p.serial else "req.lock_waiting", None if p.serial else "req.io_share")]
+    rows.extend(total_rows(rt))
     what = (f"{best.title} in progress {_pct(best.waiting)} of the window" if best.serial
             else f"{best.waiting:.1f} requests in {best.title.lower()} on average")
     sub = (f"the write path waits on the disk: {what}, {best.per_s:.0f}/s, mean {_ms(best.mean)}, p99 {_ms(best.p99)} "

@@ -32,6 +32,13 @@ from profiler.analyzers.verdict.rules_cpu import CALM_AT, CALM_FULL, calm_weight
 from profiler.analyzers.verdict.server import ServerEvidence
 
 from profiler.knowledge import goroutines as kg
+from profiler.knowledge import servers
+
+
+def _panel(key: str) -> str | None:
+    """The Grafana panel of a metric profiler.knowledge.servers knows."""
+    info = servers.BY_KEY.get(key)
+    return info.panel if info is not None else None
 
 
 def _pct(x: float | None) -> str:
@@ -61,7 +68,8 @@ def rule_go_locks(t: TargetMetrics, m: Metrics) -> Finding | None:
         return None
     share = ev.lock_share
     wait = ev.lock_wait
-    out = [evidence("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source)]
+    out = [evidence("goroutines_waiting_on_locks", wait, "go.lock_wait", ev.lock_wait_source,
+                    panel=_panel("go.mutex_wait") if "runtime metric" in ev.lock_wait_source else None)]
     if share is not None:
         queued = ev.by_kind.get(G.LOCK, 0) + ev.by_kind.get(G.QUEUE, 0)
         out.append(evidence("lock_share_of_working_goroutines", share, "go.lock_share",
@@ -102,11 +110,17 @@ def rule_go_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
         return None
     out = []
     if gc is not None:
-        out.append(evidence("go_gc_cpu_share", gc, "go.gc_cpu", ev.gc_cpu_source))
+        out.append(evidence("go_gc_cpu_share", gc, "go.gc_cpu", ev.gc_cpu_source,
+                            panel=_panel("go.gc_cpu") if ev.gc_cpu_source.startswith("runtime metrics") else None))
     if lim is not None:
-        out.append(evidence("go_heap_of_memory_limit", lim, "go.heap_limit",
-                            f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
-                            f"{(ev.memory_limit or 0) / 1048576:.0f} MiB"))
+        note = (f"heap in use {(ev.heap_inuse or 0) / 1048576:.0f} MiB of GOMEMLIMIT "
+                f"{(ev.memory_limit or 0) / 1048576:.0f} MiB")
+        out.append(evidence("go_heap_of_memory_limit", lim, "go.heap_limit", note, panel=_panel("go.heap_inuse")))
+    elif ev.heap_inuse is not None and ev.heap_goal:
+        out.append(evidence("go_heap_of_gc_goal", ev.heap_inuse / ev.heap_goal, None,
+                            f"heap in use {ev.heap_inuse / 1048576:.0f} MiB, GC goal {ev.heap_goal / 1048576:.0f} MiB "
+                            "(no GOMEMLIMIT: shown without a threshold)", unit="of the GC goal",
+                            panel=_panel("go.heap_goal")))
     # The GC's share of a process that hardly runs is a share of almost nothing: a near-idle Go
     # process whose only work is a periodic or floor-sized GC cycle shows 70% "GC CPU" (and the
     # runtime's /cpu/classes figures overestimate GC time, worst when little else runs). The GC

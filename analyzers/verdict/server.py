@@ -33,6 +33,10 @@ from profiler.knowledge import pool_of
 GC_FRAMES = ("runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.gcDrain", "runtime.markroot",
              "runtime.bgsweep", "runtime.sweepone", "runtime.gcMarkDone", "runtime.gcMarkTermination")
 NO_LIMIT = 2**62  # GOMEMLIMIT above this is "not set" (math.MaxInt64 by default)
+# The Go runtime metrics (profiler.knowledge.servers keys) the rules read, besides the request
+# phases of profiler.knowledge.requests; docs/verdict.md#server-metrics-the-rules-read lists both,
+# and tests/unit/test_verdict_metric_list.py checks that list against this table and the code.
+RULE_READS = ("go.mutex_wait", "go.gc_cpu", "process.cpu", "go.heap_inuse", "go.memory_limit", "go.heap_goal")
 
 
 @dataclass
@@ -156,8 +160,12 @@ def _lock_wait(ev: ServerEvidence, ts: TargetStatus) -> None:
     elif ev.lock_wait is not None and ev.app_lock_waits > 0:
         # the profiles and the runtime metric count sync.Mutex/RWMutex waits only; the lock and slot
         # waits the program's own frames name (a row lock waiter in select) come from the snapshots
-        ev.lock_wait += ev.app_lock_waits
-        ev.lock_wait_source += f" + {ev.app_lock_waits:.1f} in lock waits the program names (goroutine snapshots)"
+        named = f"{ev.app_lock_waits:.1f} in lock waits the program names (goroutine snapshots)"
+        if ev.lock_wait < 0.05:
+            ev.lock_wait, ev.lock_wait_source = ev.app_lock_waits, named
+        else:
+            ev.lock_wait += ev.app_lock_waits
+            ev.lock_wait_source += f" + {named}"
     if ts.mutex is not None and ts.mutex.top:
         top = ts.mutex.top[0]
         ev.lock_holder = f"{top.site} (released in {top.leaf}; {top.delay_s / max(ts.mutex.seconds, 1e-9):.2f} s of waiting per s)"

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -29,6 +28,7 @@ from profiler.analyzers.stacks.folding import FoldOptions, collapse_text
 
 from profiler.cli import main
 from tests.conftest import ROOT, is_root
+from tests.measure import run_profiler
 
 SAMPLES = ROOT / "samples"
 PERF_BUNDLE = SAMPLES / "perf" / "fio-fsync-and-python-locks"
@@ -320,26 +320,11 @@ def test_bad_manifest_is_exit_4_with_the_field_named(tmp_path: Path, capsys: pyt
 # --------------------------------------------------------------------------- memory from tiny inputs
 
 
-_MEASURE = """
-import os, subprocess, sys
-proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-err = proc.stderr.read()
-_, status, usage = os.wait4(proc.pid, 0)
-sys.stderr.buffer.write(err)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
-"""
-
-
 def _peak_rss_mb(args: list[str], timeout: float = 120) -> tuple[int, float]:
-    """Run the CLI in a child process; its exit code and peak resident memory (MiB, from wait4).
-    A small process in between starts it: Linux carries the high-water mark of the memory a
-    process had at exec into its peak, so a child of the (large) test process would report
-    the test process's size."""
-    out = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-m", "profiler", *args],
-                         capture_output=True, text=True, timeout=timeout, check=True)
-    assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
-    code, rss_kb = out.stdout.split()
-    return int(code), int(rss_kb) / 1024
+    """The CLI's exit code and peak resident memory (MiB), measured by tests/measure.py."""
+    m = run_profiler(args, timeout=timeout)
+    assert "Traceback" not in m.stderr and "internal error" not in m.stderr, m.stderr
+    return m.code, m.rss_mb
 
 
 FAR = """           mandb-11308   [001] .....   502.553079: block_rq_issue: 254,0 RM 4096 () 23435232 + 8 be,0,4 [mandb]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from profiler.bundle import Bundle, members
+from tests.measure import run_profiler
 
 
 @pytest.fixture
@@ -29,36 +30,15 @@ def target() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-# A small process in between starts the CLI and reads its peak from wait4: Linux carries the
-# high-water mark of the memory a process had at exec into its peak, so a child forked from the
-# (large) test process would report the test process's size (tests/cli/test_hostile.py does the same).
-_MEASURE = """
-import os, subprocess, sys, threading
-timeout = float(sys.argv[1])
-proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-late = []
-timer = threading.Timer(timeout, lambda: (late.append(1), proc.kill()))
-timer.start()
-err = proc.stderr.read()
-_, status, usage = os.wait4(proc.pid, 0)
-timer.cancel()
-sys.stderr.buffer.write(err + (b"\\nmeasure: timed out\\n" if late else b""))
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
-"""
-
-
 def _rss(args: list[str], timeout: float = 600) -> tuple[int, float]:
-    """Exit code and peak RSS (MB) of the CLI run as a grandchild (see _MEASURE)."""
+    """Exit code and peak RSS (MB) of the CLI, measured by tests/measure.py."""
     code, rss, _err = rss_and_err(args, timeout)
     return code, rss
 
 
 def rss_and_err(args: list[str], timeout: float = 600) -> tuple[int, float, str]:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), sys.executable, "-m", "profiler", *args],
-                         capture_output=True, text=True, timeout=timeout + 60)
-    assert "measure: timed out" not in out.stderr, f"{args[:3]} did not end within {timeout}s"
-    code, rss_kb = out.stdout.split()
-    return int(code), int(rss_kb) / 1024, out.stderr
+    m = run_profiler(args, timeout=timeout)
+    return m.code, m.rss_mb, m.stderr
 
 
 LINES = 1_500_000

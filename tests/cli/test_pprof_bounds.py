@@ -5,17 +5,14 @@ whose peak memory is read back from the kernel (wait4's rusage), not estimated."
 from __future__ import annotations
 
 import gzip
-import os
 import random
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from profiler.inputs import pprof
 from tests.cli.test_inputs_pprof import blob, num, packed, varint
+from tests.measure import run_profiler
 
 MB = 1 << 20
 
@@ -38,21 +35,8 @@ def _fn(fid: int, name_index: int) -> bytes:
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, str, str, float, float]:
     """profiler in its own process: (exit code, stdout, stderr, CPU seconds, peak RSS in MB)."""
-    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    with out.open("wb") as o, err.open("wb") as e:
-        p = subprocess.Popen([sys.executable, "-m", "profiler", *args], stdout=o, stderr=e, cwd=tmp_path)
-        deadline = time.monotonic() + 300
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                p.kill()
-                pytest.fail("profiler ran for more than 300 s")
-            time.sleep(0.05)
-        p.returncode = os.waitstatus_to_exitcode(status)
-    return (p.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"),
-            usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    m = run_profiler(list(args), cwd=tmp_path, timeout=300)
+    return m.code, m.stdout, m.stderr, m.cpu_s, m.rss_mb
 
 
 def test_a_runaway_varint_is_one_line_and_fast(tmp_path: Path) -> None:

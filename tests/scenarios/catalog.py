@@ -562,8 +562,10 @@ def _more() -> list[Scenario]:
 
         more.extend(catalog_go.SCENARIOS)
     from tests.scenarios.catalog_tidb import SCENARIOS as TIDB_SCENARIOS
+    from tests.scenarios.catalog_tidb_cluster import CLUSTER_SCENARIOS
 
     more.extend(TIDB_SCENARIOS)
+    more.extend(CLUSTER_SCENARIOS)
     return more
 
 

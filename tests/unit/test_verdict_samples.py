@@ -125,4 +125,5 @@ def test_ramp_is_monotonic_and_anchored() -> None:
 def test_every_threshold_names_its_source() -> None:
     for key, th in findings.THRESHOLDS.items():
         assert th.source and th.meaning and th.unit, key
-        assert th.full != th.value, key
+        # a ramp needs two points; a p99 against a vendor's alert is shown, never scored
+        assert th.full != th.value or key.startswith("req.p99."), key
