@@ -150,6 +150,17 @@ def _chain_hash(rec: Records, offs: np.ndarray, o_cc: int) -> np.ndarray:
         return _mix(h ^ sums)
 
 
+@dataclass(frozen=True)
+class Merge:
+    """How to merge the samples of identical stacks (merge_samples, and perf.data's text made
+    without perf, perfscript_text): their period becomes the total (``count_samples``: their
+    number), so a consumer that weighs samples by period folds the same stacks; ``by_tid``
+    keeps threads apart."""
+
+    by_tid: bool = False
+    count_samples: bool = False
+
+
 @dataclass
 class Merged:
     samples: int = 0  # samples read (kept by the filter)

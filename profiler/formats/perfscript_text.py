@@ -36,6 +36,7 @@ from profiler.formats.perfdata import (
     sample_layout,
     state_letters,
 )
+from profiler.formats.perfdata_reduce import Merge
 from profiler.formats.perfscript_fields import (
     build_ids,
     is_dummy,
@@ -50,12 +51,6 @@ from profiler.formats.perfsymbolize import Frames, Symbolizer
 
 KNOWN_FIELDS = ("comm", "pid", "tid", "cpu", "time", "period", "event", "ip", "sym", "symoff", "dso", "trace")
 FLUSH = 1 << 20
-
-
-@dataclass(frozen=True)
-class Merge:
-    by_tid: bool = False
-    count_samples: bool = False
 
 
 @dataclass
