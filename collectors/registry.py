@@ -2,34 +2,61 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from profiler.collectors.base import CaptureOptions, Collector
 from profiler.collectors.bcc.backend import choose, with_backend
 from profiler.collectors.perf.cpu_stacks import CpuStacksCollector
-from profiler.collectors.perf.offcpu import OffCpuCollector
 from profiler.collectors.perf.perf_stat import PerfStatCollector
-from profiler.collectors.perf.syscalls import SyscallsCollector
 from profiler.collectors.procfs.sampler import ProcfsCollector
 from profiler.collectors.server.status import ServerStatusCollector
-from profiler.collectors.tracefs.blockio import BlockIOCollector
+
+
+class _Later:
+    """A collector built only if ``--backend`` keeps it. The perf syscalls and off-CPU
+    collectors and the tracefs block-io one import the perf.data and block-event codecs, and
+    with them numpy (0.15 s of start-up on an idle host, several times that on a busy one),
+    which a capture whose bcc collectors take their place never needs."""
+
+    def __init__(self, name: str, make: Callable[[], Collector]) -> None:
+        self.name = name
+        self.make = make
+
+
+def _offcpu(keep_perf_data: bool, full: bool = False) -> Collector:
+    from profiler.collectors.perf.offcpu import OffCpuCollector
+
+    return OffCpuCollector(keep_perf_data, full=full)
+
+
+def _syscalls(keep_perf_data: bool, full: bool = False) -> Collector:
+    from profiler.collectors.perf.syscalls import SyscallsCollector
+
+    return SyscallsCollector(keep_perf_data, full=full)
+
+
+def _blockio() -> Collector:
+    from profiler.collectors.tracefs.blockio import BlockIOCollector
+
+    return BlockIOCollector()
 
 
 def default_collectors(options: CaptureOptions, keep_perf_data: bool = False) -> list[Collector]:
     """Every collector, in start order; the session probes each and skips what cannot run here.
-
     ``options.backend`` bcc (or auto where bcc works) swaps in the bcc collectors of the same
     names and adds futex-waits (collectors/bcc/backend.py).
     """
-    perf: list[Collector] = [
+    perf: list[Collector | _Later] = [
         PerfStatCollector(),
         ProcfsCollector(),
         CpuStacksCollector(keep_perf_data),
-        OffCpuCollector(keep_perf_data),
-        BlockIOCollector(),
-        SyscallsCollector(keep_perf_data),
+        _Later("offcpu-stacks", lambda: _offcpu(keep_perf_data)),
+        _Later("block-io", _blockio),
+        _Later("syscalls", lambda: _syscalls(keep_perf_data)),
         ServerStatusCollector(),
     ]
     chosen, _used, _why = with_backend(perf, options.backend)
-    return chosen
+    return [c.make() if isinstance(c, _Later) else c for c in chosen]
 
 
 def backend_choice(options: CaptureOptions) -> tuple[str, str]:
@@ -44,8 +71,8 @@ FULL_TRACE = {"syscalls-trace": "syscalls", "offcpu-trace": "offcpu-stacks"}
 
 def _full(name: str, keep_perf_data: bool) -> Collector:
     if name == "syscalls":
-        return SyscallsCollector(keep_perf_data, full=True)
-    return OffCpuCollector(keep_perf_data, full=True)
+        return _syscalls(keep_perf_data, full=True)
+    return _offcpu(keep_perf_data, full=True)
 
 
 def by_name(options: CaptureOptions, names: list[str], keep_perf_data: bool = False) -> list[Collector]:

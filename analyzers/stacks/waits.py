@@ -83,6 +83,17 @@ def classify_sample(state: str, syscall: str | None, wchan: str | None, runtime:
     return WaitClass(base)
 
 
+def by_pool(parts: list[tuple[WaitClass, float]], pool: str | None) -> list[tuple[WaitClass, float]]:
+    """A thread's wait classes once its pool is known: a task pool's worker (TiKV's, RocksDB's, by
+    its thread name: profiler.knowledge.waits ``pools``) waits for its next task on a condition
+    variable, so its futex waits that nothing named are that wait; a lock acquire is still a lock."""
+    w = kw.pool_wait(pool)
+    if w is None:
+        return parts
+    return [(WaitClass(IDLE, w.key), f) if p.cls == FUTEX and not p.lock and p.entry is None else (p, f)
+            for p, f in parts]
+
+
 # --------------------------------------------------------------------------- stacks
 
 _SYS = re.compile(r"^(?:__x64_sys_|__ia32_sys_|__arm64_sys_|__se_sys_|__do_sys_|ksys_)(\w+?)(?:\.\w+)?$")

@@ -125,6 +125,7 @@ def thread_time(s: procmod.ThreadSeries, names: dict[int, str], runtime: str | N
                     parts = [(wc, 1.0)]
                 else:
                     from_stacks += each
+                parts = waits.by_pool(parts, s.pool)
                 for part, frac in parts:
                     secs[part.cls] += each * frac
                     if part.entry is not None and part.cls in (waits.IDLE, waits.SLEEP):

@@ -33,7 +33,6 @@ from profiler.collectors.process import run_to_file, tail
 from profiler.collectors.runtime import gosym
 
 from profiler.bundle import FAILED, OK, PARTIAL, CollectorRecord, members
-from profiler.formats.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL, PerfDataUnsupported
 
 OUTPUT = members.CPU_STACKS
 CALL_GRAPHS = ("fp", "dwarf", "lbr")
@@ -143,6 +142,7 @@ class RecordCollector(PerfCollector):
             import numpy as np
 
             from profiler.formats import perfdata_reduce as pr
+            from profiler.formats.perfdata import PerfDataUnsupported
         except ImportError:  # the cluster agent's bare python3
             rec.stats["symbolized"] = "every sample (no numpy to filter perf.data)"
             return data
@@ -209,6 +209,8 @@ class RecordCollector(PerfCollector):
                 # without those records (frames inside BPF programs then show as [unknown])
                 rec.status, rec.reason = OK, None
                 rec.stats["bpf_symbols"] = "dropped: perf script could not process them"
+                from profiler.formats.perfdata import RECORD_BPF_EVENT, RECORD_KSYMBOL
+
                 src = self.script_input(ctx, rec, data, drop=(RECORD_KSYMBOL, RECORD_BPF_EVENT))
                 continue
             break
@@ -234,6 +236,11 @@ class RecordCollector(PerfCollector):
 
             from profiler.formats import perfdata_reduce as pr
             from profiler.formats import perfscript_text as pt
+            from profiler.formats.perfdata import (
+                RECORD_BPF_EVENT,
+                RECORD_KSYMBOL,
+                PerfDataUnsupported,
+            )
         except ImportError:  # the cluster agent's bare python3
             return False
         self._counted(ctx, rec)  # the off-CPU intervals are paired from perf.data first

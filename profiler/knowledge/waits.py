@@ -55,6 +55,11 @@ class IdleWait:
     syscalls: tuple[str, ...] = ()
     wchans: tuple[str, ...] = ()
     needs_role: bool = False
+    # Thread pools (names as knowledge.pool_of gives them) whose futex waits that no stack names
+    # (neither a lock acquire nor another entry) are this wait: a task pool's workers park on
+    # their queue's condition variable between tasks, and its stacks often stop in libc (no frame
+    # pointers) or carry no symbols at all (the bcc backend). See ``pool_wait``.
+    pools: tuple[str, ...] = ()
 
 
 IDLE_WAITS: tuple[IdleWait, ...] = (
@@ -116,6 +121,12 @@ IDLE_WAITS: tuple[IdleWait, ...] = (
              frames=("tpool::thread_pool_generic::wait_for_tasks", "tpool::thread_pool_generic::get_task",
                      "rocksdb::ThreadPoolImpl::Impl::BGThread", "folly::ThreadPoolExecutor",
                      "boost::asio::detail::scheduler::do_run_one", "grpc_core::Executor")),
+    IdleWait("task-pool-park", PARKING, "any",
+             "a task pool's worker waiting on its queue's condition variable for the next task (TiKV's and "
+             "RocksDB's pools, named by their threads); a lock acquire its stacks name still counts as a lock",
+             pools=("unified-read-po", "raftstore", "apply", "sched-worker-po", "sched-worker-hi", "grpc-server",
+                    "store-read-norm", "cop-normal", "rocksdb:low", "rocksdb:high", "rocksdb:bottom", "rocksdb:bg",
+                    "raftdb:bg", "split-check", "snap-handler")),
     IdleWait("innodb-background", PARKING, "mariadb", "InnoDB/MariaDB background threads waiting for work or their next period",
              frames=("buf_flush_page_cleaner", "srv_purge_coordinator", "srv_master_callback", "timer_handler",
                      "tpool::thread_pool_generic::timer_generic", "ma_checkpoint_background",
@@ -186,6 +197,15 @@ COMPLETION_SYSCALLS = frozenset({"io_uring_enter", "io_getevents", "io_pgetevent
 COMPLETION_WCHANS = ("io_cqring_wait", "io_uring_cqring_wait", "read_events")
 # Commit-path syscalls: a flush the caller waits for before it can answer (fsync on commit).
 COMMIT_SYSCALLS = frozenset({"fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync"})
+
+
+_BY_POOL = {pool: w for w in IDLE_WAITS for pool in w.pools}
+
+
+def pool_wait(pool: str | None) -> IdleWait | None:
+    """The entry whose pool this thread belongs to (``pool``: knowledge.pool_of of its name): what
+    its futex waits are when no stack names them."""
+    return _BY_POOL.get(pool) if pool else None
 
 
 def entries_for(runtime: str | None) -> list[IdleWait]:

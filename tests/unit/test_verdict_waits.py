@@ -161,7 +161,7 @@ def test_every_entry_is_well_formed() -> None:
     keys = [w.key for w in kw.IDLE_WAITS]
     assert len(keys) == len(set(keys))
     for w in kw.IDLE_WAITS:
-        assert w.kind in kw.KINDS and w.what and (w.frames or w.syscalls or w.wchans), w.key
+        assert w.kind in kw.KINDS and w.what and (w.frames or w.syscalls or w.wchans or w.pools), w.key
         assert not (w.needs_role and w.kind != kw.REAPER), w.key
         assert not any(kw.is_lock_frame(f) for f in w.frames), w.key  # a parking frame is never a lock acquire
 
@@ -173,7 +173,7 @@ def test_docs_table_lists_every_entry_with_its_evidence() -> None:
             if line.startswith("| `")}
     assert set(rows) == {w.key for w in kw.IDLE_WAITS}
     for w in kw.IDLE_WAITS:
-        for ev in (*w.frames[:2], *w.syscalls[:1], *w.wchans[:1]):
+        for ev in (*w.frames[:2], *w.syscalls[:1], *w.wchans[:1], *w.pools):
             assert ev in rows[w.key], (w.key, ev)
 
 
@@ -189,3 +189,34 @@ def test_rust_and_cpp_frames_match_the_table_whatever_their_generic_arguments() 
     # a lock acquire under a generic type is still a lock
     assert kw.match_frames(["syscall", "parking_lot::raw_mutex::RawMutex::lock_slow",
                             "engine_rocks::RocksEngine<E>::write"], "rust") is kw.LOCK
+
+
+# --------------------------------------------------------------------------- task pools by their threads' names
+
+
+def test_a_task_pools_unnamed_condition_waits_are_its_workers_parked_and_its_lock_acquires_stay_locks() -> None:
+    futex, acquire = sw.WaitClass(sw.FUTEX), sw.WaitClass(sw.FUTEX, lock=True)
+    named = sw.WaitClass(sw.IDLE, "epoll")
+    parts = [(futex, 0.5), (acquire, 0.3), (named, 0.2)]
+    for pool in ("rocksdb:low", "unified-read-po", "raftstore", "apply", "sched-worker-po", "grpc-server"):
+        out = sw.by_pool(parts, pool)
+        assert out == [(sw.WaitClass(sw.IDLE, "task-pool-park"), 0.5), (acquire, 0.3), (named, 0.2)], pool
+    # a thread of no known pool (db_bench's own writer, a connection thread) keeps its futex waits
+    assert sw.by_pool(parts, "db_bench") == parts and sw.by_pool(parts, None) == parts
+
+
+def test_rocksdbs_background_pool_parked_between_jobs_is_not_lock_contention() -> None:
+    # real capture (samples/rocksdb-bg-pool-parked/README.md: db_bench's stats, gdb's stacks, /proc)
+    from profiler.analyzers.analysis import analyze
+
+    from profiler.bundle import Bundle
+
+    a = analyze(Bundle.open(ROOT / "samples" / "rocksdb-bg-pool-parked"))
+    (v,) = a.verdict.per_target
+    (t,) = a.metrics.targets
+    assert v.category == "not_saturated"
+    lock = next(f for f in v.findings if f.category == "lock_contention")
+    assert lock.score < 0.1
+    parked = dict(t.time.idle_by_design).get("task-pool-park", 0.0)
+    assert parked >= 0.15  # the pool's threads spend a fifth or more of the thread time parked
+    assert "task-pool-park" in v.primary.sub_cause
