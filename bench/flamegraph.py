@@ -65,19 +65,39 @@ print(t3 - t2, t4 - t3, t5 - t4, t1 - t0)
 """
 
 
+def ensure_bytecode() -> None:
+    """Compile the package's modules, as pip does when it installs a wheel: a run with
+    PYTHONDONTWRITEBYTECODE set (an editable install, this host's environment) would otherwise
+    compile every module it imports at every start, which no installed copy does."""
+    import importlib.util
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for pkg in ("profiler", "profiler.analyzers", "profiler.collectors"):
+        spec = importlib.util.find_spec(pkg)
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", where], env=env, check=False,
+                           stdout=subprocess.DEVNULL)
+
+
 def timed(argv: list[str] | str, stdout: Path | None = None, shell: bool = False) -> tuple[float, int, float]:
     """Wall seconds, max RSS (KiB) and CPU seconds (user + system, children included) of one
     run. CPU time hardly depends on how busy the machine is; wall time does."""
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL  # noqa: SIM115
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, shell=shell)  # noqa: S603
-    _, status, ru = os.wait4(proc.pid, 0)
-    dt = time.perf_counter() - t0
-    if stdout:
-        out.close()  # type: ignore[union-attr]
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    with tempfile.TemporaryFile() as errf:  # a file, not a pipe: a chatty child must not block
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=errf, shell=shell)  # noqa: S603
+        _, status, ru = os.wait4(proc.pid, 0)
+        dt = time.perf_counter() - t0
+        if stdout:
+            out.close()  # type: ignore[union-attr]
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {argv}\n{err[-500:]}")
+        hint = ""
+        if "type: 17" in err:
+            hint = ("\n(perf script cannot read this file's BPF events: record again with "
+                    "--record-sizes, which keeps the file without them)")
+        raise SystemExit(f"failed: {argv}\n{err[-500:]}{hint}")
     return dt, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
@@ -179,6 +199,20 @@ def record(perf_data: Path, size_mb: int) -> None:
                 load.wait()
     if not perf_data.exists() or perf_data.stat().st_size < size_mb << 19:
         raise SystemExit(f"bench: recording {perf_data} failed")
+    if wide:
+        # perf record asks for BPF programs' symbol records on its tracking event even with
+        # --no-bpf-event, and this host's perf script stops at them ("failed to process type:
+        # 17"), which would leave no baseline: the file is kept without them (every sample stays)
+        import numpy as np
+
+        from profiler.formats import perfdata as pdata
+        from profiler.formats.perfdata_reduce import filter_samples
+
+        raw = perf_data.with_suffix(".raw")
+        perf_data.rename(raw)
+        filter_samples(raw, perf_data, lambda pid, tid, t: np.ones(len(pid), bool),
+                       drop_types=(pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT))
+        raw.unlink()
 
 
 def whole_path(datas: list[Path], reps: int, inferno: tuple[str, str] | None, work: Path) -> None:
@@ -238,6 +272,7 @@ def main() -> int:
     if not datas:
         ap.error("give --perf-data FILE (repeatable) or --record-sizes")
     inferno = find_inferno(not args.no_install)
+    ensure_bytecode()
     print(f"# flame graph benchmark: {len(datas)} perf.data, {args.reps} interleaved runs each")
     print(f"# host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared with other jobs):")
     print("# wall times are medians, read the ratios; CPU s (user+system, children included) barely depends on load")

@@ -27,6 +27,7 @@ address at a symbol's end belongs to the next one). Names are decoded and demang
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +45,27 @@ PAGE = 4096
 MAX_SYMTAB = 1 << 30  # a symbol or string table larger than this is not read (a corrupt header)
 
 
+class Plt:
+    """The PLT entries of a table, in address order: their bounds as arrays, each entry's
+    ``(start, end, name)`` on demand (names decoded on first use: a large binary has thousands)."""
+
+    def __init__(self, starts: np.ndarray | None = None, size: int = 0,
+                 name_of: Callable[[int], str] | None = None) -> None:
+        self.starts = starts if starts is not None else np.zeros(0, np.uint64)
+        self.ends = self.starts + np.uint64(size)
+        self._name_of = name_of
+        self._names: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, k: int) -> tuple[int, int, str]:
+        name = self._names.get(k)
+        if name is None:
+            name = self._names[k] = self._name_of(k) if self._name_of is not None else ""
+        return int(self.starts[k]), int(self.ends[k]), name
+
+
 @dataclass
 class SymTable:
     """Symbols of one file by address (file offsets for user space, addresses for the kernel).
@@ -59,7 +81,7 @@ class SymTable:
     binds: np.ndarray  # uint8: STB_*
     strings: bytes
     demangle: bool = True
-    plt: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, name): index len(starts) + k
+    plt: Plt = field(default_factory=Plt)  # (start, end, name): index len(starts) + k
     failed: bool = False  # perf's loading stopped part way: its first lookup finds nothing, later ones these
     fixed: np.ndarray | None = None  # symbols that went through perf's fixups (dedupe), None: all
     _names: dict[int, str] = field(default_factory=dict)
@@ -101,8 +123,7 @@ class SymTable:
         st = self.starts[j] if n else np.zeros(len(idx), np.uint64)
         en = self.ends[j] if n else np.zeros(len(idx), np.uint64)
         if plt.any():
-            ps = np.asarray([p[0] for p in self.plt], np.uint64)
-            pe = np.asarray([p[1] for p in self.plt], np.uint64)
+            ps, pe = self.plt.starts, self.plt.ends
             st = np.where(plt, ps[np.where(plt, idx - n, 0)], st)
             en = np.where(plt, pe[np.where(plt, idx - n, 0)], en)
         return st, en
@@ -121,28 +142,27 @@ class SymTable:
         return (k >= 0) & (a < hi[np.maximum(k, 0)])
 
     def _overlaps(self) -> tuple[np.ndarray, np.ndarray]:
-        lo: list[int] = []
-        hi: list[int] = []
+        lo: list[np.ndarray] = []
+        hi: list[np.ndarray] = []
         n = len(self.starts)
         if n > 1:
             # sized symbols overlapping the ones before them (other than at the same address)
             mx = np.maximum.accumulate(self.ends.astype(np.uint64))
             over = np.flatnonzero((self.starts[1:] < mx[:-1]) & (self.starts[1:] != self.starts[:-1])) + 1
-            for k in over.tolist():
-                lo.append(int(self.starts[k]))
-                hi.append(int(mx[k - 1]))
-        if self.plt and n:
-            for ps, _pe, _nm in self.plt:
-                k = int(np.searchsorted(self.starts, np.uint64(ps), side="right")) - 1
-                if k >= 0 and int(self.ends[k]) > ps:
-                    lo.append(int(self.starts[k]))
-                    hi.append(int(self.ends[k]))
-        if not lo:
+            lo.append(self.starts[over].astype(np.uint64))
+            hi.append(mx[over - 1])
+        if len(self.plt) and n:
+            # a symbol stretched over PLT entries
+            k = np.searchsorted(self.starts, self.plt.starts, side="right").astype(np.int64) - 1
+            kk = k[k >= 0]
+            over_plt = self.ends[kk] > self.plt.starts[k >= 0]
+            lo.append(self.starts[kk[over_plt]].astype(np.uint64))
+            hi.append(self.ends[kk[over_plt]].astype(np.uint64))
+        l_ = np.concatenate(lo) if lo else np.zeros(0, np.uint64)
+        if not len(l_):
             return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-        order = np.argsort(np.asarray(lo, np.uint64), kind="stable")
-        l_ = np.asarray(lo, np.uint64)[order]
-        h_ = np.maximum.accumulate(np.asarray(hi, np.uint64)[order])
-        return l_, h_
+        order = np.argsort(l_, kind="stable")
+        return l_[order], np.maximum.accumulate(np.concatenate(hi)[order])
 
     def _winner(self, first: int, last: int) -> int:
         """perf's symbols__fixup_duplicate over the symbols ``first..last`` (one address)."""
@@ -176,9 +196,8 @@ class SymTable:
             st, en = self.starts[j], self.ends[j]
             hold = ok & ((a < en) | ((st == en) & (a == st)))
             out = np.where(hold, j, -1)
-        if self.plt:
-            ps = np.asarray([p[0] for p in self.plt], np.uint64)
-            pe = np.asarray([p[1] for p in self.plt], np.uint64)
+        if len(self.plt):
+            ps, pe = self.plt.starts, self.plt.ends
             k = np.searchsorted(ps, a, side="right").astype(np.int64) - 1
             kk = np.maximum(k, 0)
             inside = (k >= 0) & (a < pe[kk])
@@ -386,16 +405,19 @@ def _with_plt(t: SymTable, elf: Elf) -> SymTable:
         symidx = (info >> np.uint64(32)) if word == 8 else (info >> np.uint32(8))
         entry = plt.entsize
         off = plt.offset + entry  # the header is one entry long on x86
-        plt_rows: list[tuple[int, int, str]] = []
-        for k, si in enumerate(symidx.tolist()):
-            name = ""
-            if si < len(rows):
-                at = int(rows["name"][si])
-                end = strings.find(b"\0", at)
-                name = strings[at : end if end >= 0 else len(strings)].decode("utf-8", "surrogateescape")
-            start = off + k * entry
-            plt_rows.append((start, start + entry, name))
+        sym_of = symidx.tolist()
+        name_at = rows["name"]
+
+        def name_of(k: int) -> str:
+            si = sym_of[k]
+            if si >= len(rows):
+                return ""
+            at = int(name_at[si])
+            end = strings.find(b"\0", at)
+            return strings[at : end if end >= 0 else len(strings)].decode("utf-8", "surrogateescape")
+
+        starts = np.uint64(off) + np.arange(len(sym_of), dtype=np.uint64) * np.uint64(entry)  # in address order
     except (ElfError, IndexError, ValueError):
         return t
-    t.plt = sorted(plt_rows, key=lambda r: r[0])
+    t.plt = Plt(starts, entry, name_of)
     return t

@@ -3,14 +3,15 @@
 Pieces of ``perfscript_text.py``: the build ids of perf.data's header (which files perf would
 accept for a binary), sched_switch's payload as its print format prints it (the ``trace``
 field), the time as ``secs.usecs``, which events perf checks the requested fields against,
-and distinct rows of integer columns (lexsort: what distinct frame lines and header prefixes
-are found with).
+distinct rows of integer columns (lexsort: what distinct frame lines and header prefixes
+are found with), equal sequences of integers (equal stacks of symbols), and perf script's
+own text cut into samples.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -128,3 +129,71 @@ def is_dummy(ev: object) -> bool:
 
 def output_type(typ: int) -> str:
     return str(typ) if typ < 6 else "other"  # PERF_TYPE_MAX: dynamic PMUs share one output type
+
+def same_sequences(vals: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """An id per sequence ``vals[starts[i]:starts[i+1]]``, equal for equal sequences: hashed in
+    one pass, then each checked entry by entry against the first of its hash (exact)."""
+    from profiler.formats.perfdata import U64
+    from profiler.formats.perfdata_reduce import _depth_mult, _mix
+
+    n = len(starts) - 1
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    lens = np.diff(starts)
+    depth = np.arange(len(vals), dtype=np.int64) - np.repeat(starts[:-1], lens)
+    h = _mix(lens.astype(U64) + U64(0x632BE59BD9B4E019))
+    if len(vals):
+        with np.errstate(over="ignore"):
+            v = _mix(vals.astype(U64) + U64(1)) * _depth_mult(int(lens.max()))[depth]
+        has = lens > 0
+        sums = np.zeros(n, U64)
+        sums[has] = np.add.reduceat(v, starts[:-1][has])
+        h = _mix(h ^ sums)
+    _u, first, ids = np.unique(h, return_index=True, return_inverse=True)
+    ids = ids.ravel()
+    rep = first[ids]  # the first sequence of each hash
+    body = np.repeat(np.arange(n), lens)
+    same = (lens[rep] == lens).all() and (vals == vals[starts[rep[body]] + depth]).all() if len(vals) else \
+        bool((lens[rep] == lens).all())
+    if same:
+        return ids.astype(np.int64)
+    seen: dict[tuple[int, ...], int] = {}  # two sequences share a hash: told apart one by one
+    cl, st = vals.tolist(), starts.tolist()
+    return np.asarray([seen.setdefault(tuple(cl[a:b]), len(seen)) for a, b in zip(st[:-1], st[1:], strict=True)],
+                      np.int64)
+
+
+def perf_blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """perf script's text cut into samples: a header line, then (with a call chain) its frame
+    lines, each starting with a tab, and the blank line that ends it."""
+    rest = b""
+    lines: list[bytes] = []
+    for c in chunks:
+        rest += c
+        *full, rest = rest.split(b"\n")
+        lines.extend(full)
+        yield from _cut(lines, final=False)
+    if rest:
+        lines.append(rest)
+    yield from _cut(lines, final=True)
+
+
+def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
+    """Whole samples from the front of ``lines`` (removed from it)."""
+    i = 0
+    n = len(lines)
+    while i < n:
+        j = i + 1
+        if j < n and (lines[j][:1] == b"\t" or lines[j] == b""):
+            while j < n and lines[j][:1] == b"\t":
+                j += 1
+            if j >= n:
+                if not final:
+                    break
+            else:
+                j += 1  # the blank line
+        elif j >= n and not final:
+            break
+        yield b"".join(x + b"\n" for x in lines[i:j])
+        i = j
+    del lines[:i]

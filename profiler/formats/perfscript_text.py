@@ -23,6 +23,7 @@ in their place in the order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -41,6 +42,8 @@ from profiler.formats.perfscript_fields import (
     build_ids,
     is_dummy,
     output_type,
+    perf_blocks,
+    same_sequences,
     sched_switch,
     time_text,
     trace_texts,
@@ -81,9 +84,7 @@ class Prepared:
 
     st: Stacks
     body_idx: np.ndarray
-    lines: list[str]  # distinct frame lines, as perf prints them ("\t" ... "\n")
-    body_lines: np.ndarray  # line index of each entry; body i is body_lines[starts[i]:starts[i+1]]
-    starts: np.ndarray
+    frames: Frames
     by_perf: np.ndarray
     perf_text: Iterator[bytes] | None
     want: list[str]
@@ -93,6 +94,42 @@ class Prepared:
     evtypes: dict[int, int]
     trace: Callable[..., dict[str, np.ndarray]] | None
     states: Callable[[int], str] | None
+
+    @functools.cached_property
+    def _lines(self) -> tuple[list[str], np.ndarray]:
+        return _frame_lines(self.frames, self.want)
+
+    @property
+    def lines(self) -> list[str]:
+        """Each distinct frame line, as perf prints it ("\t" ... "\n"), made on first use."""
+        return self._lines[0]
+
+    @property
+    def body_lines(self) -> np.ndarray:
+        """The line of each entry: body i is ``lines[k] for k in body_lines[starts[i]:starts[i+1]]``."""
+        return self._lines[1]
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.frames.starts
+
+    @functools.cached_property
+    def symbolic(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Frames told apart by what a folder reads of them, their symbol and module, not their
+        address: (one line per distinct (module, symbol), each entry's, each body's symbolic
+        body)."""
+        fr = self.frames
+        sym = fr.sym
+        if len(fr.names):  # names of stripped Go frames: one per address, the same name is one symbol
+            canon: dict[str, int] = {}
+            first_k = np.asarray([canon.setdefault(nm, k) for k, nm in enumerate(fr.names)], np.int64)
+            sym = np.where(sym <= -2, -2 - first_k[np.maximum(-2 - sym, 0)], sym)
+        # one sort of one key: (module, symbol) packed, symbols offset past the names' negative ids
+        span = int(sym.max()) + len(fr.names) + 3 if len(sym) else 1
+        _u, first, cls = np.unique((fr.dso + 1) * span + (sym + len(fr.names) + 2), return_index=True,
+                                   return_inverse=True)
+        cls = cls.ravel()
+        return _line_texts(fr, first, self.want), cls, same_sequences(cls, fr.starts)
 
     def body(self, i: int) -> str:
         return "".join(self.lines[k] for k in self.body_lines[self.starts[i] : self.starts[i + 1]].tolist())
@@ -128,7 +165,7 @@ def _render(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[bytes]:
             yield from perf_text
         return
     res.written = len(st)
-    yield from _samples(pr, st, pr.body_idx, bodies, by_perf, _blocks(perf_text) if perf_text is not None else None)
+    yield from _samples(pr, st, pr.body_idx, bodies, by_perf, perf_blocks(perf_text) if perf_text is not None else None)
 
 
 def items(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[tuple[str, int, Callable[[], list[int]], list[str]] | bytes]:
@@ -137,7 +174,12 @@ def items(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[tuple[str,
     chain, the text itself otherwise (a sample without one is one line; perf's own text comes
     as its blocks)."""
     st, by_perf, perf_text = pr.st, pr.by_perf, pr.perf_text
-    lines, bl, starts = pr.lines, pr.body_lines, pr.starts
+    starts = pr.starts
+    if merge is not None and merge.symbolic:
+        lines, bl, body_sym = pr.symbolic
+        key_of = body_sym.tolist()
+    else:
+        lines, bl, key_of = pr.lines, pr.body_lines, None
 
     def body_lines(b: int) -> Callable[[], list[int]]:
         return lambda: bl[starts[b] : starts[b + 1]].tolist()
@@ -145,13 +187,13 @@ def items(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[tuple[str,
     def ours(sel: Stacks, body_idx: np.ndarray,
              perf: np.ndarray) -> Iterator[tuple[str, int, Callable[[], list[int]], list[str]] | bytes]:
         cc = np.asarray([pr.callchain[e] and "ip" in pr.want for e in range(len(pr.names))], bool)[sel.event].tolist()
-        blocks = _blocks(perf_text) if perf_text is not None and perf.any() else None
+        blocks = perf_blocks(perf_text) if perf_text is not None and perf.any() else None
         for h, b, c, p in zip(headers(pr, sel), body_idx.tolist(), cc, perf.tolist(), strict=True):
             if p:
                 assert blocks is not None
                 yield next(blocks, b"")
             elif c:
-                yield h, b, body_lines(b), lines
+                yield h, b if key_of is None else key_of[b], body_lines(b), lines
             else:
                 yield (h + (" " + pr.body(b).lstrip("\t") if "ip" in pr.want else "\n")).encode("utf-8", "surrogateescape")
 
@@ -159,19 +201,26 @@ def items(pr: Prepared, merge: Merge | None, res: Result) -> Iterator[tuple[str,
         mine, body_idx = merged(pr, merge)
         res.written = len(mine)
         if perf_text is not None and by_perf[0]:
-            yield from _blocks(perf_text)
+            yield from perf_blocks(perf_text)
             perf_text = None
         yield from ours(mine, body_idx, np.zeros(len(mine), bool))
         if perf_text is not None:
-            yield from _blocks(perf_text)
+            yield from perf_blocks(perf_text)
         return
     res.written = len(st)
     yield from ours(st, pr.body_idx, by_perf)
 
 
 def merged(pr: Prepared, merge: Merge) -> tuple[Stacks, np.ndarray]:
-    """The samples perf script does not name, one per distinct printed stack (``merge``)."""
-    return _merged(pr.st.select(~pr.by_perf), pr.body_idx[~pr.by_perf], merge)
+    """The samples perf script does not name, one per distinct printed stack (``merge``; symbolic:
+    one per distinct stack of symbols and modules)."""
+    body_idx = pr.body_idx[~pr.by_perf]
+    key = None
+    if merge.symbolic:
+        from profiler.formats.perfdata import U64
+
+        key = pr.symbolic[2][body_idx].astype(U64) + U64(0x7F4A7C15)
+    return _merged(pr.st.select(~pr.by_perf), body_idx, merge, key)
 
 
 def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep | None = None,
@@ -237,7 +286,6 @@ def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep 
         per = np.repeat(raw_ip, lens)
         ips = flat[np.repeat(starts[:-1], lens) + 1] if len(flat) else flat
         frames.addr = np.where(per, ips, frames.addr)
-    lines, line_of = _frame_lines(frames, want)
     _go_counts(frames, body_idx, res)
     by_perf = np.zeros(len(st), bool)
     if frames.unsupported:
@@ -251,7 +299,7 @@ def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep 
             raise PerfDataUnsupported("; ".join(sorted(res.reasons)))
     res.first_event = names[int(st.event[0])] if len(st) else None
     perf_text = fallback(st.pid[by_perf], st.tid[by_perf], st.time[by_perf]) if by_perf.any() and fallback else None
-    return Prepared(st, body_idx, lines, line_of, frames.starts, by_perf, perf_text, want, names, width, callchain,
+    return Prepared(st, body_idx, frames, by_perf, perf_text, want, names, width, callchain,
                     evtypes, trace, states)
 
 
@@ -269,9 +317,12 @@ def _go_counts(fr: Frames, body_idx: np.ndarray, res: Result) -> None:
     res.go_unnamed = int(weight[in_go & (fr.sym == -1)].sum())
 
 
-def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndarray]:
+
+
+def _merged(st: Stacks, body_idx: np.ndarray, m: Merge, body_key: np.ndarray | None = None) -> tuple[Stacks, np.ndarray]:
     """One sample per (event, process, thread name, [thread], body), the first in order, its
-    period the total (or the count); and its body index."""
+    period the total (or the count); and its body index. ``body_key``: each sample's body told
+    apart otherwise than by its call chain's hash."""
     from profiler.formats.perfdata import U64
     from profiler.formats.perfdata_reduce import _mix
 
@@ -279,7 +330,8 @@ def _merged(st: Stacks, body_idx: np.ndarray, m: Merge) -> tuple[Stacks, np.ndar
         who = st.comm.astype(U64) * U64(0x9E3779B97F4A7C15)
         if m.by_tid:
             who = who ^ _mix(st.tid.astype(U64) + U64(0x51))
-        k = _mix(st.body ^ _mix(st.event.astype(U64) * U64(0xD6E8FEB86659FD93) + who))
+        k = _mix((st.body if body_key is None else _mix(body_key)) ^ _mix(st.event.astype(U64) * U64(0xD6E8FEB86659FD93)
+                                                                         + who))
     _uk, first, inv = np.unique(k, return_index=True, return_inverse=True)
     w = np.ones(len(st), np.int64) if m.count_samples else st.period
     sums = np.bincount(inv.ravel(), weights=w.astype(np.float64)).astype(np.int64)
@@ -298,10 +350,15 @@ def _bodies(st: Stacks) -> tuple[np.ndarray, np.ndarray]:
 def _frame_lines(fr: Frames, want: list[str]) -> tuple[list[str], np.ndarray]:
     """Each distinct (address, dso, symbol) frame line as perf prints it (ip, sym, symoff, dso as
     asked), and the line of each entry."""
-    ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
     if not len(fr.addr):
         return [], np.zeros(0, np.int64)
     first, inv = unique_rows(fr.addr.astype(np.int64), fr.dso, fr.sym)
+    return _line_texts(fr, first, want), inv
+
+
+def _line_texts(fr: Frames, first: np.ndarray, want: list[str]) -> list[str]:
+    """The frame lines of the entries ``first``, as perf prints them."""
+    ip, sym, symoff, dso = "ip" in want, "sym" in want, "symoff" in want, "dso" in want
     dsos = fr.dsos
     lines: list[str] = []
     for a, d, s, o in zip(fr.addr[first].tolist(), fr.dso[first].tolist(), fr.sym[first].tolist(),
@@ -325,43 +382,11 @@ def _frame_lines(fr: Frames, want: list[str]) -> tuple[list[str], np.ndarray]:
             parts.append(f" ({dsos[d].name if d >= 0 else '[unknown]'})")
         parts.append("\n")
         lines.append("".join(parts))
-    return lines, inv
+    return lines
 
 
-def _blocks(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """perf script's text cut into samples: a header line, then (with a call chain) its frame
-    lines, each starting with a tab, and the blank line that ends it."""
-    rest = b""
-    lines: list[bytes] = []
-    for c in chunks:
-        rest += c
-        *full, rest = rest.split(b"\n")
-        lines.extend(full)
-        yield from _cut(lines, final=False)
-    if rest:
-        lines.append(rest)
-    yield from _cut(lines, final=True)
 
 
-def _cut(lines: list[bytes], final: bool) -> Iterator[bytes]:
-    """Whole samples from the front of ``lines`` (removed from it)."""
-    i = 0
-    n = len(lines)
-    while i < n:
-        j = i + 1
-        if j < n and (lines[j][:1] == b"\t" or lines[j] == b""):
-            while j < n and lines[j][:1] == b"\t":
-                j += 1
-            if j >= n:
-                if not final:
-                    break
-            else:
-                j += 1  # the blank line
-        elif j >= n and not final:
-            break
-        yield b"".join(x + b"\n" for x in lines[i:j])
-        i = j
-    del lines[:i]
 
 
 def headers(pr: Prepared, st: Stacks) -> list[str]:

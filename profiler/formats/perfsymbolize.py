@@ -29,7 +29,7 @@ import ctypes
 import io
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,24 +214,25 @@ class Symbolizer:
         mapip = flat.copy()
         # user entries: the process's maps at the body's generation
         user = keep & (mode == MODE_USER)
-        pid_e = st.pid[reps][body_of]
-        gen_e = st.gen[reps][body_of]
-        for (p, g), (ms, me, mpg, md, mid) in snaps.items():
+        # each body's snapshot, then the user entries grouped by it (one pass, not one per snapshot)
+        keys = list(snaps)
+        key_of = {k: i for i, k in enumerate(keys)}
+        body_snap = np.asarray([key_of.get(k, -1) for k in zip(st.pid[reps].tolist(), st.gen[reps].tolist(),
+                                                                strict=True)], np.int64)
+        for k, sel in _groups(body_snap[body_of], user):
+            ms, me, mpg, md, mid = snaps[keys[k]]
             if not len(ms):
-                continue
-            sel = user & (pid_e == p) & (gen_e == g)
-            if not sel.any():
                 continue
             ip = flat[sel]
             j = np.searchsorted(ms, ip, side="right") - 1
             ok = (j >= 0) & (ip < me[np.maximum(j, 0)])
             jj = np.maximum(j, 0)
-            d = np.where(ok, md[jj], -1)
+            dm = np.where(ok, md[jj], -1)
             ident = mid[jj]
             mip = np.where(ok & ~ident, ip - ms[jj] + mpg[jj], ip)
-            dso[sel] = d
+            dso[sel] = dm
             mapip[sel] = mip
-            addr[sel] = np.where((d >= 0), mip, ip)
+            addr[sel] = np.where((dm >= 0), mip, ip)
         # kernel entries
         kern = keep & (mode == MODE_KERNEL)
         if kern.any():
@@ -240,8 +241,7 @@ class Symbolizer:
         sym = np.full(len(flat), -1, np.int64)
         off = np.zeros(len(flat), np.uint64)
         names: list[str] = []
-        for d in np.unique(dso[keep & (dso >= 0)]).tolist():
-            sel = keep & (dso == d)
+        for d, sel in _groups(dso, keep & (dso >= 0)):
             t, why = self._table(d)
             if why is None and t is not None and t.failed:
                 why = f"perf's loading of {self.dsos[d].name} stops part way (its names then depend on its own tree)"
@@ -271,7 +271,7 @@ class Symbolizer:
 
     def _go_names(self, sel: np.ndarray, hit: np.ndarray, a: np.ndarray, dd: Dso, sym: np.ndarray, off: np.ndarray,
                   names: list[str]) -> None:
-        where = np.flatnonzero(sel)[~hit]
+        where = sel[~hit]  # sel: the entries' indices
         uniq, inv = np.unique(a[~hit], return_inverse=True)
         got_sym = np.full(len(uniq), -1, np.int64)
         got_off = np.zeros(len(uniq), np.uint64)
@@ -349,6 +349,20 @@ class Symbolizer:
         if len(own):
             self._kernel_span = (int(table.starts[own[0]]), int(table.ends[own[-1]]))
         return table
+
+
+def _groups(key: np.ndarray, where: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(k, the indices i where ``where[i]`` and ``key[i] == k``, ascending) for each k >= 0, ascending:
+    one sort, instead of a pass over every entry for each k."""
+    idx = np.flatnonzero(where & (key >= 0))
+    if not len(idx):
+        return
+    order = np.argsort(key[idx], kind="stable")
+    idx = idx[order]
+    ks = key[idx]
+    cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
+    for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(idx)]]).tolist(), strict=True):
+        yield int(ks[lo]), idx[lo:hi]
 
 
 def _frames(starts: np.ndarray, keep: np.ndarray, addr: np.ndarray, dso: np.ndarray, sym: np.ndarray, off: np.ndarray,

@@ -27,6 +27,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,9 +198,34 @@ def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Dir
     from profiler.formats import perfscript_text as pt
 
     tmp = tempfile.TemporaryDirectory(prefix="profiler-perf-")
+    started: list[bool] = []
 
     def fallback(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> Iterator[bytes]:
-        """perf script's text for the samples the direct path cannot name (a smaller copy)."""
+        """perf script's text for the samples the direct path cannot name, made in a thread
+        while ours are folded (perf on the other core): the iterator waits for it."""
+        box: list[Any] = []
+        started.append(True)
+
+        def work() -> None:
+            try:
+                box.append(run_perf(pid, tid, t))
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader of the text
+                box.append(exc)
+            finally:
+                tmp.cleanup()
+
+        th = threading.Thread(target=work, name="perf-script-fallback")
+        th.start()
+
+        def text() -> Iterator[bytes]:
+            th.join()
+            if isinstance(box[0], BaseException):
+                raise box[0]
+            yield from box[0]
+
+        return text()
+
+    def run_perf(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> list[bytes]:
         copy = Path(tmp.name) / "rest.perf.data"
         keep = _keep_these(tid, t)
         for drop in ((), (pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT)):
@@ -215,23 +241,20 @@ def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Dir
                     continue  # perf 6.1 stops at a BPF program's symbol record: again without them
                 raise
             break
-        return iter(chunks)
+        return chunks
 
     res = pt.Result()
     try:
         prepared = pt.prepare(str(perf_data), fields, fallback=fallback, result=res)
     except pdata.PerfDataUnsupported as exc:
         direct.why = str(exc)
-        tmp.cleanup()
         return None
     except (OSError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError) as exc:
         direct.why = f"{type(exc).__name__}: {exc}"  # a damaged file: perf script reads it as far as it can
-        tmp.cleanup()
         return None
-    except BaseException:
-        tmp.cleanup()
-        raise
-    tmp.cleanup()  # perf's text, if any, is held in memory
+    finally:
+        if not started:
+            tmp.cleanup()  # else the fallback's thread removes it when perf is done
     direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
     return prepared, res, merge
 

@@ -214,7 +214,8 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: Mete
         out = from_collapser(c, opts, input, log)
         out.warnings.extend(_by_perf(direct, name or input))
         return out
-    merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples)
+    merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples,
+                           symbolic=not opts.include_addrs)
     fold_opts = replace(opts, count_samples=False)  # the merged period is the weight, counts or not
     merged: list[perfdata.Merged] = []
     direct = perfdata.Direct()

@@ -15,7 +15,7 @@ from profiler.analyzers.stacks.folding import Collapser, FoldOptions
 from profiler.formats import elfsyms, kallsyms, perfdemangle
 from profiler.formats.elf import Elf
 from profiler.formats.elfsyms import STB_GLOBAL, STB_LOCAL, STB_WEAK, SymTable
-from profiler.formats.perfscript_fields import unique_rows
+from profiler.formats.perfscript_fields import same_sequences, unique_rows
 
 U = np.uint64
 
@@ -107,6 +107,23 @@ def test_unique_rows() -> None:
     first, inv = unique_rows(a, b)
     assert [(int(a[i]), int(b[i])) for i in first] == [(1, 5), (2, 0), (3, 0)]
     assert inv.tolist() == [2, 0, 2, 0, 1]
+
+
+def test_same_sequences_are_told_apart_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stacks of symbols merge only when equal, entry by entry, even when their hashes collide."""
+    rng = np.random.default_rng(7)
+    seqs = [tuple(rng.integers(0, 4, size=int(rng.integers(0, 5))).tolist()) for _ in range(400)]
+    vals = np.asarray([v for s in seqs for v in s], np.int64)
+    starts = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+    from profiler.formats import perfdata_reduce
+
+    for collide in (False, True):
+        if collide:  # every hash the same: the check entry by entry must still tell them apart
+            monkeypatch.setattr(perfdata_reduce, "_mix", lambda x: np.zeros_like(x))
+        ids = same_sequences(vals, starts).tolist()
+        for i in range(len(seqs)):
+            for j in range(0, len(seqs), 37):
+                assert (ids[i] == ids[j]) == (seqs[i] == seqs[j]), (collide, seqs[i], seqs[j])
 
 
 TEXT = """\
