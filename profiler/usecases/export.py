@@ -46,7 +46,7 @@ def _labeled(req: fg.StackRequest) -> tuple[Labeler, Collapser, fg.Meter]:
     return lab, c, fg.Meter(req.progress, f"folding {req.src.name}")
 
 
-def _samples_profile(req: fg.StackRequest, stacks: fg.Stacks, lab: Labeler, c: Collapser) -> tuple[StackProfile, fg.Stacks]:
+def _samples_profile(req: fg.StackRequest, stacks: fg.LoadedStacks, lab: Labeler, c: Collapser) -> tuple[StackProfile, fg.LoadedStacks]:
     fg.check_stacks(stacks, req.opts, req.warn)
     profile = lab.into(fg.stack_profile(stacks, offcpu=False))
     profile.files = c.frame_modules()
@@ -57,7 +57,7 @@ def _samples_profile(req: fg.StackRequest, stacks: fg.Stacks, lab: Labeler, c: C
     return profile, stacks
 
 
-def _bundle_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _bundle_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """A bundle's CPU stacks through the views, each sample with its thread and time."""
     from profiler.analyzers import views  # the one reader of a bundle's members
 
@@ -73,7 +73,7 @@ def _bundle_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
     return _samples_profile(req, stacks, lab, c)
 
 
-def _perf_data_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _perf_data_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """perf.data through perf script, each sample with its thread and time."""
     src = req.src
     lab, c, meter = _labeled(req)
@@ -82,7 +82,7 @@ def _perf_data_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
     return _samples_profile(req, fg.from_collapser(c, req.opts, src.name, src.log), lab, c)
 
 
-def _perf_script_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _perf_script_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """perf script text, each sample with its thread and time."""
     src = req.src
     lab, c, meter = _labeled(req)
@@ -91,7 +91,7 @@ def _perf_script_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
     return _samples_profile(req, fg.from_collapser(c, req.opts, src.name, src.log), lab, c)
 
 
-def _bundle_offcpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _bundle_offcpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """A perf bundle's off-CPU intervals, labeled; a bcc bundle's totals (no threads) as merged stacks."""
     from profiler.analyzers import views  # the one reader of a bundle's members
 
@@ -108,14 +108,14 @@ def _bundle_offcpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
     if not lab.counts:
         raise InputError(f"no sched_switch samples with blocked time in {src.name}/{view.source}")
     notes = view.notes + bundles.collector_note(bundle, "offcpu-stacks")
-    stacks = fg.Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs,
+    stacks = fg.LoadedStacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs,
                        source=f"{src.name}/{view.source}", warnings=bundle.read_warnings() + bundle.warnings,
                        notes=notes)
     fg.check_stacks(stacks, opts, req.warn)
     return lab.into(fg.stack_profile(stacks, offcpu=True)), stacks
 
 
-def _pprof(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _pprof(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """A pprof profile's labels, mappings, duration and period, kept as they were."""
     src, opts = req.src, req.opts
     prof = pprof.read_source(src)
@@ -129,7 +129,7 @@ def _pprof(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
         labeled[(key, labels)] = labeled.get((key, labels), 0) + value
         counts[key] = counts.get(key, 0) + value
         samples += 1
-    stacks = fg.Stacks(counts=counts, unit=fg.PPROF_UNITS.get(st.unit) or st.unit, event=str(st), samples=samples,
+    stacks = fg.LoadedStacks(counts=counts, unit=fg.PPROF_UNITS.get(st.unit) or st.unit, event=str(st), samples=samples,
                        source=src.name, warnings=prof.warnings + fg.log_warnings(src.log))
     period = prof.period_type
     profile = StackProfile(counts=counts, sample_type=st.type, unit=st.unit, name=f"{src.name} · {st}",
@@ -140,7 +140,7 @@ def _pprof(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
     return profile, stacks
 
 
-def _merged(req: fg.StackRequest, readers: dict[Format, fg.StackReader], offcpu: bool) -> tuple[StackProfile, fg.Stacks]:
+def _merged(req: fg.StackRequest, readers: dict[Format, fg.StackReader], offcpu: bool) -> tuple[StackProfile, fg.LoadedStacks]:
     """Stacks without threads or times (folded stacks, bcc's totals, perf's sched_switch samples
     merged): the flame graph's own reader of the format, as a profile."""
     stacks = readers[req.src.format](req)
@@ -148,15 +148,15 @@ def _merged(req: fg.StackRequest, readers: dict[Format, fg.StackReader], offcpu:
     return fg.stack_profile(stacks, offcpu), stacks
 
 
-def _folded(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _folded(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     return _merged(req, fg.STACK_READERS, offcpu=False)
 
 
-def _merged_offcpu(req: fg.StackRequest) -> tuple[StackProfile, fg.Stacks]:
+def _merged_offcpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     return _merged(req, fg.OFFCPU_READERS, offcpu=True)
 
 
-ExportReader = Callable[[fg.StackRequest], tuple[StackProfile, fg.Stacks]]
+ExportReader = Callable[[fg.StackRequest], tuple[StackProfile, fg.LoadedStacks]]
 
 # How each stack input becomes a profile for another tool: the formats of the flame graph's
 # STACK_READERS (the same detection order), each with what it knows kept.
@@ -176,7 +176,7 @@ OFFCPU_EXPORT_READERS: dict[Format, ExportReader] = {
 
 
 def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
-           warn: fg.Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, fg.Stacks]:
+           warn: fg.Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, fg.LoadedStacks]:
     """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format.
     The input's format picks its reader in EXPORT_READERS (or, with ``offcpu``, OFFCPU_EXPORT_READERS)."""
     from profiler.renderers.registry import EXPORTS

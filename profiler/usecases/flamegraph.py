@@ -37,8 +37,9 @@ PPROF_UNITS = {"nanoseconds": "ns", "microseconds": "us"}
 
 
 @dataclass
-class Stacks:
-    """Folded counts plus what the graph's labels need to know about them."""
+class LoadedStacks:
+    """An input's stacks as load_stacks read them: folded counts plus what the graph's labels need
+    to know about them (formats/perfstacks.py's Stacks are perf.data's samples before folding)."""
 
     counts: dict[str, int]
     unit: str = "samples"
@@ -55,7 +56,7 @@ class FlameGraphResult:
     """What `profiler flamegraph` writes: the SVG, or folded lines; and what it says about them."""
 
     output: str | list[str]
-    stacks: Stacks
+    stacks: LoadedStacks
     frames: int = 0  # frames drawn (0 for folded output)
 
 
@@ -82,7 +83,7 @@ def _unit_for(event: str | None, count_samples: bool) -> str:
     return "ns" if base in ("cpu-clock", "task-clock") else "events"
 
 
-def from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> Stacks:
+def from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> LoadedStacks:
     """The folded counts; the samples whose header could not be read are counted in ``log``
     (whose summary, with what the stream tolerated, becomes the one warning about the input)."""
     warnings = list(c.warnings)
@@ -92,7 +93,7 @@ def from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | 
             warnings.append(summary)
     elif c.weird:
         warnings.append(f"{source}: {UNREAD_SAMPLES}: {c.weird:,} skipped")
-    return Stacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
+    return LoadedStacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
                   source=source, warnings=warnings, seen=c.samples + c.skipped + c.weird)
 
 
@@ -117,7 +118,7 @@ class StackRequest:
 
 
 def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress: Progress | None = None,
-                stdin: IO[bytes] | None = None) -> Stacks:
+                stdin: IO[bytes] | None = None) -> LoadedStacks:
     """Any stack input -> folded counts (CPU samples, off-CPU time in µs, or a pprof sample type,
     picked by ``opts.event_filter``). A relative ``opts.window`` counts from a bundle's capture
     start, else from the first sample. The input's format picks its reader in STACK_READERS (or,
@@ -165,7 +166,7 @@ def _meter(req: StackRequest, task: str) -> Meter:
                   if src.path is not None and src.path.is_file() and not src.compressed else None)
 
 
-def _bundle_stacks(req: StackRequest) -> Stacks:
+def _bundle_stacks(req: StackRequest) -> LoadedStacks:
     from profiler.analyzers import views  # the analysis's readers: only for a bundle
 
     bundle = req.bundle
@@ -180,17 +181,17 @@ def _bundle_stacks(req: StackRequest) -> Stacks:
     return out
 
 
-def _perf_data_stacks(req: StackRequest) -> Stacks:
+def _perf_data_stacks(req: StackRequest) -> LoadedStacks:
     meter = Meter(req.progress, f"perf script {req.src.name} | folding")
     return _from_perf_data(req.src.file, req.input, req.opts, meter, req.src.log, req.src.name + req.src.damage())
 
 
-def _folded_stacks(req: StackRequest) -> Stacks:
+def _folded_stacks(req: StackRequest) -> LoadedStacks:
     counts = folded.read_source(req.src)
-    return Stacks(counts=counts, source=req.src.name, samples=sum(counts.values()), warnings=log_warnings(req.src.log))
+    return LoadedStacks(counts=counts, source=req.src.name, samples=sum(counts.values()), warnings=log_warnings(req.src.log))
 
 
-def _perf_script_stacks(req: StackRequest) -> Stacks:
+def _perf_script_stacks(req: StackRequest) -> LoadedStacks:
     src, opts, progress = req.src, req.opts, req.progress
     meter = _meter(req, f"folding {src.name}")
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
@@ -202,7 +203,7 @@ def _perf_script_stacks(req: StackRequest) -> Stacks:
 
 
 def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: Meter, log: ReadLog | None = None,
-                    name: str | None = None) -> Stacks:
+                    name: str | None = None) -> LoadedStacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
     field) unless a time window needs each sample's own time, or inferno's rules may ignore the
     period (it does when perf pads the event name: a file of several events). ``log``: what
@@ -252,7 +253,7 @@ def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
     return [f"{input}: {direct.by_perf:,} of {direct.samples:,} samples named by perf script ({why})"]
 
 
-def _pprof(req: StackRequest) -> Stacks:
+def _pprof(req: StackRequest) -> LoadedStacks:
     """One sample type of a pprof profile (``--event TYPE``; by default the producer's choice,
     else the last type, as `go tool pprof` shows it): cpu time, goroutines, bytes..."""
     src, opts = req.src, req.opts
@@ -270,11 +271,11 @@ def _pprof(req: StackRequest) -> Stacks:
     unlabeled = [f"{src.name}: no sample carries the label {k!r}" + (f" (its labels: {', '.join(keys)})" if keys else
                                                                      " (it has no labels)")
                  for k in opts.group_by if k not in keys]
-    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
+    return LoadedStacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
                   warnings=profile.warnings + unlabeled + log_warnings(src.log))
 
 
-def _bundle_offcpu(req: StackRequest) -> Stacks:
+def _bundle_offcpu(req: StackRequest) -> LoadedStacks:
     """A bundle's off-CPU members through the off-CPU view (analyzers/views/stacks.py), the one
     reader the report uses too: blocked microseconds, perf's or bcc's."""
     from profiler.analyzers import views  # the analysis's readers: only for a bundle
@@ -292,22 +293,22 @@ def _bundle_offcpu(req: StackRequest) -> Stacks:
     source = f"{req.src.name}/{view.source}"
     warnings = bundle.read_warnings() + bundle.warnings
     if view.bcc:
-        return Stacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
+        return LoadedStacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
     if not view.folded:
         raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
-    return Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
+    return LoadedStacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
                   warnings=warnings, notes=view.notes + bundles.collector_note(bundle, "offcpu-stacks"))
 
 
-def _switches(req: StackRequest, counts: dict[str, int], stats: OffCpuStats) -> Stacks:
+def _switches(req: StackRequest, counts: dict[str, int], stats: OffCpuStats) -> LoadedStacks:
     warnings = log_warnings(req.src.log)
     if not counts:
         raise InputError(f"no sched_switch samples with blocked time in {req.src.name}" + _damage(warnings))
-    return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=req.src.name,
+    return LoadedStacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=req.src.name,
                   warnings=warnings, notes=list(stats.notes))
 
 
-def _perf_data_offcpu(req: StackRequest) -> Stacks:
+def _perf_data_offcpu(req: StackRequest) -> LoadedStacks:
     src, opts = req.src, req.opts
     counts, stats = perfdata.read_perf_script(
         src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
@@ -315,14 +316,14 @@ def _perf_data_offcpu(req: StackRequest) -> Stacks:
     return _switches(req, counts, stats)
 
 
-def _perf_script_offcpu(req: StackRequest) -> Stacks:
+def _perf_script_offcpu(req: StackRequest) -> LoadedStacks:
     with req.src.open() as fh:
         counts, stats = offcpu_folded(iter_samples(open_lines(fh), req.src.log), pools=req.opts.pools,
                                       window=req.opts.window)
     return _switches(req, counts, stats)
 
 
-StackReader = Callable[[StackRequest], Stacks]
+StackReader = Callable[[StackRequest], LoadedStacks]
 
 # How each input format gives a flame graph its stacks: the formats `profiler flamegraph` and
 # `diff` accept, in the order detection tries them (profiler/inputs/source.py: the first that
@@ -347,7 +348,7 @@ def _damage(warnings: list[str]) -> str:
     return f" (read: {'; '.join(warnings)})" if warnings else ""
 
 
-def check_stacks(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
+def check_stacks(stacks: LoadedStacks, opts: FoldOptions, warn: Warn | None) -> None:
     """Say what was tolerated in the input (``warn``); no stacks at all is an error instead, in
     one line naming what reading tolerated when that is why (a truncated file that yielded
     nothing)."""
@@ -359,7 +360,7 @@ def check_stacks(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
             warn(w)
 
 
-def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
+def make_graph(stacks: LoadedStacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
     if title is None:
         title = "Off-CPU Flame Graph (time blocked, by wait reason)" if offcpu else "CPU Flame Graph"
     if subtitle is None:
@@ -422,7 +423,7 @@ def export_format(fmt: str | None, output: str | None) -> str | None:
     return None
 
 
-def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
+def stack_profile(stacks: LoadedStacks, offcpu: bool) -> StackProfile:
     """Folded stacks with what their values are, as pprof and speedscope name them."""
     if stacks.event and "/" in stacks.event and " " not in stacks.event:  # a pprof input's own type
         kind, _, unit = stacks.event.partition("/")
@@ -438,7 +439,7 @@ def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
 
 
 def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
-           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
+           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, LoadedStacks]:
     """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format,
     with their labels, times and binaries (profiler/usecases/export.py)."""
     from profiler.usecases import export as exporting
