@@ -164,7 +164,8 @@ def capture(server: int, extra: list[str], seconds: float, out: Path) -> dict[st
     with contextlib.suppress(OSError, ValueError):
         m = json.loads(manifest.read_text())
         stats = {c["name"]: {k: v for k, v in (c.get("stats") or {}).items()
-                             if k in ("events", "syscalls", "windows_traced", "traced_share", "stacks_sampled")}
+                             if k in ("events", "syscalls", "windows_traced", "traced_share", "stacks_sampled",
+                                       "stack_every_max")}
                  for c in m["collectors"]}
     if proc.returncode not in (0, 6):
         print(f"bench: attach failed ({proc.returncode}): {err.strip()[-300:]}", flush=True)

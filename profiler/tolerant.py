@@ -14,7 +14,8 @@ health, warnings, the JSON's ``reading`` section). What it does (docs/bundle.md#
   cannot resynchronise), noted with the offset;
 - a wrong CRC or length in a member's trailer is noted; the data is kept (it inflated cleanly);
 - bytes after the last member that are not another member are ignored and noted (zero padding
-  silently, as gzip(1) does);
+  silently, as gzip(1) does); at most :data:`TRAILING_LIMIT` of them are read (a member grown to a
+  terabyte of holes by ``truncate`` is not read to its end);
 - text mode: CRLF line ends become LF; a line longer than :data:`LINE_LIMIT` stops the reading
   there (the input is not text), noted;
 - a stream that inflates to more than :data:`BOMB_RATIO` times its compressed size beyond
@@ -49,6 +50,7 @@ LINE_LIMIT = 16 << 20  # a text line longer than this is not text: reading stops
 BOMB_RATIO = 200  # inflating beyond this ratio (real captures: 10-60x; gzip of zeros: 230-1030x) ...
 BOMB_FLOOR = 16 << 20  # ... past this many bytes stops the reading
 _RAW_CHUNK = 256 << 10  # compressed bytes fed to zlib at a time
+TRAILING_LIMIT = 16 << 20  # bytes after the last gzip member read (to tell padding from garbage)
 
 
 def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -359,18 +361,20 @@ class TolerantReader(io.RawIOBase):
 
     def _trailing(self, buf: bytes) -> None:
         """Bytes after the last member that are no member: counted, and ignored."""
-        rest = buf
-        total = 0
-        nonzero = bool(rest.strip(b"\0"))
-        while True:
-            total += len(rest)
+        total = len(buf)
+        nonzero = bool(buf.strip(b"\0"))
+        while self._members and total <= TRAILING_LIMIT:
             more = self._read_raw(CHUNK)
             if not more:
                 break
+            total += len(more)
             nonzero = nonzero or bool(more.strip(b"\0"))
-            rest = more
         if self._members == 0:
+            self._eof_raw = True
             self.log.stop("not a gzip stream after all: nothing could be decoded")
+        elif total > TRAILING_LIMIT:
+            self._eof_raw = True
+            self.log.note(f"more than {human_bytes(TRAILING_LIMIT)} of trailing data after the gzip data: not read")
         elif nonzero:
             self.log.note(f"{human_bytes(total)} of trailing garbage after the gzip data ignored")
 

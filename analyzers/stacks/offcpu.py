@@ -14,7 +14,7 @@ from typing import Any
 
 from profiler.analyzers.stacks.naming import frame_name
 
-from profiler.inputs.perfscript import Sample, iter_samples, parse_frame, parse_header
+from profiler.inputs.perfscript import ScriptSample, iter_samples, parse_frame, parse_header
 from profiler.inputs.window import WHOLE, TimeWindow
 from profiler.knowledge import pool_of
 from profiler.tolerant import ReadLog
@@ -275,7 +275,7 @@ class SwitchFolder:
             self.sample(s)
 
     # -- samples
-    def sample(self, s: Sample) -> None:
+    def sample(self, s: ScriptSample) -> None:
         """One parsed sample (a sched_switch, a PERF_RECORD_SWITCH, anything else is ignored)."""
         if s.time is None:
             return
@@ -396,7 +396,7 @@ def _count_futex_lines(by_tid: FutexStacks, waits: WaitStacks, lines: list[str])
 
 
 def offcpu_folded(
-    samples: Iterable[Sample],
+    samples: Iterable[ScriptSample],
     *,
     by_reason: bool = True,
     pools: bool = False,

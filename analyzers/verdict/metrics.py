@@ -40,6 +40,7 @@ from profiler.analyzers.verdict.target import procfs_evidence
 from profiler.analyzers.views import SOURCES, BundleViews
 
 from profiler.bundle import members
+from profiler.knowledge import tidb_store
 
 
 def _error(exc: Exception) -> str:
@@ -81,6 +82,8 @@ def compute(views: BundleViews) -> Metrics:
         server = None
         try:
             server = server_evidence(views.server, views.cpu, t.pid, pe.runtime, pe.process.cpu_cores, comms | {t.comm})
+            if server is not None and pe.kind == "tidb":
+                server.storage = tidb_store(t.cmdline)
         except Exception as exc:  # noqa: BLE001 - what a server says is extra evidence, never a crash
             warnings.append(f"server-status evidence could not be computed: {_error(exc)}")
         targets.append(TargetMetrics(

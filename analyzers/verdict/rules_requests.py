@@ -84,12 +84,17 @@ def _score(p: PhaseTime, waiting_key: str, share_key: str) -> float:
 
 def served_by(t: TargetMetrics, p: PhaseTime) -> str | None:
     """The tier where this wait is served: the phase's own (an RPC to TiKV), or for a lock wait,
-    TiKV when the server's sessions wait in RPCs to TiKV rather than in a lock waiter of their own
-    (a TiDB on a real cluster: the locks are TiKV's, held in its lock manager)."""
+    TiKV when the server stores its data there (a tidb-server started with ``--store tikv``: its
+    locks live in TiKV's lock manager), or when its sessions wait in RPCs to TiKV rather than in a
+    lock waiter of their own (the goroutines say so where the command line does not)."""
     if p.tier is not None:
         return p.tier
     ev: ServerEvidence | None = t.server
-    if ev is None or p.kind != kr.LOCK or not ev.rpc_by_tier:
+    if ev is None or p.kind != kr.LOCK:
+        return None
+    if ev.storage == "tikv":
+        return "tikv"
+    if ev.storage == "unistore" or not ev.rpc_by_tier:
         return None
     tier, n = max(ev.rpc_by_tier.items(), key=lambda kv: (kv[1], kv[0]))
     return tier if n > ev.app_lock_waits else None

@@ -65,6 +65,7 @@ class ServerEvidence:
     heap_goal: float | None = None
     notes: dict[str, str] = field(default_factory=dict)  # metric key -> "title: value" (Grafana metrics)
     requests: RequestTime | None = None  # where its requests' time goes, by its own histograms
+    storage: str | None = None  # a tidb-server's store by its command line: tikv (another tier), unistore, None
 
     @property
     def working(self) -> float:

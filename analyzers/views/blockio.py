@@ -22,6 +22,7 @@ from profiler.analyzers.io import histograms, pairing, stats
 
 from profiler.bundle import OK, Bundle, CollectorRecord, EarlyReads, Manifest, members
 from profiler.errors import InputError
+from profiler.formats.blockevents import BlockEventsError
 from profiler.inputs import blocktrace
 
 
@@ -128,7 +129,10 @@ def read_block_trace(bundle: Bundle, on_chunk: Callable[[pairing.BlockPairer], N
     if member is None:
         return None
     with bundle.open_binary(member, text=member == members.BLOCK_TRACE) as fh:
-        return pairing.pair_bundle_member(fh, member, on_chunk)
+        try:
+            return pairing.pair_bundle_member(fh, member, on_chunk)
+        except BlockEventsError as exc:  # no header, another version: nothing in it can be read
+            raise InputError(f"{bundle.path(member)}: {exc}") from None
 
 
 EARLY_IO = "io"  # an early read of block.events.bin: (the IoWindow it used, the IoAnalysis)

@@ -98,8 +98,8 @@ def read_offcpu_slots(bundle: Bundle, *, pools: bool = True) -> OffCpuView:
         view.error = exc
         return view
     # microseconds, as the perf backend's off-CPU graph counts them
-    view.folded = {k: round(v / 1000) for k, v in folded.items() if v >= BCC_MIN_NS}
-    view.timed = [(a, z, k, ns / 1000) for (a, z, k), ns in sorted(by_slot.items()) if ns >= BCC_MIN_NS]
+    view.folded = {k: round(v / 1000) for k, v in folded.items() if v > BCC_MIN_NS}
+    view.timed = [(a, z, k, ns / 1000) for (a, z, k), ns in sorted(by_slot.items()) if ns > BCC_MIN_NS]
     for (tid, sid, letter), n in switches.items():
         if not n and not blocked[(tid, sid, letter)]:
             continue

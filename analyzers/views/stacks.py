@@ -37,7 +37,8 @@ from profiler.knowledge import pool_of
 # collectors/perf/offcpu.py), so this bounds older bundles and hand-made ones: folding costs ~10-30 us
 # a switch here, so the report still comes back in seconds.
 OFFCPU_MAX_SWITCHES = 100_000
-# bcc stacks blocked for less than this in all are left out of the off-CPU flame graph (ns)
+# bcc stacks blocked for this long or less in all are left out of the off-CPU flame graph (ns):
+# they round to no microsecond (round half to even: 500 ns is 0 us), a frame of width 0
 BCC_MIN_NS = 500
 
 
@@ -197,14 +198,14 @@ def _read_perf_offcpu(bundle: Bundle, *, pools: bool, window: TimeWindow, limit:
 def fold_bcc_offcpu(folded: dict[str, int], *, pools: bool = True) -> dict[str, int]:
     """The bcc backend's blocked nanoseconds per ``comm;stack`` as the perf backend's off-CPU
     graph counts: blocked microseconds per ``wait reason;thread (or pool);stack``, the thread
-    name with ``_`` for spaces (analyzers.stacks.offcpu.SwitchFolder's roots). A stack under
-    ``BCC_MIN_NS`` rounds to no microsecond and is left out: a frame of width 0."""
+    name with ``_`` for spaces (analyzers.stacks.offcpu.SwitchFolder's roots). A stack of
+    ``BCC_MIN_NS`` or less rounds to no microsecond and is left out: a frame of width 0."""
     pooled: dict[str, int] = {}
     for stack, ns in folded.items():
         comm, sep, rest = stack.partition(";")
         key = (pool_of(comm) if pools else comm).replace(" ", "_") + sep + rest
         pooled[key] = pooled.get(key, 0) + ns
-    return {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v >= BCC_MIN_NS}
+    return {k: round(v / 1000) for k, v in offcpu.offcpu_by_reason(pooled).items() if v > BCC_MIN_NS}
 
 
 def _read_bcc_offcpu(bundle: Bundle, *, pools: bool) -> OffCpuView:

@@ -26,6 +26,7 @@ from profiler.collectors.bcc import symbols
 from profiler.collectors.bcc.common import BccCollector, comm_text
 from profiler.collectors.bcc.slots import (
     EFAULT,
+    STACK_BUDGET,
     UNSAMPLED,
     Sharer,
     StackTable,
@@ -50,9 +51,11 @@ class BccFutex(BccCollector):
     program = "futex.c"
 
     def __init__(self, user_stacks: int = 16384, wait_entries: int = 8192, lock_entries: int = 4096,
-                 max_threads: int = 16384, stack_every: int = 32) -> None:
+                 max_threads: int = 16384, stack_every: int = 32, stack_budget: int = STACK_BUDGET) -> None:
         super().__init__()
         self.stack_every = max(1, stack_every)
+        self.stack_budget = max(0, stack_budget)
+        self.every_used = self.stack_every  # the sparsest sampling an interval had (stack_budget)
         self.user_stacks = user_stacks
         self.wait_entries = wait_entries
         self.lock_entries = lock_entries
@@ -62,6 +65,7 @@ class BccFutex(BccCollector):
         self.table: StackTable | None = None
         self.header_written = False
         self.folded: dict[str, int] = defaultdict(int)
+        self.lines: dict[tuple[str, int], str] = {}
         self.threads: dict[int, dict[str, Any]] = {}
         self.locks: list[list[Any]] = []
         self.lock_addresses = 0
@@ -73,7 +77,7 @@ class BccFutex(BccCollector):
     def settings(self, ctx: CaptureContext) -> dict[str, Any]:
         return {"user_stacks": self.user_stacks, "wait_entries": self.wait_entries,
                 "lock_entries": self.lock_entries, "max_threads": self.max_threads,
-                "stack_every": self.stack_every}
+                "stack_every": self.stack_every, "stack_budget": self.stack_budget}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
         self.out = self.open_member(ctx, SLOTS)
@@ -100,6 +104,7 @@ class BccFutex(BccCollector):
         assert self.table is not None
         self._header()
         self.table.learn(msg)
+        self.every_used = max(self.every_used, int(msg.get("stack_every") or 0))
         parts: dict[int, list[list[Any]]] = defaultdict(list)
         rows = self.sharer.share(msg.get("rows") or [], key=lambda r: (r[3], 0), stack=lambda r: (r[5], 0),
                                  amounts=(6, 11), fractions=(7, 8, 9), with_stack=lambda r, st: [*r[:5], st[0], *r[6:]])
@@ -148,7 +153,10 @@ class BccFutex(BccCollector):
         assert self.table is not None
         if us < 0 and us not in (-EFAULT, UNSAMPLED):
             self.lost_ns += ns
-        self.folded[f"{comm};{self.table.frames[stack]}".rstrip(";")] += ns
+        line = self.lines.get((comm, stack))
+        if line is None:  # built once per thread name and stack
+            line = self.lines[(comm, stack)] = f"{comm};{self.table.frames[stack]}".rstrip(";")
+        self.folded[line] += ns
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         c = self.counters
@@ -190,6 +198,7 @@ class BccFutex(BccCollector):
                           "slots": len(self.slots), "lock_addresses": summary["lock_addresses"],
                           "lost_user_stacks": lost, "stack_collisions": int(c.get("user_stack_collision", 0)),
                           "stacks_sampled": int(c.get("stacks_sampled", 0)), "stack_every": self.stack_every,
+                          "stack_budget": self.stack_budget, "stack_every_max": self.every_used,
                           "unsampled_shared": self.sharer.shared, "unsampled_kept": self.sharer.kept,
                           "lost_stack_ns": self.lost_ns, "dropped": dropped, "unit": "ns",
                           "events": int(c.get("entered", 0)), "lost": lost + dropped})

@@ -123,6 +123,10 @@ class Run:
     def drain(self, final: bool, end_ns: int = 0) -> None:
         cutoff = None if final else (time.monotonic_ns() - SETTLE_NS - self.side.t0) // self.side.slot_ns
         msg = self.side.drain(cutoff)
+        if msg is not None and self.side.stack_events:
+            msg["stack_every"] = self.side.stack_every  # what this interval's events were sampled at
+            if not final:
+                self.side.budget_stacks(msg.get("counters") or {})
         if final:
             last = self.side.final(end_ns)
             msg = dict(msg or {})

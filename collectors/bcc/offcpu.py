@@ -31,6 +31,7 @@ from profiler.collectors.bcc.slots import (
     EFAULT,
     LOST_KERNEL,
     LOST_USER,
+    STACK_BUDGET,
     UNSAMPLED,
     Sharer,
     StackTable,
@@ -77,9 +78,12 @@ class BccOffCpu(BccCollector):
     program = "offcpu.c"
 
     def __init__(self, user_stacks: int = 16384, kernel_stacks: int = 8192, blocked_entries: int = 16384,
-                 max_threads: int = 16384, stack_every: int = 32, ongoing: bool = False) -> None:
+                 max_threads: int = 16384, stack_every: int = 32, stack_budget: int = STACK_BUDGET,
+                 ongoing: bool = False) -> None:
         super().__init__()
         self.stack_every = max(1, stack_every)
+        self.stack_budget = max(0, stack_budget)
+        self.every_used = self.stack_every  # the sparsest sampling an interval had (stack_budget)
         self.user_stacks = user_stacks
         self.kernel_stacks = kernel_stacks
         self.blocked_entries = blocked_entries
@@ -89,6 +93,7 @@ class BccOffCpu(BccCollector):
         self.table: StackTable | None = None
         self.sym: symbols.Symbols | None = None
         self.folded: dict[str, int] = defaultdict(int)
+        self.lines: dict[tuple[str, int], str] = {}
         self.threads: dict[int, dict[str, Any]] = {}
         self.by_state: dict[str, int] = defaultdict(int)
         self.lost_ns = 0
@@ -102,7 +107,7 @@ class BccOffCpu(BccCollector):
     def settings(self, ctx: CaptureContext) -> dict[str, Any]:
         return {"user_stacks": self.user_stacks, "kernel_stacks": self.kernel_stacks,
                 "blocked_entries": self.blocked_entries, "max_threads": self.max_threads,
-                "stack_every": self.stack_every,
+                "stack_every": self.stack_every, "stack_budget": self.stack_budget,
                 "ongoing": self.ongoing_wanted}
 
     def open_outputs(self, ctx: CaptureContext) -> None:
@@ -114,6 +119,7 @@ class BccOffCpu(BccCollector):
         assert self.table is not None
         self._header()
         self.table.learn(msg)
+        self.every_used = max(self.every_used, int(msg.get("stack_every") or 0))
         parts: dict[int, list[list[Any]]] = defaultdict(list)
         rows = self.sharer.share(msg.get("rows") or [], key=lambda r: (r[3], r[5]), stack=lambda r: (r[6], r[7]),
                                  amounts=(8, 10), fractions=(9,), with_stack=lambda r, st: [*r[:6], st[0], st[1], *r[8:]])
@@ -168,7 +174,10 @@ class BccOffCpu(BccCollector):
         t["switches"] += count
         if (us < 0 and us not in (-EFAULT, UNSAMPLED)) or (ks < 0 and ks != UNSAMPLED):
             self.lost_ns += ns
-        self.folded[f"{comm};{self.table.frames[stack]}".rstrip(";")] += ns
+        line = self.lines.get((comm, stack))
+        if line is None:  # one folded line per thread name and stack, built once (a drain has thousands of rows)
+            line = self.lines[(comm, stack)] = f"{comm};{self.table.frames[stack]}".rstrip(";")
+        self.folded[line] += ns
 
     def finish(self, ctx: CaptureContext, rec: CollectorRecord) -> None:
         c = self.counters
@@ -201,6 +210,8 @@ class BccOffCpu(BccCollector):
             "still_off_at_stop": self.still_off,
             "stacks_sampled": int(c.get("stacks_sampled", 0)),
             "stack_every": self.stack_every,
+            "stack_budget": self.stack_budget,
+            "stack_every_max": self.every_used,
             "unsampled_shared": self.sharer.shared,
             "unsampled_kept": self.sharer.kept,
             "lost_user_stacks": lost_user,

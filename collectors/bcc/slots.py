@@ -24,6 +24,9 @@ from profiler.collectors.bcc.symbols import Symbols
 LOST_USER = "[lost user stack]"
 LOST_KERNEL = "[lost kernel stack]_[k]"
 UNSAMPLED = -1000  # common.h: an event whose stacks were not walked
+# stacks walked a second at most, per collector (sides.Side.budget_stacks): the sampling thins out
+# past stack_every when events are denser than this (a busy server), never below it
+STACK_BUDGET = 256
 NOT_SAMPLED = "[stack not sampled]"
 EFAULT = 14
 TRACING_FRAMES = ("__traceiter_", "__bpf_trace_", "bpf_trace_run", "perf_trace_", "trace_call_bpf",

@@ -11,6 +11,7 @@ mentions must stay inside the bundle (:func:`check_member_name`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -374,15 +375,22 @@ def _build(cls: type, data: Any, where: str) -> Any:
     field's type and range. Unknown keys are ignored (a newer minor writer may add fields)."""
     if not isinstance(data, dict):
         raise _bad(where or "(the whole manifest)", "an object", data)
-    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f, hint in _fields(cls):
         if f.name not in data:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise BundleError(f"manifest field {where + '.' if where else ''}{f.name} is missing")
             continue
-        kwargs[f.name] = _value((cls.__name__, f.name), hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
+        kwargs[f.name] = _value((cls.__name__, f.name), hint, data[f.name], f"{where}.{f.name}" if where else f.name)
     return cls(**kwargs)
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
+    """A model's fields and their type hints, resolved once per class (resolving them compiles
+    every annotation: 2 ms an object, 25 s for a manifest of 3,000 targets)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
 def load_checked_json(text: str) -> Any:
     """JSON text with integers over 40 digits and NaN/Infinity kept as markers that validation

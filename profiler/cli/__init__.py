@@ -172,9 +172,43 @@ def _bare_help(get: Any) -> Any:
     return wrapped
 
 
+class _Stopped(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP outside a capture. A KeyboardInterrupt, as Python's own Ctrl-C:
+    no ``except Exception`` on the way (an analysis step that tolerates a broken member, a
+    library's retry) can take it for an error and carry on."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__("interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_heard: list[int] = []  # the stop signals _on_stop_signal raised in this run of main()
+
+
 def _on_stop_signal(signum: int, frame: Any) -> None:
     """Ctrl-C, SIGTERM, SIGHUP outside a capture (a capture takes them itself: profiler/capture/signals.py)."""
-    raise Interrupted("interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}", signum)
+    _heard.append(signum)
+    raise _Stopped(signum)
+
+
+def _interrupt_in(exc: BaseException) -> BaseException | None:
+    """The interrupt behind an error, if any: a signal that lands in an import or a class body is
+    wrapped by Python (RuntimeError: Error calling __set_name__ ...) and is still the signal."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, (KeyboardInterrupt, Interrupted)) and not isinstance(cur, SystemExit):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _interrupted(exc: BaseException) -> int:
+    signum = getattr(exc, "signum", signal.SIGINT)
+    said = isinstance(exc, (_Stopped, Interrupted)) and str(exc)
+    _error_line(f"profiler: error: {sanitize(str(exc), newlines=False)}" if said else "profiler: interrupted")
+    return 128 + int(signum)
 
 
 def _error_line(line: str) -> None:
@@ -188,7 +222,17 @@ def _error_line(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every failure is one line on stderr and a distinct exit code."""
+    """Run the CLI; every failure is one line on stderr and a distinct exit code. A stop signal
+    that some code on the way swallowed (wrapped in another error, or inside tolerant code) still
+    ends the run with its exit code."""
+    _heard.clear()
+    code = _main(argv)
+    if code == 0 and _heard:
+        return _interrupted(_Stopped(_heard[0]))
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _on_stop_signal)
@@ -200,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _command_for(args)(args=args, prog_name="profiler", standalone_mode=True)
     except SystemExit as exc:
+        stop = _interrupt_in(exc) if exc.code == 130 else None  # typer's exit for any KeyboardInterrupt
+        if stop is not None:
+            return _interrupted(stop)
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except ProfilerError as exc:
         _error_line(f"profiler: error: {sanitize(str(exc), newlines=False)}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        _error_line("profiler: interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BrokenPipeError:
         # Output piped into head(1) and the like: not an error worth a message.
         try:
@@ -216,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become one line
+        stop = _interrupt_in(exc)
+        if stop is not None:
+            return _interrupted(stop)
         if os.environ.get("PROFILER_DEBUG"):
             raise
         import typer

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from profiler.formats import perfdata as pd
+from profiler.formats import tracepoints as tp
 
 try:
     import numpy as np
@@ -302,14 +303,14 @@ def decoder(f: pd.PerfFile, intern: Callable[[bytes], int]) -> Callable[[pd.Reco
             fl = flds[ev.index]
             a = np.zeros(len(c.offs), RAW_DTYPE)
             a["off"], a["t"], a["tid"], a["kind"] = c.offs, c.time, c.tid, kind
-            a["dev"] = pd.tp_column(rec, c.raw, fl["dev"])
-            a["sector"] = pd.tp_column(rec, c.raw, fl["sector"])
-            a["nr"] = pd.tp_column(rec, c.raw, fl["nr_sector"])
+            a["dev"] = tp.tp_column(rec, c.raw, fl["dev"])
+            a["sector"] = tp.tp_column(rec, c.raw, fl["sector"])
+            a["nr"] = tp.tp_column(rec, c.raw, fl["nr_sector"])
             if "bytes" in fl:
-                a["bytes"] = pd.tp_column(rec, c.raw, fl["bytes"])
+                a["bytes"] = tp.tp_column(rec, c.raw, fl["bytes"])
             a["rwbs"] = rec.u64[c.raw + fl["rwbs"].offset] & low_bytes(min(8, fl["rwbs"].size))
             if "comm" in fl and kind in (ISSUE, MERGE):
-                a["comm"] = pd.tp_strings(rec, c.raw, fl["comm"], intern)
+                a["comm"] = tp.tp_strings(rec, c.raw, fl["comm"], intern)
             parts.append(a)
         return np.concatenate(parts) if parts else np.zeros(0, RAW_DTYPE)
 

@@ -340,6 +340,7 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
         return i
 
     from profiler.formats import perfdata as pd
+    from profiler.formats import tracepoints as tp
 
     with pd.PerfFile(data) as f:
         ev = f.event("sched:sched_switch")
@@ -363,11 +364,11 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
                 return np.zeros(0, SWITCH_DTYPE)
             a = np.zeros(len(c.offs), SWITCH_DTYPE)
             a["off"], a["t"], a["pid"] = c.offs, c.time // 1000, c.pid
-            a["prev"] = pd.tp_column(rec, c.raw, fields["prev_pid"])
-            a["next"] = pd.tp_column(rec, c.raw, fields["next_pid"])
+            a["prev"] = tp.tp_column(rec, c.raw, fields["prev_pid"])
+            a["next"] = tp.tp_column(rec, c.raw, fields["next_pid"])
             if to_own_ids:
                 _to_own_ids(a, c.tid, own)
-            raw_state = pd.tp_column(rec, c.raw, fields["prev_state"]).astype(np.int64)
+            raw_state = tp.tp_column(rec, c.raw, fields["prev_state"]).astype(np.int64)
             uniq, inv = np.unique(raw_state, return_inverse=True)
             ids = []
             for v in uniq.tolist():
@@ -377,7 +378,7 @@ def read_switches(data: Path, consume: Callable[[np.ndarray, list[str], list[str
                     states.append(letters(v))
                 ids.append(i)
             a["state"] = np.asarray(ids, np.int64)[inv.ravel()]
-            a["comm"] = pd.tp_strings(rec, c.raw, fields["prev_comm"], intern)
+            a["comm"] = tp.tp_strings(rec, c.raw, fields["prev_comm"], intern)
             if o_cc >= 0:
                 a["frames"] = rec.u64[c.offs + o_cc].astype(np.int64)
             return a

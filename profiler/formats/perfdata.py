@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiler.formats.tracepoints import TpField, tp_format_fields, tp_format_flags
+
 try:
     import numpy as np
 except ImportError:  # the cluster agent runs collectors under a bare python3: they fall back to perf script
@@ -53,8 +55,6 @@ S_WEIGHT, S_DATA_SRC, S_IDENTIFIER = 16384, 32768, 1 << 16
 FEAT_TRACING_DATA, FEAT_EVENT_DESC = 1, 12
 _SAMPLE_ID_ALL = 1 << 18  # perf_event_attr flag bit: non-sample records carry the sample id fields
 
-_FIELD = re.compile(rb"field:([^;]*?)\b(\w+)(?:\[\d+\])?;\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
-_FLAG = re.compile(rb"\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*\"([^\"]*)\"\s*\}")
 
 if TYPE_CHECKING or np is not None:
     U64 = np.uint64
@@ -62,13 +62,6 @@ if TYPE_CHECKING or np is not None:
 
 class PerfDataUnsupported(Exception):
     """This perf.data cannot be read directly (read it through `perf script`)."""
-
-
-@dataclass(frozen=True)
-class TpField:
-    offset: int
-    size: int
-    signed: bool
 
 
 @dataclass
@@ -250,9 +243,7 @@ class PerfFile:
 
     def tp_flags(self, name: str) -> list[tuple[int, str]]:
         """The ``__print_flags`` table of a tracepoint's print format (sched_switch's prev_state letters)."""
-        fmt = self._tracing_formats().get(name.split(":")[-1], b"")
-        pf = fmt.find(b"print fmt:")
-        return [(int(v, 0), s.decode()) for v, s in _FLAG.findall(fmt[pf:])] if pf >= 0 else []
+        return tp_format_flags(self._tracing_formats().get(name.split(":")[-1], b""))
 
     # -- records
     def chunks(self, chunk: int = CHUNK) -> Iterator[Records]:
@@ -282,12 +273,6 @@ class PerfFile:
         for base, size, offs in plan:
             self.fh.seek(base)
             yield Records(self.fh.read(size), offs, base)
-
-
-def tp_format_fields(fmt: bytes) -> dict[str, TpField]:
-    """A tracepoint's format text (tracefs ``events/SYS/NAME/format``) -> field offsets and sizes."""
-    return {m.group(2).decode(): TpField(int(m.group(3)), int(m.group(4)), m.group(5) == b"1")
-            for m in _FIELD.finditer(fmt)}
 
 
 def walk(buf: bytes) -> tuple[np.ndarray, int]:
@@ -429,34 +414,6 @@ def samples(rec: Records, f: PerfFile, events: list[Event]) -> dict[int, Samples
                  else np.full(len(sel), -1, np.int64)),
             raw=raw,
         )
-    return out
-
-
-def tp_column(rec: Records, raw: np.ndarray, fld: TpField) -> np.ndarray:
-    """One integer field of tracepoint payloads starting at ``raw``, sign-extended when signed."""
-    w: np.ndarray = rec.u64[raw + fld.offset]
-    if fld.size >= 8:
-        return w.view(np.int64) if fld.signed else w
-    bits = 8 * fld.size
-    v: np.ndarray = (w & U64((1 << bits) - 1)).astype(np.int64)
-    if fld.signed:
-        v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
-    return v
-
-
-def tp_strings(rec: Records, raw: np.ndarray, fld: TpField, intern: Callable[[bytes], int]) -> np.ndarray:
-    """A char[N] field of tracepoint payloads as ids from ``intern`` (each distinct string decoded once)."""
-    out = np.zeros(len(raw), np.int64)
-    if not len(raw):
-        return out
-    lo = rec.u64[raw + fld.offset]
-    hi = rec.u64[raw + fld.offset + 8] if fld.size > 8 else np.zeros(len(raw), U64)
-    with np.errstate(over="ignore"):
-        h = lo ^ (hi * U64(0x9E3779B97F4A7C15))
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    ids = np.array([intern(bytes(rec.buf[int(raw[i]) + fld.offset : int(raw[i]) + fld.offset + fld.size])
-                           .split(b"\0")[0]) for i in first], np.int64)
-    out[:] = ids[inv.ravel()]
     return out
 
 

@@ -150,6 +150,21 @@ def _chain_hash(rec: Records, offs: np.ndarray, o_cc: int) -> np.ndarray:
         return _mix(h ^ sums)
 
 
+@dataclass(frozen=True)
+class Merge:
+    """How to merge the samples of identical stacks (merge_samples, and perf.data's text made
+    without perf, perfscript_text): their period becomes the total (``count_samples``: their
+    number), so a consumer that weighs samples by period folds the same stacks; ``by_tid``
+    keeps threads apart. ``symbolic`` (the direct path's only; perf script merges by address):
+    samples whose frames print the same symbols and modules merge even where their addresses
+    differ, for a folder that reads no address (unknown frames named after their module, no
+    ``--addrs``): it folds them the same."""
+
+    by_tid: bool = False
+    count_samples: bool = False
+    symbolic: bool = False
+
+
 @dataclass
 class Merged:
     samples: int = 0  # samples read (kept by the filter)

@@ -46,7 +46,7 @@ def build_ids(f: PerfFile) -> tuple[dict[tuple[bool, str], str], str | None]:
 
 def sched_switch(f: PerfFile) -> Callable[..., dict[str, np.ndarray]] | None:
     """The payload columns perf script's ``trace`` field prints for sched_switch."""
-    from profiler.formats.perfdata import tp_column, tp_strings
+    from profiler.formats.tracepoints import tp_column, tp_strings
 
     try:
         fl = f.tp_fields("sched_switch")

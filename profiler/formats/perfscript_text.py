@@ -37,6 +37,7 @@ from profiler.formats.perfdata import (
     sample_layout,
     state_letters,
 )
+from profiler.formats.perfdata_reduce import Merge
 from profiler.formats.perfscript_fields import (
     build_ids,
     is_dummy,
@@ -53,17 +54,6 @@ from profiler.formats.perfsymbolize import Frames, Symbolizer
 
 KNOWN_FIELDS = ("comm", "pid", "tid", "cpu", "time", "period", "event", "ip", "sym", "symoff", "dso", "trace")
 FLUSH = 1 << 20
-
-
-@dataclass(frozen=True)
-class Merge:
-    """``symbolic``: samples whose frames print the same symbols and modules merge even where
-    their addresses differ, for a folder that reads no address (unknown frames named after their
-    module, no ``--addrs``): it folds them the same."""
-
-    by_tid: bool = False
-    count_samples: bool = False
-    symbolic: bool = False
 
 
 @dataclass

@@ -384,6 +384,7 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
     pairing and perf's lost-event count (``lost_at`` gets each LOST record's (ns, events));
     PerfDataUnsupported when the file cannot be read so."""
     from profiler.formats import perfdata as pd
+    from profiler.formats import tracepoints as tp
 
     comms: dict[int, str] = {}
     lost = [0]
@@ -412,7 +413,7 @@ def read_direct(data: Path, pids: set[int], pairs_of: Callable[[Callable[[int], 
                 mine = np.isin(c.pid, pid_arr)
                 a = np.zeros(int(mine.sum()), EVENT_DTYPE)
                 a["off"], a["t"], a["tid"] = c.offs[mine], c.time[mine], c.tid[mine]
-                a["nr"] = pd.tp_column(rec, c.raw[mine], fld)
+                a["nr"] = tp.tp_column(rec, c.raw[mine], fld)
                 a["enter"] = is_enter
                 parts.append(a)
             return np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)

@@ -19,7 +19,7 @@ try:
 except ImportError:  # the cluster agent's bare python3: the collector writes text instead (blockevents.HAVE_NUMPY)
     np = None  # type: ignore[assignment]
 
-from profiler.formats import perfdata as pd
+from profiler.formats import tracepoints as tp
 from profiler.formats.blockevents import (
     ISSUE,
     MERGE,
@@ -43,17 +43,17 @@ class RawFormats:
     (tracefs ``events/block/NAME/{id,format}``)."""
 
     kind_of_id: dict[int, int]
-    fields: dict[int, dict[str, pd.TpField]]  # kind -> field -> offset, size
+    fields: dict[int, dict[str, tp.TpField]]  # kind -> field -> offset, size
 
     @classmethod
     def from_tracefs(cls, events_dir: str | Path) -> RawFormats:
         kind_of_id: dict[int, int] = {}
-        fields: dict[int, dict[str, pd.TpField]] = {}
+        fields: dict[int, dict[str, tp.TpField]] = {}
         for name, kind in TRACEPOINTS.items():
             d = Path(events_dir) / name.split(":")[1]
             try:
                 kind_of_id[int((d / "id").read_text())] = kind
-                fields[kind] = pd.tp_format_fields((d / "format").read_bytes())
+                fields[kind] = tp.tp_format_fields((d / "format").read_bytes())
             except (OSError, ValueError):
                 continue
         return cls(kind_of_id, fields)
@@ -143,20 +143,20 @@ def parse_pages(data: bytes, fmts: RawFormats, intern: Callable[[bytes], int]) -
         if not len(s) or not {"dev", "sector", "nr_sector", "rwbs"} <= set(fl):
             continue
         o = off[s]
-        out["dev"][s] = pd.tp_column(rec, o, fl["dev"])  # type: ignore[arg-type]
-        out["sector"][s] = pd.tp_column(rec, o, fl["sector"])  # type: ignore[arg-type]
-        out["nr"][s] = pd.tp_column(rec, o, fl["nr_sector"])  # type: ignore[arg-type]
+        out["dev"][s] = tp.tp_column(rec, o, fl["dev"])
+        out["sector"][s] = tp.tp_column(rec, o, fl["sector"])
+        out["nr"][s] = tp.tp_column(rec, o, fl["nr_sector"])
         if "bytes" in fl:
-            out["bytes"][s] = pd.tp_column(rec, o, fl["bytes"])  # type: ignore[arg-type]
+            out["bytes"][s] = tp.tp_column(rec, o, fl["bytes"])
         out["rwbs"][s] = u64[o + fl["rwbs"].offset] & low_bytes(min(8, fl["rwbs"].size))
         if "comm" in fl and k in (ISSUE, MERGE):
-            out["comm"][s] = pd.tp_strings(rec, o, fl["comm"], intern)  # type: ignore[arg-type]
+            out["comm"][s] = tp.tp_strings(rec, o, fl["comm"], intern)
     return out, missed
 
 
 @dataclass
 class _Pages:
-    """Duck-types the parts of :class:`perfdata.Records` that ``tp_column``/``tp_strings`` read."""
+    """A batch of pages as the payload readers take it (:class:`tracepoints.Words`)."""
 
     buf: bytes
     b: np.ndarray

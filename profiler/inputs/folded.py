@@ -38,7 +38,7 @@ def sniff(head: bytes) -> bool:
     return is_folded(head.decode("utf-8", "replace"))
 
 
-FORMAT = Format("folded", "folded stacks", sniff)
+FORMAT = Format("folded", "folded stacks", sniff, untimed="folded stacks have none")
 
 
 BAD_LINES = "lines that are not 'stack count'"

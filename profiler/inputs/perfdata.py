@@ -38,7 +38,9 @@ import numpy as np
 from profiler.errors import CapabilityError, InputError
 from profiler.formats import perfdata as pdata
 from profiler.formats import perfdata_reduce as pr
-from profiler.formats.perfdata_reduce import Merged  # what merging counted: samples read, written
+
+# how to merge identical stacks; what merging counted (samples read, written)
+from profiler.formats.perfdata_reduce import Merge, Merged
 from profiler.inputs.source import Format
 
 __all__ = ["FORMAT", "MAGIC", "Direct", "Merge", "Merged", "PerfScriptRefused", "perf_script_argv", "read_perf_script"]
@@ -70,19 +72,6 @@ def perf_script_argv(perf_data: str | Path, fields: str | None = None) -> list[s
     if fields:
         argv += ["-F", fields]
     return argv
-
-
-@dataclass(frozen=True)
-class Merge:
-    """Merge the samples of identical stacks before perf script symbolizes them
-    (profiler.formats.perfdata_reduce.merge_samples): their period becomes the total (``count_samples``:
-    their number), so a consumer that weighs samples by period folds the same stacks.
-    ``symbolic``: stacks of the same symbols and modules merge where their addresses differ,
-    for a consumer that reads no address (the direct path's; perf script merges by address)."""
-
-    by_tid: bool = False
-    count_samples: bool = False
-    symbolic: bool = False
 
 
 def read_perf_script(perf_data: str | Path, consume: Callable[[IO[bytes]], T], fields: str | None = None,
@@ -270,8 +259,7 @@ def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Dir
         if not started:
             tmp.cleanup()  # else the fallback's thread removes it when perf is done
     direct.used, direct.samples, direct.by_perf, direct.reasons = True, res.samples, res.by_perf, res.reasons
-    how = pt.Merge(merge.by_tid, merge.count_samples, merge.symbolic) if merge is not None else None
-    return prepared, res, how
+    return prepared, res, merge
 
 
 def _widen_pipe(fd: int) -> None:

@@ -4,7 +4,7 @@ Any text that is not another format is taken for perf script output (plain or gz
 a named pipe or stdin). Two ways to read it: :func:`profiler.inputs.streams.iter_decoded` gives the text in large
 decoded chunks (what the fast folder in ``analyzers/stacks/folding.py`` works on), and
 `iter_samples(lines)` reads any iterable of text lines (a file, a gzip stream, a list) and
-yields one `Sample` per event, frames leaf first as perf prints them. Memory stays bounded:
+yields one `ScriptSample` per event, frames leaf first as perf prints them. Memory stays bounded:
 only the sample being read is held.
 
 The line variants it meets, each parsed by the code named next to it:
@@ -31,7 +31,7 @@ The line variants it meets, each parsed by the code named next to it:
        python3 10889 469.286639: 250000 cpu-clock:pppH:  7f65d0ebaf02 intel_check_word+0x122 (/usr/lib/ld.so)
 
    The text after the event is tried as a frame (`FRAME_LINE`); otherwise it is tracepoint payload
-   (``prev_comm=... prev_state=S ==> next_comm=...``), kept verbatim in `Sample.payload`.
+   (``prev_comm=... prev_state=S ==> next_comm=...``), kept verbatim in `ScriptSample.payload`.
 5. Frame lines, one per call-chain entry, tab-indented (`FRAME_LINE`)::
 
        \tffffffff8152d261 __bpf_prog_enter_recur+0x51 ([kernel.kallsyms])
@@ -72,7 +72,7 @@ from profiler.inputs.streams import open_binary
 from profiler.tolerant import ReadLog
 
 __all__ = [
-    "FORMAT", "HEADER_LINE", "FRAME_LINE", "Frame", "Sample", "event_base", "iter_samples", "open_lines",
+    "FORMAT", "HEADER_LINE", "FRAME_LINE", "Frame", "ScriptSample", "event_base", "iter_samples", "open_lines",
     "parse_frame", "parse_header", "source_samples",
 ]
 
@@ -90,7 +90,7 @@ def open_lines(stream: IO[bytes]) -> IO[str]:
     return io.TextIOWrapper(open_binary(stream), encoding="utf-8", errors="replace")
 
 
-def source_samples(src: Source) -> Iterator[Sample]:
+def source_samples(src: Source) -> Iterator[ScriptSample]:
     """The samples of a detected perf script input."""
     with src.open() as fh:
         yield from iter_samples(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"), src.log)
@@ -107,7 +107,7 @@ class Frame:
 
 
 @dataclass(slots=True)
-class Sample:
+class ScriptSample:
     """One `perf script` event. Fields perf did not print are None."""
 
     comm: str
@@ -196,7 +196,7 @@ def parse_frame(text: str) -> Frame | None:
     return Frame(addr=int(addr, 16), symbol=sym, dso=m.group("dso"), offset=offset)
 
 
-def parse_header(text: str, line: int = 0) -> Sample | None:
+def parse_header(text: str, line: int = 0) -> ScriptSample | None:
     """Parse one event header line (variants 3 and 4); None when it is not one."""
     if len(text) > LINE_LIMIT:
         return None
@@ -206,14 +206,14 @@ def parse_header(text: str, line: int = 0) -> Sample | None:
         return None
 
 
-def _parse_header(text: str, line: int) -> Sample | None:
+def _parse_header(text: str, line: int) -> ScriptSample | None:
     m = HEADER_LINE.match(text)
     if m is None:
         m = _SIDEBAND.match(text)
         if m is None:
             return None
         g = m.group
-        return Sample(
+        return ScriptSample(
             comm=g("comm").strip(),
             pid=_int(g("pid")) if g("pid") is not None else None,
             tid=_int(g("tid")),
@@ -229,7 +229,7 @@ def _parse_header(text: str, line: int) -> Sample | None:
     cpu = g("cpu")
     t = g("time")
     period = g("period")
-    s = Sample(
+    s = ScriptSample(
         comm=g("comm").strip(),
         pid=_int(pid) if pid is not None else None,
         tid=_int(g("tid")),
@@ -249,8 +249,8 @@ def _parse_header(text: str, line: int) -> Sample | None:
     return s
 
 
-def iter_samples(lines: Iterable[str], log: ReadLog | None = None) -> Iterator[Sample]:
-    """Yield one Sample per event in `perf script` text, streaming.
+def iter_samples(lines: Iterable[str], log: ReadLog | None = None) -> Iterator[ScriptSample]:
+    """Yield one ScriptSample per event in `perf script` text, streaming.
 
     Lines may keep their newline. Headers that do not parse start no sample: their frame
     lines are skipped up to the next blank line (counted in ``log`` when the input ends).
@@ -267,9 +267,9 @@ def iter_samples(lines: Iterable[str], log: ReadLog | None = None) -> Iterator[S
             log.skip(unread, "samples whose header could not be read")
 
 
-def _samples(lines: Iterable[str]) -> Iterator[Sample | None]:
+def _samples(lines: Iterable[str]) -> Iterator[ScriptSample | None]:
     """iter_samples' loop: yields None for each sample skipped because its header did not parse."""
-    current: Sample | None = None
+    current: ScriptSample | None = None
     skipping = False
     for n, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")

@@ -443,7 +443,7 @@ def sniff(head: bytes) -> bool:
     return first == 1 and n >= 3 and pos > len(head)
 
 
-FORMAT = Format("pprof", "a pprof profile", sniff, binary=True)
+FORMAT = Format("pprof", "a pprof profile", sniff, binary=True, untimed="a pprof profile has none", labels=True)
 
 
 def read_source(src: Source) -> Profile:

@@ -36,7 +36,8 @@ def _never(head: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Format:
-    """One input format, as detection sees it."""
+    """One input format: how detection knows it, and what it can and cannot give a reader (the
+    verbs' reader tables, a row per format, say how each question is read from it)."""
 
     name: str  # "perf-script", "folded", ...
     what: str  # how an error message names it: "perf script text"
@@ -45,6 +46,8 @@ class Format:
     plain_only: bool = False  # read from a plain file only: a gzipped one is decompressed to a temporary file first (perf.data)
     needs_file: bool = False  # must be a regular file (perf script -i seeks in it)
     directory: bool = False  # a directory (a capture bundle), never a stream
+    untimed: str = ""  # why --from/--to cannot cut it ("folded stacks have none"); "" when its samples have times
+    labels: bool = False  # its samples carry labels a flame graph can be rooted at (--group-by)
 
 
 BUNDLE = Format("bundle", "a capture bundle", directory=True)

@@ -58,6 +58,25 @@ def target_kind(comm: str, exe: str | None = None, cmdline: list[str] | None = N
     return None
 
 
+def tidb_store(cmdline: list[str] | None) -> str | None:
+    """The storage a tidb-server runs on, from its command line: ``tikv`` (a real cluster: its
+    locks and data live in the TiKV tier), ``unistore`` (embedded, in the process), or None when
+    the command line does not say (the config file's ``store`` then decides; not read here).
+
+    >>> tidb_store(["tidb-server", "-store", "tikv", "-path", "127.0.0.1:2379"])
+    'tikv'
+    >>> tidb_store(["tidb-server", "--store=unistore"]), tidb_store(["tidb-server", "-P", "4000"])
+    ('unistore', None)
+    """
+    args = list(cmdline or [])[1:]
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name in ("-store", "--store"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return value.strip().lower() or None
+    return None
+
+
 @dataclass(frozen=True)
 class PoolInfo:
     """A TiKV/TiDB thread pool: what it does and the knob that sizes it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from profiler.analyzers.stacks.export import StackProfile
 from profiler.analyzers.stacks.flame import FlameGraph, build_tree
@@ -33,12 +33,13 @@ Warn = Callable[[str], None]
 # (and us read) about 7% less and spares perf the offset formatting.
 FOLD_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 
-_UNITS = {"nanoseconds": "ns", "microseconds": "us"}
+PPROF_UNITS = {"nanoseconds": "ns", "microseconds": "us"}
 
 
 @dataclass
-class Stacks:
-    """Folded counts plus what the graph's labels need to know about them."""
+class LoadedStacks:
+    """An input's stacks as load_stacks read them: folded counts plus what the graph's labels need
+    to know about them (formats/perfstacks.py's Stacks are perf.data's samples before folding)."""
 
     counts: dict[str, int]
     unit: str = "samples"
@@ -55,11 +56,11 @@ class FlameGraphResult:
     """What `profiler flamegraph` writes: the SVG, or folded lines; and what it says about them."""
 
     output: str | list[str]
-    stacks: Stacks
+    stacks: LoadedStacks
     frames: int = 0  # frames drawn (0 for folded output)
 
 
-class _Meter:
+class Meter:
     """Tells ``progress`` how many bytes of perf script text were folded (of how many, when known)."""
 
     def __init__(self, progress: Progress | None, task: str = "folding", total: float | None = None) -> None:
@@ -82,7 +83,7 @@ def _unit_for(event: str | None, count_samples: bool) -> str:
     return "ns" if base in ("cpu-clock", "task-clock") else "events"
 
 
-def _from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> Stacks:
+def from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog | None = None) -> LoadedStacks:
     """The folded counts; the samples whose header could not be read are counted in ``log``
     (whose summary, with what the stream tolerated, becomes the one warning about the input)."""
     warnings = list(c.warnings)
@@ -92,20 +93,20 @@ def _from_collapser(c: Collapser, opts: FoldOptions, source: str, log: ReadLog |
             warnings.append(summary)
     elif c.weird:
         warnings.append(f"{source}: {UNREAD_SAMPLES}: {c.weird:,} skipped")
-    return Stacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
+    return LoadedStacks(counts=c.counts, unit=_unit_for(c.event, opts.count_samples), event=c.event, samples=c.samples,
                   source=source, warnings=warnings, seen=c.samples + c.skipped + c.weird)
 
 
 UNREAD_SAMPLES = "samples whose header could not be read"
 
 
-def _log_warnings(log: ReadLog) -> list[str]:
+def log_warnings(log: ReadLog) -> list[str]:
     summary = log.summary()
     return [summary] if summary is not None else []
 
 
 @dataclass
-class _Request:
+class StackRequest:
     """One stack input being read: where it is and how to fold it."""
 
     input: str  # as the user gave it
@@ -113,38 +114,59 @@ class _Request:
     bundle: Bundle | None
     opts: FoldOptions
     progress: Progress | None
+    warn: Warn | None = None  # hears what was tolerated in the input (the readers that check their own stacks)
 
 
 def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress: Progress | None = None,
-                stdin: IO[bytes] | None = None) -> Stacks:
+                stdin: IO[bytes] | None = None) -> LoadedStacks:
     """Any stack input -> folded counts (CPU samples, off-CPU time in µs, or a pprof sample type,
     picked by ``opts.event_filter``). A relative ``opts.window`` counts from a bundle's capture
     start, else from the first sample. The input's format picks its reader in STACK_READERS (or,
     with ``offcpu``, OFFCPU_READERS): the formats a flame graph accepts, in detection order."""
+    req = stack_request(input, opts, progress=progress, stdin=stdin)
+    if opts.group_by and not req.src.format.labels:
+        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
+    refuse_untimed(req)
+    return pick(OFFCPU_READERS if offcpu else STACK_READERS, req, offcpu)(req)
+
+
+def stack_request(input: str, opts: FoldOptions, *, progress: Progress | None = None,
+                  stdin: IO[bytes] | None = None) -> StackRequest:
+    """Detect a stack input among the formats STACK_READERS accepts (in its order); a bundle's
+    relative ``opts.window`` is rebased on its capture start."""
     src = detect(input, tuple(STACK_READERS), stdin=stdin)
     bundle = src.bundle() if src.format.directory else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))
-    if opts.group_by and src.format is not pprof.FORMAT:
-        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
-    if opts.window.bounded and src.format in UNTIMED:
-        raise UsageError(f"--from/--to need timestamps: {UNTIMED[src.format]}")
-    req = _Request(input, src, bundle, opts, progress)
-    if offcpu:
-        off = OFFCPU_READERS.get(src.format)
-        if off is None:
-            raise UsageError(f"--offcpu needs sched_switch samples (a bundle or perf script text), not {src.format.what}")
-        return off(req)
-    return STACK_READERS[src.format](req)
+    return StackRequest(input, src, bundle, opts, progress)
 
 
-def _meter(req: _Request, task: str) -> _Meter:
+def refuse_untimed(req: StackRequest) -> None:
+    """--from/--to on an input whose samples have no times: a usage error saying why."""
+    if req.opts.window.bounded and req.src.format.untimed:
+        raise UsageError(f"--from/--to need timestamps: {req.src.format.untimed}")
+
+
+R = TypeVar("R")
+
+
+def pick(readers: dict[Format, R], req: StackRequest, offcpu: bool) -> R:
+    """The row of ``readers`` for the request's format; with ``offcpu``, a usage error when the
+    format holds no off-CPU evidence (every stack input has a row of the CPU tables)."""
+    reader = readers.get(req.src.format)
+    if reader is None:
+        raise UsageError(f"--offcpu needs sched_switch samples (a bundle or perf script text), not {req.src.format.what}"
+                         if offcpu else f"{req.src.name}: {req.src.format.what} holds no stacks")
+    return reader
+
+
+def _meter(req: StackRequest, task: str) -> Meter:
     src = req.src
-    return _Meter(req.progress, task, src.path.stat().st_size
+    return Meter(req.progress, task, src.path.stat().st_size
                   if src.path is not None and src.path.is_file() and not src.compressed else None)
 
 
-def _bundle_stacks(req: _Request) -> Stacks:
+def _bundle_stacks(req: StackRequest) -> LoadedStacks:
     from profiler.analyzers import views  # the analysis's readers: only for a bundle
 
     bundle = req.bundle
@@ -154,34 +176,34 @@ def _bundle_stacks(req: _Request) -> Stacks:
     if not views.fold_cpu_stacks(bundle, c, meter):
         raise BundleError(f"{req.input} holds no CPU stacks ({members.CPU_STACKS}; cpu-stacks collector: "
                           f"{bundles.collector_status(bundle, 'cpu-stacks')})")
-    out = _from_collapser(c, req.opts, f"{req.input}/{members.CPU_STACKS}", bundle.log(members.CPU_STACKS))
+    out = from_collapser(c, req.opts, f"{req.input}/{members.CPU_STACKS}", bundle.log(members.CPU_STACKS))
     out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
     return out
 
 
-def _perf_data_stacks(req: _Request) -> Stacks:
-    meter = _Meter(req.progress, f"perf script {req.src.name} | folding")
+def _perf_data_stacks(req: StackRequest) -> LoadedStacks:
+    meter = Meter(req.progress, f"perf script {req.src.name} | folding")
     return _from_perf_data(req.src.file, req.input, req.opts, meter, req.src.log, req.src.name + req.src.damage())
 
 
-def _folded_stacks(req: _Request) -> Stacks:
+def _folded_stacks(req: StackRequest) -> LoadedStacks:
     counts = folded.read_source(req.src)
-    return Stacks(counts=counts, source=req.src.name, samples=sum(counts.values()), warnings=_log_warnings(req.src.log))
+    return LoadedStacks(counts=counts, source=req.src.name, samples=sum(counts.values()), warnings=log_warnings(req.src.log))
 
 
-def _perf_script_stacks(req: _Request) -> Stacks:
+def _perf_script_stacks(req: StackRequest) -> LoadedStacks:
     src, opts, progress = req.src, req.opts, req.progress
     meter = _meter(req, f"folding {src.name}")
     if src.rereadable and src.path is not None and not src.compressed and src.path.stat().st_size >= PARALLEL_MIN_BYTES:
         fold = collapse_file(str(src.path), opts, on_progress=(lambda d, t: progress(meter.task, d, t, "B"))
                              if progress is not None else None)  # several processes
-        return _from_collapser(fold, opts, src.name)
+        return from_collapser(fold, opts, src.name)
     with src.open() as fh:
-        return _from_collapser(collapse_stream(fh, opts, meter), opts, src.name, src.log)
+        return from_collapser(collapse_stream(fh, opts, meter), opts, src.name, src.log)
 
 
-def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Meter, log: ReadLog | None = None,
-                    name: str | None = None) -> Stacks:
+def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: Meter, log: ReadLog | None = None,
+                    name: str | None = None) -> LoadedStacks:
     """perf.data through perf script, identical stacks merged first (their weight in the period
     field) unless a time window needs each sample's own time, or inferno's rules may ignore the
     period (it does when perf pads the event name: a file of several events). ``log``: what
@@ -190,7 +212,7 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Met
         direct = perfdata.Direct()
         c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, opts, meter), FOLD_FIELDS, name=name,
                                       direct=direct, samples=lambda items: _fold_items(items, opts))
-        out = _from_collapser(c, opts, input, log)
+        out = from_collapser(c, opts, input, log)
         out.warnings.extend(_by_perf(direct, name or input))
         return out
     merge = perfdata.Merge(by_tid=opts.include_tid or opts.tid_filter is not None, count_samples=opts.count_samples,
@@ -201,7 +223,7 @@ def _from_perf_data(path: str | Path, input: str, opts: FoldOptions, meter: _Met
     c = perfdata.read_perf_script(path, lambda out: collapse_stream(out, fold_opts, meter), FOLD_FIELDS,
                                   merge=merge, merged=merged, name=name, direct=direct,
                                   samples=lambda items: _fold_items(items, fold_opts))
-    out = _from_collapser(c, opts, input, log)
+    out = from_collapser(c, opts, input, log)
     out.warnings.extend(_by_perf(direct, name or input))
     if merged:
         # perf script read one sample per distinct stack: the file's own count when every
@@ -231,7 +253,7 @@ def _by_perf(direct: perfdata.Direct, input: str) -> list[str]:
     return [f"{input}: {direct.by_perf:,} of {direct.samples:,} samples named by perf script ({why})"]
 
 
-def _pprof(req: _Request) -> Stacks:
+def _pprof(req: StackRequest) -> LoadedStacks:
     """One sample type of a pprof profile (``--event TYPE``; by default the producer's choice,
     else the last type, as `go tool pprof` shows it): cpu time, goroutines, bytes..."""
     src, opts = req.src, req.opts
@@ -243,17 +265,17 @@ def _pprof(req: _Request) -> Stacks:
         unit = "samples"
     else:
         counts = fold_stacks(profile.stacks(i, opts.group_by))
-        unit = _UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
+        unit = PPROF_UNITS.get(st.unit) or (st.unit if st.unit != "count" else st.type if st.type.endswith("s") else st.type + "s")
     samples = sum(1 for _ in profile.stacks(i))
     keys = profile.label_keys()
     unlabeled = [f"{src.name}: no sample carries the label {k!r}" + (f" (its labels: {', '.join(keys)})" if keys else
                                                                      " (it has no labels)")
                  for k in opts.group_by if k not in keys]
-    return Stacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
-                  warnings=profile.warnings + unlabeled + _log_warnings(src.log))
+    return LoadedStacks(counts=counts, unit=unit, event=str(st), samples=samples, source=src.name,
+                  warnings=profile.warnings + unlabeled + log_warnings(src.log))
 
 
-def _bundle_offcpu(req: _Request) -> Stacks:
+def _bundle_offcpu(req: StackRequest) -> LoadedStacks:
     """A bundle's off-CPU members through the off-CPU view (analyzers/views/stacks.py), the one
     reader the report uses too: blocked microseconds, perf's or bcc's."""
     from profiler.analyzers import views  # the analysis's readers: only for a bundle
@@ -271,22 +293,22 @@ def _bundle_offcpu(req: _Request) -> Stacks:
     source = f"{req.src.name}/{view.source}"
     warnings = bundle.read_warnings() + bundle.warnings
     if view.bcc:
-        return Stacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
+        return LoadedStacks(counts=view.folded, unit="us", event="offcpu (bcc)", source=source, warnings=warnings)
     if not view.folded:
         raise InputError(f"no sched_switch samples with blocked time in {source}" + _damage(warnings))
-    return Stacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
+    return LoadedStacks(counts=view.folded, unit="us", event="sched:sched_switch", samples=view.switch_outs, source=source,
                   warnings=warnings, notes=view.notes + bundles.collector_note(bundle, "offcpu-stacks"))
 
 
-def _switches(req: _Request, counts: dict[str, int], stats: OffCpuStats) -> Stacks:
-    warnings = _log_warnings(req.src.log)
+def _switches(req: StackRequest, counts: dict[str, int], stats: OffCpuStats) -> LoadedStacks:
+    warnings = log_warnings(req.src.log)
     if not counts:
         raise InputError(f"no sched_switch samples with blocked time in {req.src.name}" + _damage(warnings))
-    return Stacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=req.src.name,
+    return LoadedStacks(counts=counts, unit="us", event="sched:sched_switch", samples=stats.switches, source=req.src.name,
                   warnings=warnings, notes=list(stats.notes))
 
 
-def _perf_data_offcpu(req: _Request) -> Stacks:
+def _perf_data_offcpu(req: StackRequest) -> LoadedStacks:
     src, opts = req.src, req.opts
     counts, stats = perfdata.read_perf_script(
         src.file, lambda out: offcpu_folded(iter_samples(open_lines(out)), pools=opts.pools, window=opts.window),
@@ -294,14 +316,14 @@ def _perf_data_offcpu(req: _Request) -> Stacks:
     return _switches(req, counts, stats)
 
 
-def _perf_script_offcpu(req: _Request) -> Stacks:
+def _perf_script_offcpu(req: StackRequest) -> LoadedStacks:
     with req.src.open() as fh:
         counts, stats = offcpu_folded(iter_samples(open_lines(fh), req.src.log), pools=req.opts.pools,
                                       window=req.opts.window)
     return _switches(req, counts, stats)
 
 
-StackReader = Callable[[_Request], Stacks]
+StackReader = Callable[[StackRequest], LoadedStacks]
 
 # How each input format gives a flame graph its stacks: the formats `profiler flamegraph` and
 # `diff` accept, in the order detection tries them (profiler/inputs/source.py: the first that
@@ -319,8 +341,6 @@ OFFCPU_READERS: dict[Format, StackReader] = {
     perfdata.FORMAT: _perf_data_offcpu,
     perfscript.FORMAT: _perf_script_offcpu,
 }
-# The formats without times, and why --from/--to cannot cut them.
-UNTIMED: dict[Format, str] = {folded.FORMAT: "folded stacks have none", pprof.FORMAT: "a pprof profile has none"}
 
 
 def _damage(warnings: list[str]) -> str:
@@ -328,7 +348,7 @@ def _damage(warnings: list[str]) -> str:
     return f" (read: {'; '.join(warnings)})" if warnings else ""
 
 
-def _check(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
+def check_stacks(stacks: LoadedStacks, opts: FoldOptions, warn: Warn | None) -> None:
     """Say what was tolerated in the input (``warn``); no stacks at all is an error instead, in
     one line naming what reading tolerated when that is why (a truncated file that yielded
     nothing)."""
@@ -340,7 +360,7 @@ def _check(stacks: Stacks, opts: FoldOptions, warn: Warn | None) -> None:
             warn(w)
 
 
-def make_graph(stacks: Stacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
+def make_graph(stacks: LoadedStacks, *, title: str | None, subtitle: str | None, offcpu: bool, min_fraction: float) -> FlameGraph:
     if title is None:
         title = "Off-CPU Flame Graph (time blocked, by wait reason)" if offcpu else "CPU Flame Graph"
     if subtitle is None:
@@ -365,7 +385,7 @@ def flamegraph(input: str, opts: FoldOptions, svg: FlameGraphOptions, *, offcpu:
         # perf script of a recording without events: nothing to fold, as inferno-collapse-perf
         # prints nothing and succeeds (a graph of nothing is still an error, as in inferno-flamegraph)
         return FlameGraphResult([], stacks)
-    _check(stacks, opts, warn)
+    check_stacks(stacks, opts, warn)
     if folded_output:
         return FlameGraphResult(list(format_folded(stacks.counts)), stacks)
     frac = svg.min_width / (svg.width - 20) if svg.min_width > 0 else 0.0
@@ -403,7 +423,7 @@ def export_format(fmt: str | None, output: str | None) -> str | None:
     return None
 
 
-def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
+def stack_profile(stacks: LoadedStacks, offcpu: bool) -> StackProfile:
     """Folded stacks with what their values are, as pprof and speedscope name them."""
     if stacks.event and "/" in stacks.event and " " not in stacks.event:  # a pprof input's own type
         kind, _, unit = stacks.event.partition("/")
@@ -419,7 +439,7 @@ def stack_profile(stacks: Stacks, offcpu: bool) -> StackProfile:
 
 
 def export(input: str, opts: FoldOptions, fmt: str, *, offcpu: bool = False, progress: Progress | None = None,
-           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, Stacks]:
+           warn: Warn | None = None, stdin: IO[bytes] | None = None) -> tuple[str | bytes, LoadedStacks]:
     """`profiler flamegraph --format pprof|speedscope`: the input's stacks in another tool's format,
     with their labels, times and binaries (profiler/usecases/export.py)."""
     from profiler.usecases import export as exporting

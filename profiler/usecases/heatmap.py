@@ -208,20 +208,14 @@ def _block_trace_latency(req: _Request) -> HeatmapResult:
     return _block(bio, None, req.name, req.opts)
 
 
-def _pairs_latency(req: _Request) -> HeatmapResult:
-    return _pairs(req.src, req.name, req.opts)
-
-
-def _biosnoop_latency(req: _Request) -> HeatmapResult:
-    return _biosnoop(req.src, req.name, req.opts)
-
-
 def _lattice(opts: HeatmapRequest) -> dict[str, Any]:
     return {"rows": opts.rows, "log": opts.log, "step": opts.step_sec, "max_cols": opts.max_col,
             "min_lat": opts.min_lat, "max_lat": opts.max_lat, "step_lat": opts.step_lat}
 
 
-def _pairs(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
+def _pairs_latency(req: _Request) -> HeatmapResult:
+    """HeatMap's `time latency` pairs, in the units --units-time and --units-latency say."""
+    src, name, opts = req.src, req.name, req.opts
     p = pairs.read_source(src, units_time=opts.units_time, units_latency=opts.units_latency)
     if not len(p.t):
         raise InputError(f"{name}: no time/latency pairs{src.damage()}")
@@ -238,8 +232,9 @@ def _pairs(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
     return HeatmapResult(doc, svg, warnings=warnings)
 
 
-def _biosnoop(src: Source, name: str, opts: HeatmapRequest) -> HeatmapResult:
+def _biosnoop_latency(req: _Request) -> HeatmapResult:
     """bcc biosnoop's own output: one record per IO, latency in ms, time in s (no --units needed)."""
+    src, name, opts = req.src, req.name, req.opts
     b = biosnoop.read_source(src)
     if not len(b.t):
         raise InputError(f"{name}: biosnoop output with no IO lines{src.damage()}")

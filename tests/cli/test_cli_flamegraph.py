@@ -148,6 +148,41 @@ def test_bcc_offcpu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 0 and out == "lock (futex);grpc-server;main;futex_wait_[k] 5\n"
 
 
+
+def test_bcc_offcpu_at_the_rounding_edge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bcc stack of 500 ns rounds to no microsecond (half to even) and is left out, not drawn as
+    a line of 0; 501 ns is one microsecond. One rule, in the one reader (views.fold_bcc_offcpu)."""
+    m = Manifest(clock=ClockInfo(monotonic_start=1.0, wall_start=1.7e9, offset=1.7e9), status="ok")
+    w = BundleWriter(tmp_path / "bcc", m)
+    with w.open_member("offcpu.folded.gz") as fh:
+        fh.write(b"app;main;a_[k] 500\napp;main;b_[k] 501\napp;main;c_[k] 499\napp;main;d_[k] 2500\n")
+    w.finish("ok")
+    code, out, _ = run(["flamegraph", str(tmp_path / "bcc"), "--offcpu", "--folded"], capsys)
+    assert code == 0 and out == "other;app;main;b_[k] 1\nother;app;main;d_[k] 2\n"
+
+
+@pytest.mark.parametrize("sample", sorted((ROOT / "samples" / "bcc").glob("*/manifest.json")), ids=lambda p: p.parent.name)
+def test_bcc_offcpu_of_a_recorded_bundle_is_the_reports(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real bcc capture: `flamegraph --offcpu --pools` folds what the report's off-CPU graph
+    holds (one reader), in microseconds: its total is the member's nanoseconds, read here
+    without the profiler, over 1000 (each stack rounded to the microsecond, so within half a
+    microsecond a stack)."""
+    from profiler.analyzers.analysis import analyze
+    from profiler.analyzers.stacks.flame import FoldedStacks
+
+    from profiler.bundle import Bundle
+
+    bundle = sample.parent
+    code, out, _ = run(["flamegraph", str(bundle), "--offcpu", "--folded", "--pools"], capsys)
+    assert code == 0
+    verb = {k: int(v) for k, _, v in (line.rpartition(" ") for line in out.splitlines())}
+    art = analyze(Bundle.open(bundle)).artifacts["offcpu_flame"]
+    assert isinstance(art, FoldedStacks) and art.unit == "us"
+    assert verb == art.counts
+    raw = [int(line.rpartition(b" ")[2]) for line in gzip.decompress((bundle / "offcpu.folded.gz").read_bytes()).splitlines()]
+    assert len(raw) >= 20 and all(v > 0 for v in verb.values())
+    assert abs(sum(verb.values()) - sum(raw) / 1000) <= 0.5 * len(raw)
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_svg_zoom_and_search_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

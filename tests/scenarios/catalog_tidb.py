@@ -282,6 +282,34 @@ def gc_checks(obs: Observation, st: Started) -> list[Check]:
 
 
 # --------------------------------------------------------------------------------------
+# the host's CPUs filled by TiDB and its client together (unistore)
+
+
+def tidb_point_selects_host_cpu(ctx: Ctx) -> Started:
+    db = TiDB(ctx.procs, ctx.tmp / "tidb")
+    pid = db.start()
+    ctx.procs.run("sysbench-prepare", db.sysbench("oltp_point_select", "--tables=1", "--table-size=10000", "prepare"),
+                  timeout=300)
+    ctx.procs.spawn("sysbench", db.sysbench("oltp_point_select", "--tables=1", "--table-size=10000", "--threads=32",
+                                            f"--time={ctx.load_seconds}", "run"))
+    return Started(pid, probe=_tidb_probe(db, "tidb_server_query_total"), workers=32)
+
+
+def host_cpu_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [
+        Check("host CPU busy (all CPUs)", obs.host_busy, ">=", 0.9, "/proc/stat"),
+        Check("tidb-server CPU cores / host CPUs", obs.cpu_cores / (os.cpu_count() or 1), ">=", 0.5, "/proc/PID/stat"),
+        Check("tidb-server run-queue share", obs.runq_share, ">=", 0.2,
+              "schedstat: of the CPU its threads asked for, the share they waited for"),
+        Check("sessions waiting on locks (lock_keys request-s/s)", obs.extra.get(LOCK_KEYS, 0.0) / secs, "<=", 0.1,
+              "TiDB's /metrics: a read-only load takes no pessimistic locks"),
+        Check("statements/s (the load runs)", obs.extra.get("tidb_server_query_total", 0.0) / secs, ">=", 500.0,
+              "TiDB's /metrics: tidb_server_query_total delta"),
+    ]
+
+
+# --------------------------------------------------------------------------------------
 # idle with its background work (unistore)
 
 
@@ -340,6 +368,10 @@ SCENARIOS: list[Scenario] = [
              "collector runs constantly", tidb_gc_memlimit, gc_checks,
              "memory pressure in Go terms (GC CPU, heap at GOMEMLIMIT)", ("go terms", "garbage collector", "gomemlimit"),
              warmup=5, skip=_skip("tidb-server")),
+    Scenario("tidb-point-selects-host-cpu", "cpu", _UNI,
+             "tidb-server (unistore) under sysbench oltp_point_select, 32 threads: TiDB and its client fill the "
+             "host's CPUs", tidb_point_selects_host_cpu, host_cpu_checks, "the host's CPUs are saturated",
+             ("host's cpus are saturated", "saturated", "cores busy"), warmup=5, skip=_skip("tidb-server")),
     Scenario("tidb-idle", "not_saturated", _UNI,
              "tidb-server (unistore) with its background work, 5 point selects/s", tidb_idle, tidb_idle_checks,
              None, (), warmup=5, skip=_skip("tidb-server")),

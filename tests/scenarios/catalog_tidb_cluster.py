@@ -26,7 +26,7 @@ from tests.scenarios.catalog_tidb import (
 )
 from tests.scenarios.model import Check, Ctx, Scenario, Started
 from tests.scenarios.sampler import Observation, process_counters
-from tests.scenarios.tidb import Cluster
+from tests.scenarios.tidb import PD, Cluster, http_get
 
 
 def _cluster_probe(c: Cluster, tikv: tuple[str, ...] = ()) -> Callable[[], dict[str, float]]:
@@ -167,7 +167,47 @@ def cluster_idle_checks(obs: Observation, st: Started) -> list[Check]:
 
 
 
+# --------------------------------------------------------------------------------------
+# PD alone: its embedded etcd's WAL on a throttled disk (request_io_wait on a second program: etcd's
+# scenario runs Debian's etcd 3.4, this one PD v8.5.3's own etcd)
+
+WAL_SUM, WAL_COUNT = "etcd_disk_wal_fsync_duration_seconds_sum", "etcd_disk_wal_fsync_duration_seconds_count"
+
+
+def pd_wal_fsync_throttle(ctx: Ctx) -> Started:
+    g = ctx.group()
+    pd = PD(ctx.procs, ctx.tmp / "pd")
+    pid = pd.start(join=g.join_self)
+    g.blkio_limit(write_iops=40)
+    # PD serves the etcd v3 API on its client URL: etcdctl's own write benchmark drives its WAL
+    ctx.procs.spawn("etcd-load", ["timeout", str(ctx.load_seconds), "etcdctl", f"--endpoints={pd.endpoint}", "check",
+                                  "perf", "--load=s"])
+
+    def probe() -> dict[str, float]:
+        return _sums(http_get(f"{pd.url}/metrics", 20), (WAL_SUM, WAL_COUNT))
+
+    return Started(pid, probe=probe, workers=1)
+
+
+def pd_wal_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    n = obs.extra.get(WAL_COUNT, 0.0)
+    busy = obs.extra.get(WAL_SUM, 0.0) / secs
+    return [
+        Check("WAL fsyncs/s", n / secs, ">=", 5.0, f"pd-server's /metrics: {WAL_COUNT}"),
+        Check("WAL fsync in progress (share of the window)", busy, ">=", 0.5, f"pd-server's /metrics: {WAL_SUM} delta"),
+        Check("throttled write IOPS / limit", cg(obs, "main", "blkio.ios.write") / secs / 40, ">=", 0.5,
+              "blkio.throttle.io_serviced, limit 40"),
+        Check("pd-server CPU cores", obs.cpu_cores, "<=", 0.6, "/proc/PID/stat"),
+    ]
+
+
 CLUSTER_SCENARIOS: list[Scenario] = [
+    Scenario("pd-wal-fsync-throttle", "io_wait", ("pd-server", "etcdctl"),
+             "pd-server v8.5.3 alone, its data dir's writes throttled to 40 IOPS (blkio), etcdctl check perf "
+             "writing through its etcd API: every write waits for the WAL fsync", pd_wal_fsync_throttle, pd_wal_checks,
+             "the WAL fsync on the throttled disk", ("wal", "fsync", "disk", "throttl", "blkio"), warmup=3,
+             skip=_skip("pd-server")),
     Scenario("tidb-cluster-hot-rows", "lock_contention", ("tidb-server", "tikv-server", "pd-server", "sysbench"),
              f"PD + TiKV + TiDB, {THREADS} sysbench clients in pessimistic transactions updating {HOT_ROWS} rows: the "
              "lock waits are TiKV's, TiDB's sessions wait in gRPC", cluster_hot_rows, cluster_hot_rows_checks,

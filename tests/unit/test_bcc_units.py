@@ -168,3 +168,46 @@ def test_unsampled_waits_share_their_time_among_the_stacks_sampled_from_the_same
                          stack=lambda r: (r[2], r[3]), amounts=(4,), fractions=(5,),
                          with_stack=lambda r, st: [r[0], r[1], st[0], st[1], *r[4:]])
     assert {(r[2], r[3]) for r in later} == {(10, 20), (11, 21)} and sum(r[4] for r in later) == 400
+
+
+class _CfgMap:
+    """The one map budget_stacks writes: keeps what was written (a dict stands in for the kernel's array)."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def update(self, key: bytes, value: bytes) -> None:
+        self.values.append(value)
+
+
+def test_the_stack_budget_thins_the_sampling_only_past_the_budget():
+    import time
+
+    from profiler.collectors.bcc.sides import CFG, FutexSide, OffCpuSide
+
+    side = OffCpuSide({"slot_ns": 1_000_000_000, "stack_budget": 256})
+    cfg = _CfgMap()
+    side.maps = {"cfg": cfg}  # type: ignore[dict-item]
+    side.configure(5, [42], 32)
+    assert CFG.unpack(cfg.values[-1])[2] == 32
+    # 5,000 switch-outs a second: one in 32 walks 156 stacks a second, within the budget
+    side._events = (0, time.monotonic() - 1.0)
+    side.budget_stacks({"switch_out": 5_000})
+    assert side.stack_every == 32 and len(cfg.values) == 1
+    # 55,000 a second: one in 215 keeps 256 a second
+    side._events = (5_000, time.monotonic() - 1.0)
+    side.budget_stacks({"switch_out": 60_000})
+    assert 210 <= side.stack_every <= 220
+    t0, slot_ns, every, ntargets, first = CFG.unpack(cfg.values[-1])[:5]
+    assert (t0, slot_ns, every, ntargets, first) == (5, 1_000_000_000, side.stack_every, 1, 42)
+    # quiet again: back to one in 32, never sparser than needed
+    side._events = (60_000, time.monotonic() - 1.0)
+    side.budget_stacks({"switch_out": 61_000})
+    assert side.stack_every == 32
+    # no budget: the sampling stays as configured
+    futex = FutexSide({"slot_ns": 1_000_000_000, "stack_budget": 0})
+    futex.maps = {"cfg": _CfgMap()}  # type: ignore[dict-item]
+    futex.configure(5, [42], 32)
+    futex._events = (0, time.monotonic() - 1.0)
+    futex.budget_stacks({"entered": 1_000_000})
+    assert futex.stack_every == 32

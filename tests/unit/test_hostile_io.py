@@ -298,3 +298,20 @@ def test_a_growing_file_replaces_a_planted_link_and_never_follows_it(tmp_path: P
     (cap / "dir").mkdir()
     with pytest.raises(OutputError, match="is a directory"):
         create_growing(cap / "dir")
+
+
+def test_trailing_bytes_after_gzip_are_read_only_so_far(tmp_path: Path) -> None:
+    """A member grown to a terabyte of holes after its gzip data (truncate -s 1T) reads in no time:
+    the data is kept and the rest noted, never read to its end (it was: a 1 TB read)."""
+    p = tmp_path / "cpu.perf.txt.gz"
+    p.write_bytes(gzip.compress(TEXT[:5000]))
+    with open(p, "ab") as f:
+        f.truncate(1 << 40)
+    log = ReadLog("x")
+    with open(p, "rb") as raw, open_tolerant(raw, log) as fh:
+        assert fh.read() == TEXT[:5000]
+    assert log.bytes_in < 2 * tolerant.TRAILING_LIMIT
+    assert any("trailing data" in n and "not read" in n for n in log.damage), log.damage
+    # padding within the limit stays silent, as gzip(1) keeps it
+    data, log = read(gzip.compress(b"a\n") + bytes(1000))
+    assert data == b"a\n" and not log.damage

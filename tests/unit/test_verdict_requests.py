@@ -228,3 +228,25 @@ def test_the_clients_own_latency_and_threads_join_the_servers_request_time() -> 
     inside = rows["client_threads_inside"].value
     assert inside is not None and inside < 0.2  # the rate limiter, not the server, holds the client's threads
     assert "of sysbench's 8 threads" in v.primary.sub_cause
+
+
+def test_a_tidb_on_tikv_gives_its_lock_waits_to_the_tikv_tier_by_its_command_line() -> None:
+    from dataclasses import replace
+
+    from profiler.analyzers.verdict.rules_requests import rule_request_locks
+
+    from profiler.knowledge import tidb_store
+
+    # the command lines our scenarios and the TiDB notes start tidb-server with
+    assert tidb_store(["tidb-server", "-store", "tikv", "-path", "127.0.0.1:2379"]) == "tikv"
+    assert tidb_store(["tidb-server", "--store=tikv", "--path=127.0.0.1:2379"]) == "tikv"
+    assert tidb_store(["tidb-server", "-store", "unistore", "-path", "/tmp/u"]) == "unistore"
+    assert tidb_store(["tidb-server", "-config", "tidb.toml"]) is None and tidb_store([]) is None
+    # the real unistore capture: read from its manifest, its lock waits are its own
+    a, v, t = _verdict("tidb-unistore-pessimistic-hot-rows")
+    assert t.server.storage == "unistore" and v.primary.tier is None
+    # the same evidence from a tidb-server on TiKV: the locks are held in the tikv tier, whatever
+    # the goroutine snapshots show (here unistore's waiters)
+    on_tikv = replace(t, server=replace(t.server, storage="tikv"))
+    f = rule_request_locks(on_tikv, a.metrics)
+    assert f is not None and f.tier == "tikv" and "the locks are held in the tikv tier" in f.sub_cause

@@ -138,12 +138,15 @@ static __always_inline u32 index_of(struct pf_cfg *c, u64 key)
 
 static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s64 prev_state, u64 in_key)
 {
-    u64 now = bpf_ktime_get_ns();
+    // the clock is read only where a target thread leaves or comes back: most switches of a
+    // busy host are other processes' (and the idle task's), and pay for the target tests alone
+    u64 now = 0;
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
     u32 tgid = id >> 32;
     // switch-out: the current task is the one leaving (out_key 0: it is not)
     if (out_key != 0 && tid != 0 && !(prev_state & TASK_DEAD) && is_target(c, tgid)) {
+        now = bpf_ktime_get_ns();
         u32 idx = index_of(c, out_key);
         struct off_t *o = offstart.lookup(&idx);
         if (o) {
@@ -173,6 +176,8 @@ static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s
     struct off_t *o = offstart.lookup(&in_idx);
     if (!o || !o->ts || o->key != in_key)
         return PASS;
+    if (!now)
+        now = bpf_ktime_get_ns();
     u32 s1 = slot_of(c, now);
     u32 s0 = slot_of(c, o->ts);
     struct blocked_key key = {
