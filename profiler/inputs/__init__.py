@@ -6,8 +6,10 @@ stream its records. :func:`detect` is the only place that guesses formats, among
 accepts, in the order given (the first that claims the head wins, so the most specific come first
 and perf script text, the text fallback, last). Which formats a verb accepts, and how each is
 read into its model, is one table in its use case, a row per format: profiler/usecases/
-flamegraph.py ``STACK_READERS`` and ``OFFCPU_READERS``, heatmap.py ``LATENCY_READERS`` and
-``TIMES_READERS``; ``COUNTERS`` below for `profiler stat` (perfstat.read_source reads both).
+flamegraph.py ``STACK_READERS`` and ``OFFCPU_READERS``, export.py ``EXPORT_READERS`` and
+``OFFCPU_EXPORT_READERS``, heatmap.py ``LATENCY_READERS`` and ``TIMES_READERS``; ``COUNTERS``
+below for `profiler stat` (perfstat.read_source reads both). What a format cannot give is its
+Format's to say (``untimed``, ``labels``), never a use case's test of which format it is.
 
 May import profiler.bundle, profiler.errors and profiler.knowledge only.
 """

@@ -22,7 +22,8 @@ Every module is parsed (never imported), so function-level imports, imports unde
 f-string counts by its literal prefix) are all checked. Top-level ``import collectors`` /
 ``analyzers`` / ``templates`` (the repository folders, not the installed names) is refused too.
 A second test checks docs/style.md practice 13: each module's docstring summary (its first paragraph)
-names its layer, as ``(<layer> layer)``.
+names its layer, as ``(<layer> layer)``; a third, practice 15: no use case or verb compares input
+formats (a reader table's row, or the Format's own fields, says what a format gives).
 """
 
 from __future__ import annotations
@@ -285,3 +286,29 @@ def test_tests_sit_in_their_tier() -> None:
     README's own test (the README names it) stays at tests/."""
     loose = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_readme.py")
     assert not loose, f"tests/{', tests/'.join(loose)}: move each to tests/unit, cli, e2e or scenarios (docs/design.md#tests)"
+
+
+def _format_tests(source: str) -> list[str]:
+    """The comparisons in ``source`` that test an input's format (``src.format is pprof.FORMAT``,
+    ``src.format in UNTIMED``, ``x.format == ...``): what a dispatch table's row or the
+    Format's own fields (``untimed``, ``labels``, ``directory``) say instead."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(m, ast.Attribute) and m.attr in ("format", "FORMAT")
+            for side in (node.left, *node.comparators) for m in ast.walk(side)
+        ):
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_use_case_or_verb_tests_an_input_format() -> None:
+    """docs/style.md practice 15: a use case picks a format's reader from its table (``pick``),
+    and asks the Format what it cannot give; it never compares formats."""
+    assert _format_tests("if src.format is pprof.FORMAT:\n    pass\nok = src.format.untimed\n") == [
+        "1: src.format is pprof.FORMAT"]
+    assert _format_tests("x = fmt in (perfdata.FORMAT, perfscript.FORMAT) or s.format == 'a'\n") == [
+        "1: fmt in (perfdata.FORMAT, perfscript.FORMAT)", "1: s.format == 'a'"]
+    found = {str(p.relative_to(ROOT)): hits for d in ("profiler/usecases", "profiler/cli")
+             for p in sorted((ROOT / d).glob("*.py")) if (hits := _format_tests(p.read_text()))}
+    assert not found, f"format tests outside the reader tables (docs/style.md practice 15): {found}"
