@@ -61,6 +61,29 @@ def test_gzip_stdin_pools_and_folded_input(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and "timestamps" in err
 
 
+PPROF = ROOT / "samples" / "etcd-cpu-quota-inflated-wal-timings" / "server-19621-cpu-window.pb.gz"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--from", "1s"], "--from/--to need timestamps: a pprof profile has none"),
+    (["--from", "1s", "--format", "pprof", "-o", "/dev/null"], "--from/--to need timestamps: a pprof profile has none"),
+    (["--offcpu", "--format", "pprof", "-o", "/dev/null"], "--offcpu needs sched_switch samples (a bundle or perf script text), not a pprof profile"),
+    (["--offcpu"], "--offcpu needs sched_switch samples (a bundle or perf script text), not a pprof profile"),
+], ids=["graph-window", "export-window", "export-offcpu", "graph-offcpu"])
+def test_what_a_format_cannot_give_is_refused_alike(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The flame graph and the exports refuse what an input's Format says it lacks (its times;
+    off-CPU evidence: no row in the off-CPU tables) with the same usage error."""
+    code, _, err = run(["flamegraph", str(PPROF), *args], capsys)
+    assert code == 2 and says in " ".join(err.split()), err
+
+
+def test_group_by_needs_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--group-by roots at a pprof profile's labels: a format without them (Format.labels) is refused."""
+    code, _, err = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "--group-by", "x"], capsys)
+    assert code == 2 and "--group-by roots stacks at a pprof profile's labels" in " ".join(err.split())
+    code, out, _ = run(["flamegraph", str(PPROF), "--group-by", "x", "--folded"], capsys)
+    assert code == 0 and out
+
 def test_time_range(capsys: pytest.CaptureFixture[str]) -> None:
     src = str(DIR / "mariadb-sysbench.txt")
     _, whole, _ = run(["flamegraph", src, "--folded", "--samples"], capsys)
