@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from pathlib import Path
 
 from tests.hostile_round import (
     ANSI,
@@ -38,6 +39,19 @@ DEEP_STACK = b"t 1/1 [000] 931.0: 1 cpu-clock:\n" + b"\t 1 f (/x)\n" * 200_000 +
 LONG_LINE = b"x" * (40 << 20)
 PERF_HOSTILE = ("{c} 14556/14607 [000] 930.974326: 10101010 cpu-clock:\n\t 24a330 {f}+0x3 (/lib/{f}.so)\n\n" * 50)
 GZIP_TRUNC = gzip.compress(b"spinner 1/1 [000] 930.9: 1 cpu-clock:\n\t 1 f (/x)\n\n" * 2000)[:300]
+
+
+def _proc_amplified(cap: Path) -> None:
+    """Thread records that compress 75 to 1: 50 threads, 6,000 samples each, under 1 MB gzipped
+    (a parsed dict kept per record: 565 MB)."""
+    recs = [json.loads(ln) for ln in gzip.decompress((cap / "proc.jsonl.gz").read_bytes()).splitlines() if ln]
+    t = next(r for r in recs if r.get("kind") == "thread")
+    out = [json.dumps(recs[0])]
+    out += [json.dumps({**t, "t": round(930.5 + (i // 50) * 0.05, 3), "tid": 100000 + i % 50, "comm": f"w{i % 50}"})
+            for i in range(300_000)]
+    data = gzip.compress(("\n".join(out) + "\n").encode(), 9)
+    assert len(data) < 1 << 20
+    (cap / "proc.jsonl.gz").write_bytes(data)
 
 
 def member_cases() -> list[Case]:
@@ -122,6 +136,7 @@ def member_cases() -> list[Case]:
         *recs[:50], [1, 2], "x", None, 5, {"kind": ["thread"]}, {"kind": "thread", "tid": "x", "t": "y"}, *recs[50:]]),
         ("analyze",))
     c += member_case(R, "proc 60k distinct threads", PERF, _proc(_many_tids), ("analyze", "report-html"), timeout=180)
+    c += member_case(R, "proc 300k thread records in 0.9 MB", PERF, _proc_amplified, ("analyze",), timeout=180)
     c += member_case(R, "proc thread names HTML", PERF, _proc(_rename_threads(HTML)), ("report-md",),
                      check=no_raw("<script"))
     c += member_case(R, "proc thread names escape sequences", PERF, _proc(_rename_threads(ANSI)),

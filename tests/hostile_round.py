@@ -90,6 +90,10 @@ def run_case(case: Case, tmp: Path) -> Result:
     work = tmp / "case"
     work.mkdir(parents=True)
     args = case.build(work)
+    sleeper = None
+    if any("{target}" in a for a in args):  # a process of the round's own, never another's
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        args = [a.replace("{target}", str(sleeper.pid)) for a in args]
     victim = tmp / "victim"
     victim.mkdir(exist_ok=True)
     (victim / "keep.txt").write_text("theirs\n")
@@ -101,6 +105,9 @@ def run_case(case: Case, tmp: Path) -> Result:
                           cwd=work, timeout=case.timeout + 60,
                           env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "PROFILER_DEBUG": ""})
     took = time.monotonic() - t0
+    if sleeper is not None:
+        sleeper.kill()
+        sleeper.wait()
     code_s, rss_kb, late = proc.stdout.split()
     err = proc.stderr
     out = (tmp / "stdout").read_text(errors="replace")

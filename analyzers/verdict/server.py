@@ -179,8 +179,18 @@ def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None
         proc = ts.key("process.cpu")
         used = (proc.total if proc is not None else None) or cpu_cores
         if gc is not None and gc.total is not None and used:
-            ev.gc_cpu_share = min(1.0, gc.total / used)
-            ev.gc_cpu_source = "runtime metrics (GC CPU / process CPU)"
+            if gc.total <= used:
+                ev.gc_cpu_share = gc.total / used
+                ev.gc_cpu_source = "runtime metrics (GC CPU / process CPU)"
+            else:
+                # The runtime's GC "CPU" is its own accounting of wall time: a stop-the-world pause
+                # counts x GOMAXPROCS, a dedicated mark worker for as long as it is scheduled. A process
+                # the kernel starves stretches both (idle TiDB beside a CPU burner: 0.25 "GC cores" from
+                # one 1.3 s pause, in a process that used 0.05 core): more than the process used is not
+                # CPU, so the on-CPU stacks (real samples) say, or nothing does.
+                ev.gc_cpu_source = (f"runtime metrics discarded: {gc.total:.2f} GC cores against {used:.2f} cores "
+                                    "the process used (the runtime counts wall time, stretched when the CPU is "
+                                    "scarce)")
         heap = ts.key("go.heap_inuse")
         limit = ts.key("go.memory_limit")
         goal = ts.key("go.heap_goal")
@@ -191,7 +201,8 @@ def _memory(ev: ServerEvidence, ts: TargetStatus | None, cpu_cores: float | None
     if ev.gc_cpu_share is None and ev.go:
         share = _gc_from_stacks(cpu, pools)
         if share is not None:
-            ev.gc_cpu_share, ev.gc_cpu_source = share, "on-CPU stacks in the Go garbage collector"
+            why = f" ({ev.gc_cpu_source})" if ev.gc_cpu_source else ""
+            ev.gc_cpu_share, ev.gc_cpu_source = share, f"on-CPU stacks in the Go garbage collector{why}"
 
 
 def server_evidence(view: ServerStatusView | None, cpu: CpuStacksView | None, pid: int, runtime: str | None,

@@ -57,14 +57,27 @@ def default_output() -> Path:
     return Path(time.strftime("profiler-%Y%m%d-%H%M%S"))
 
 
+def _url_parts_hold(url: str) -> bool:
+    """A host and a port a socket can be opened to (``http://[::1``, port 99999 and 0 cannot)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port that is no number or out of range
+        return False
+    return bool(parts.hostname) and (port is None or port > 0)
+
+
 def status_options(urls: list[str] | None, interval: str, cpu_profile: bool) -> dict[str, object]:
     """--status-url [PID=]URL (repeatable), --status-interval, --no-server-cpu-profile."""
 
     checked = []
     for u in urls or []:
         m = re.fullmatch(r"(?:(\d+)=)?(https?://[^/\s]+)/?", u.strip())
-        if m is None:
-            raise UsageError(f"--status-url {u!r}: use http://HOST:PORT, or PID=http://HOST:PORT for one target")
+        if m is None or not _url_parts_hold(m.group(2)) or (m.group(1) is not None and not 0 < int(m.group(1)) < 1 << 22):
+            raise UsageError(f"--status-url {u!r}: use http://HOST:PORT (a port from 1 to 65535), or PID=http://HOST:PORT "
+                             "for one target")
         checked.append(u.strip().rstrip("/"))
     iv = parse_duration(interval)
     if not 0.5 <= iv <= MAX_INTERVAL:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -36,8 +37,8 @@ def parse_throughput(text: str | None) -> tuple[float, float] | None:
         a, b = (float(x) for x in text.split(","))
     except ValueError:
         raise UsageError(f"--throughput wants two numbers 'A,B' (ops/s), not {text!r}") from None
-    if a <= 0 or b <= 0:
-        raise UsageError("--throughput values must be positive")
+    if not (0 < a < math.inf and 0 < b < math.inf):  # NaN fails both comparisons
+        raise UsageError(f"--throughput {text!r}: two positive, finite numbers are needed")
     return a, b
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from profiler.cli import main
 from tests.cli.test_hostile import one_error_line, run
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -69,6 +70,8 @@ def test_every_float_option_refuses_nan_and_infinities(tmp_path: Path, capsys: p
     ["attach", "--interval", "9" * 400], ["attach", "--interval", "2h"], ["attach", "--status-interval", "nan"],
     ["attach", "--status-interval", "300000h"], ["attach", "-F", "0"],
     ["attach", "-F", "99999999999999999999"], ["run", "-d", "inf"],
+    ["attach", "--status-url", "http://[::1"], ["attach", "--status-url", "http://127.0.0.1:99999"],
+    ["attach", "--status-url", "http://127.0.0.1:0"], ["attach", "--status-url", "9999999999=http://127.0.0.1:80"],
 ])
 def test_capture_numbers_out_of_range_are_exit_2_before_any_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                     target: subprocess.Popen[bytes],
@@ -158,3 +161,11 @@ def test_main_returns_2_not_70_for_a_bad_size(capsys: pytest.CaptureFixture[str]
         assert main(["cluster", "attach", "--host", "10.0.0.1", "--role", "tikv", "--pid", "tikv",
                      "--max-node-size", size, "-o", "/nonexistent/x"]) == 2
         one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("value", ["nan,1", "1,inf", "1e400,1", "-1,1", "0,5"])
+def test_diff_throughput_that_is_no_rate_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    tiny = str(ROOT / "samples" / "folded" / "tiny.folded")
+    code, _, err = run(capsys, "diff", tiny, tiny, "--throughput", value, "-o", str(tmp_path / "d.svg"))
+    assert code == 2 and "--throughput" in err, err
+    assert not (tmp_path / "d.svg").exists()

@@ -375,10 +375,18 @@ def test_permission_denied_skips_with_the_reason(clean_state: Path) -> None:
 
 
 def test_perf_data_bound_stops_a_collector_early_with_a_valid_file(clean_state: Path) -> None:
+    """perf record -a writes every process's mmaps and comms before its first sample (327 KB for
+    132 processes here): a bound below that stopped perf before the target had switched once, and
+    the test failed on a loaded host (load 17-34: 0 samples). The bound sits above that preamble
+    (4 KB a process, 2.5 KB measured), so the target's own switches are what reach it."""
     col = OffCpuCollector()
-    col.max_bytes = 64 << 10
-    with workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.0002)"]) as proc:
-        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=4), [col]).run()
+    processes = sum(1 for d in Path("/proc").iterdir() if d.name.isdigit())
+    col.max_bytes = (1 << 20) + processes * (4 << 10)
+    switcher = ("import threading, time\n"
+                "def f():\n    while True: time.sleep(0.0001)\n"
+                "for _ in range(3): threading.Thread(target=f, daemon=True).start()\nf()")
+    with workload([sys.executable, "-c", switcher]) as proc:
+        Session([target_from_pid(proc.pid)], clean_state / "cap", CaptureOptions(duration=8), [col]).run()
     b = Bundle.open(clean_state / "cap")
     rec = b.manifest.collector("offcpu-stacks")
     assert rec is not None and rec.status == "partial" and "stopped early" in (rec.reason or "")

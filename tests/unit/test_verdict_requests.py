@@ -250,3 +250,27 @@ def test_a_tidb_on_tikv_gives_its_lock_waits_to_the_tikv_tier_by_its_command_lin
     on_tikv = replace(t, server=replace(t.server, storage="tikv"))
     f = rule_request_locks(on_tikv, a.metrics)
     assert f is not None and f.tier == "tikv" and "the locks are held in the tikv tier" in f.sub_cause
+
+
+def test_the_runtimes_gc_cpu_stretched_by_a_starved_pause_is_not_read_as_the_gc_using_the_cpu() -> None:
+    # real capture beside a CPU burner (samples/bcc/tidb-idle-gc-pause-starved/README.md): one GC
+    # whose stop-the-world pause lasted 1.36 s; the runtime's GC "CPU" is that pause x GOMAXPROCS
+    import gzip
+    import json
+
+    from tests.workloads.goservers import prometheus_sums
+
+    bundle = SAMPLES / "bcc" / "tidb-idle-gc-pause-starved"
+    names = ("go_cpu_classes_gc_total_cpu_seconds_total", "process_cpu_seconds_total", "go_gc_duration_seconds_sum")
+    with gzip.open(bundle / "server-metrics.jsonl.gz", "rt") as f:
+        scrapes = [prometheus_sums(json.loads(line)["body"], names) for line in f]
+    gc, cpu, pause = (scrapes[-1][n] - scrapes[0][n] for n in names)
+    assert pause > 1.0 and gc > 5 * cpu  # the server's own figures, read here without the profiler
+    a = analyze(Bundle.open(bundle))
+    (v,) = a.verdict.per_target
+    (t,) = a.metrics.targets
+    assert v.category == "not_saturated"
+    assert t.server.gc_cpu_share is None or t.server.gc_cpu_share < 0.25
+    assert "runtime metrics discarded" in t.server.gc_cpu_source
+    mem = next(f for f in v.findings if f.category == "memory")
+    assert mem.score < 0.35
