@@ -7,10 +7,13 @@ system, children included) with ratios to the reference of each group:
   python3 -c pass                        the interpreter alone: the floor of any Python tool
   perf --version     | profiler --version
   perf script -i T   | profiler flamegraph T --folded, profiler flamegraph T -o x.svg
-                                         T: a tiny perf.data recorded here (perf record of
-                                         `sleep 0.2` with call chains), so the work is nothing
+                                         T: a tiny perf.data recorded here (perf record of a
+                                         shell loop with call chains), so the work is nothing
                                          and what is measured is start-up
   profiler --help, profiler flamegraph --help
+  profiler VERB --help, for every verb: what each verb's module and its options import, against
+                                         the interpreter alone (a verb imports only what it uses:
+                                         numpy, the analysis and the renderers where it needs them)
 
 and the modules the tiny flame graph imports, slowest first (python -X importtime), so a
 regression names its cause.
@@ -50,7 +53,9 @@ def run(argv: list[str]) -> tuple[float, float]:
 
 def tiny_perf_data(where: Path) -> Path:
     data = where / "tiny.perf.data"
-    subprocess.run(["perf", "record", "-q", "-N", "-g", "-F", "999", "-o", str(data), "--", "sleep", "0.2"],
+    # a fifth of a second of work (sleep alone may leave no sample at all)
+    subprocess.run(["perf", "record", "-q", "-N", "-g", "-F", "999", "-o", str(data), "--", "sh", "-c",
+                    "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return data
 
@@ -69,12 +74,22 @@ def imports(argv: list[str], top: int = 12) -> list[tuple[float, str]]:
     return sorted(rows, reverse=True)[:top]
 
 
+def loaded(argv: list[str]) -> set[str]:
+    """The modules one run imports."""
+    err = subprocess.run([PY, "-X", "importtime", "-m", "profiler", *argv[1:]], capture_output=True, text=True).stderr
+    return {ln.rsplit("|", 1)[1].strip() for ln in err.splitlines() if ln.startswith("import time:") and "|" in ln}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("bench: perf is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from flamegraph import ensure_bytecode
+
+    ensure_bytecode()  # as an installed copy has it: no module compiled at each start
     with tempfile.TemporaryDirectory(prefix="profiler-bench-startup-") as tmp:
         work = Path(tmp)
         tiny = tiny_perf_data(work)
@@ -91,6 +106,10 @@ def main() -> int:
                                 "profiler flamegraph tiny -o x.svg": [*PROFILER, "flamegraph", str(tiny), "-o",
                                                                       str(svg), "--force"]}),
         ]
+        from profiler.cli import VERBS
+
+        groups.append(("each verb's --help", {"profiler --version": [*PROFILER, "--version"]}
+                       | {f"profiler {v} --help": [*PROFILER, v, "--help"] for v in VERBS}))
         cases = {name: argv for _, g in groups for name, argv in g.items()}
         walls: dict[str, list[float]] = {k: [] for k in cases}
         cpus: dict[str, list[float]] = {k: [] for k in cases}
@@ -113,6 +132,10 @@ def main() -> int:
             for name in g:
                 w, c = statistics.median(walls[name]), statistics.median(cpus[name])
                 print(f"{name:38} {w:8.3f} {w / rw:7.2f} {c:8.3f} {c / max(rc, 1e-3):7.2f}")
+        print("\n## modules each verb's --help imports (python -X importtime), and whether numpy is among them")
+        for v in VERBS:
+            mods = loaded([*PROFILER, v, "--help"])
+            print(f"{v:12s} {len(mods):4d} modules{'  (numpy)' if 'numpy' in mods else ''}")
         print("\n## slowest imports of `profiler flamegraph tiny --folded` (cumulative ms, python -X importtime)")
         for ms, mod in imports([*PROFILER, "flamegraph", str(tiny), "--folded"]):
             print(f"{ms:8.1f}  {mod}")

@@ -182,8 +182,12 @@ class Symbolizer:
     # -- naming
     def frames(self, reps: np.ndarray, starts: np.ndarray, flat: np.ndarray) -> Frames:
         st = self.st
-        need = {(int(p), int(g)) for p, g in zip(st.pid[reps].tolist(), st.gen[reps].tolist(), strict=True)}
-        snaps = self.snapshots(need)
+        # the distinct (pid, generation) of the bodies, and each body's
+        _u, first, body_pg = np.unique(np.stack([st.pid[reps], st.gen[reps]], axis=1), axis=0, return_index=True,
+                                       return_inverse=True) if len(reps) else (None, np.zeros(0, np.int64),
+                                                                               np.zeros(0, np.int64))
+        pg = list(zip(st.pid[reps][first].tolist(), st.gen[reps][first].tolist(), strict=True))
+        snaps = self.snapshots(set(pg))
         n = len(reps)
         lens = np.diff(starts)
         body_of = np.repeat(np.arange(n), lens)
@@ -215,12 +219,12 @@ class Symbolizer:
         # user entries: the process's maps at the body's generation
         user = keep & (mode == MODE_USER)
         # each body's snapshot, then the user entries grouped by it (one pass, not one per snapshot)
-        keys = list(snaps)
-        key_of = {k: i for i, k in enumerate(keys)}
-        body_snap = np.asarray([key_of.get(k, -1) for k in zip(st.pid[reps].tolist(), st.gen[reps].tolist(),
-                                                                strict=True)], np.int64)
+        body_snap = np.asarray(body_pg, np.int64).ravel()
         for k, sel in _groups(body_snap[body_of], user):
-            ms, me, mpg, md, mid = snaps[keys[k]]
+            got = snaps.get(pg[k])
+            if got is None:
+                continue
+            ms, me, mpg, md, mid = got
             if not len(ms):
                 continue
             ip = flat[sel]
@@ -357,7 +361,9 @@ def _groups(key: np.ndarray, where: np.ndarray) -> Iterator[tuple[int, np.ndarra
     idx = np.flatnonzero(where & (key >= 0))
     if not len(idx):
         return
-    order = np.argsort(key[idx], kind="stable")
+    k_ = key[idx]
+    # a stable sort of small keys is a radix sort in numpy: linear, not n log n
+    order = np.argsort(k_.astype(np.uint16) if int(k_.max()) < 1 << 16 else k_, kind="stable")
     idx = idx[order]
     ks = key[idx]
     cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1

@@ -226,11 +226,14 @@ def _direct(perf_data: str | Path, fields: str, merge: Merge | None, direct: Dir
         return text()
 
     def run_perf(pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> list[bytes]:
+        # the few samples kept as they are (a quarter of merging's cost): folded by period, the
+        # same stacks as their merged copy; counts need the merge
         copy = Path(tmp.name) / "rest.perf.data"
         keep = _keep_these(tid, t)
         for drop in ((), (pdata.RECORD_KSYMBOL, pdata.RECORD_BPF_EVENT)):
-            if merge is not None:
-                pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=merge.count_samples, keep=keep,
+            if merge is not None and merge.count_samples:
+                # each merged sample's period is its count: perf's text must be merged too
+                pr.merge_samples(perf_data, copy, by_tid=merge.by_tid, count_samples=True, keep=keep,
                                  drop_types=drop)
             else:
                 pr.filter_samples(perf_data, copy, keep, drop_types=drop)
