@@ -3,7 +3,7 @@
 #   bash scripts/same-outputs.sh REF [NEW] [json|verbs|both]     (NEW: HEAD; default: json)
 # json: `profiler report BUNDLE --format json` of every sample bundle; verbs: flamegraph (folded,
 # pools, off-CPU, SVG, pprof, speedscope) and heatmap (IO, --cpu) of every sample bundle, and the
-# stack, block and pairs inputs of samples/. Each side is checked out into a temporary worktree,
+# stack, block and biosnoop inputs of samples/ (errors and exit codes too). Each side is checked out into a temporary worktree,
 # laid out as installed (scripts/typecheck-tree.sh) and run with this checkout's .venv from a
 # folder holding only samples/. Prints each output that differs and a count; exits 1 if any does.
 set -euo pipefail
@@ -23,10 +23,10 @@ for side in ref new; do
 done
 mkdir "$base/run"; ln -s "$top/samples" "$base/run/samples"
 n=0; bad=0
-same() {  # one profiler command line, run by both sides; its stdout and stderr compared
+same() {  # one profiler command line, run by both sides; its stdout, stderr and exit code compared
   local a b
-  a=$(cd "$base/run" && PYTHONPATH="$base/ref-tree" nice -n 10 "$py" -m profiler "$@" 2>&1 | md5sum)
-  b=$(cd "$base/run" && PYTHONPATH="$base/new-tree" nice -n 10 "$py" -m profiler "$@" 2>&1 | md5sum)
+  a=$(cd "$base/run" && { PYTHONPATH="$base/ref-tree" nice -n 10 "$py" -m profiler "$@" 2>&1; echo "exit $?"; } | md5sum)
+  b=$(cd "$base/run" && { PYTHONPATH="$base/new-tree" nice -n 10 "$py" -m profiler "$@" 2>&1; echo "exit $?"; } | md5sum)
   n=$((n + 1)); [ "$a" = "$b" ] || { echo "differs: profiler $*"; bad=$((bad + 1)); }
 }
 for m in $(cd "$top" && find samples -name manifest.json | sort); do
