@@ -133,7 +133,7 @@ def parse_biosnoop(lines: Iterable[str]) -> Biosnoop:
 
 def read_source(src: Source) -> Biosnoop:
     """The IOs of ``src``; lines that are no IO are counted in its ReadLog."""
-    with src.open_raw() as fh:
+    with src.open() as fh:
         b = parse_biosnoop(iter_decoded_lines(fh))
     src.log.skip(b.skipped_lines, "lines that are not IOs")
     return b

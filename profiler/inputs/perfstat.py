@@ -173,7 +173,7 @@ def parse_csv(lines: Iterable[str]) -> PerfStatOutput:
 
 
 def read_source(src: Source) -> PerfStatOutput:
-    with src.open_raw() as fh:
+    with src.open() as fh:
         lines = iter_decoded_lines(fh)
         return parse_csv(lines) if src.format is CSV else parse_table(lines)
 

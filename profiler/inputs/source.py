@@ -98,11 +98,6 @@ class Source:
         self.log.reset()  # the same object: whoever took it before the open counts into it
         return open_tolerant(raw, self.log, text=not self.format.binary)
 
-    def open_raw(self) -> IO[bytes]:
-        """Kept for the readers that asked for the stored bytes: the same tolerant stream as
-        :meth:`open` (gzip is decompressed there, and damage noted, once for all readers)."""
-        return self.open()
-
     def damage(self) -> str:
         """' (what reading tolerated)' for an error message, or ''."""
         summary = self.log.summary()

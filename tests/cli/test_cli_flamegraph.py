@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -60,6 +61,29 @@ def test_gzip_stdin_pools_and_folded_input(tmp_path: Path, capsys: pytest.Captur
     code, _, err = run(["flamegraph", str(folded), "--from", "1s"], capsys)
     assert code == 2 and "timestamps" in err
 
+
+PPROF = ROOT / "samples" / "etcd-cpu-quota-inflated-wal-timings" / "server-19621-cpu-window.pb.gz"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--from", "1s"], "--from/--to need timestamps: a pprof profile has none"),
+    (["--from", "1s", "--format", "pprof", "-o", "/dev/null"], "--from/--to need timestamps: a pprof profile has none"),
+    (["--offcpu", "--format", "pprof", "-o", "/dev/null"], "--offcpu needs sched_switch samples (a bundle or perf script text), not a pprof profile"),
+    (["--offcpu"], "--offcpu needs sched_switch samples (a bundle or perf script text), not a pprof profile"),
+], ids=["graph-window", "export-window", "export-offcpu", "graph-offcpu"])
+def test_what_a_format_cannot_give_is_refused_alike(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The flame graph and the exports refuse what an input's Format says it lacks (its times;
+    off-CPU evidence: no row in the off-CPU tables) with the same usage error."""
+    code, _, err = run(["flamegraph", str(PPROF), *args], capsys)
+    assert code == 2 and says in " ".join(err.split()), err
+
+
+def test_group_by_needs_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--group-by roots at a pprof profile's labels: a format without them (Format.labels) is refused."""
+    code, _, err = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "--group-by", "x"], capsys)
+    assert code == 2 and "--group-by roots stacks at a pprof profile's labels" in " ".join(err.split())
+    code, out, _ = run(["flamegraph", str(PPROF), "--group-by", "x", "--folded"], capsys)
+    assert code == 0 and out
 
 def test_time_range(capsys: pytest.CaptureFixture[str]) -> None:
     src = str(DIR / "mariadb-sysbench.txt")
@@ -164,9 +188,9 @@ def test_bcc_offcpu_at_the_rounding_edge(tmp_path: Path, capsys: pytest.CaptureF
 @pytest.mark.parametrize("sample", sorted((ROOT / "samples" / "bcc").glob("*/manifest.json")), ids=lambda p: p.parent.name)
 def test_bcc_offcpu_of_a_recorded_bundle_is_the_reports(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A real bcc capture: `flamegraph --offcpu --pools` folds what the report's off-CPU graph
-    holds (one reader), in microseconds: its total is the member's nanoseconds, read here
-    without the profiler, over 1000 (each stack rounded to the microsecond, so within half a
-    microsecond a stack)."""
+    holds (one reader), in microseconds: its total is the member's nanoseconds (the per-slot
+    member where the capture wrote one), read here without the profiler, over 1000 (each stack
+    rounded to the microsecond, so within half a microsecond a stack drawn)."""
     from profiler.analyzers.analysis import analyze
     from profiler.analyzers.stacks.flame import FoldedStacks
 
@@ -179,7 +203,13 @@ def test_bcc_offcpu_of_a_recorded_bundle_is_the_reports(sample: Path, capsys: py
     art = analyze(Bundle.open(bundle)).artifacts["offcpu_flame"]
     assert isinstance(art, FoldedStacks) and art.unit == "us"
     assert verb == art.counts
-    raw = [int(line.rpartition(b" ")[2]) for line in gzip.decompress((bundle / "offcpu.folded.gz").read_bytes()).splitlines()]
+    slots = bundle / "offcpu.slots.jsonl.gz"  # per time slot (newer captures), else the totals
+    if slots.exists():
+        rows = [row for line in gzip.decompress(slots.read_bytes()).splitlines()
+                if (x := json.loads(line)).get("kind") == "slot" for row in x["rows"]]
+        raw = [int(row[5]) for row in rows]  # tid, pid, comm, state, stack, ns, switch-outs
+    else:
+        raw = [int(line.rpartition(b" ")[2]) for line in gzip.decompress((bundle / "offcpu.folded.gz").read_bytes()).splitlines()]
     assert len(raw) >= 20 and all(v > 0 for v in verb.values())
     assert abs(sum(verb.values()) - sum(raw) / 1000) <= 0.5 * len(raw)
 

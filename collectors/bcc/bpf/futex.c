@@ -110,11 +110,14 @@ static __always_inline int futex_enter(void *ctx, u64 uaddr, int op)
         return PASS;
     if (st->ts && st->tid != tid)
         bump(2);  // another thread's wait held this entry: it will not be timed
+    // a thread's first wait here always has its stack walked: a thread that waits rarely, for
+    // long (readers queued seconds behind a table lock), would otherwise keep all its time unsampled
+    int first = st->tid != tid;
     st->ts = bpf_ktime_get_ns();
     st->uaddr = uaddr;
     st->tgid = tgid;
     st->tid = tid;
-    if (sampled(c)) {
+    if (first || sampled(c)) {
         st->ustack = ustacks.get_stackid(ctx, BPF_F_USER_STACK);
         bump(7);
     } else {

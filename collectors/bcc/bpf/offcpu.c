@@ -116,9 +116,9 @@ static __always_inline u32 state_class(s64 st)
 // Both stacks of a switch-out, for a random one in cfg.stack_every of them (common.h:
 // sampled); the others are marked UNSAMPLED and their time is shared out by the collector among
 // the stacks sampled from the same thread in the same state, in proportion to their time.
-static __always_inline void stacks(void *ctx, struct pf_cfg *c, s32 *us, s32 *ks)
+static __always_inline void stacks(void *ctx, struct pf_cfg *c, s32 *us, s32 *ks, int first)
 {
-    if (!sampled(c)) {
+    if (!first && !sampled(c)) {
         *us = UNSAMPLED;
         *ks = UNSAMPLED;
         return;
@@ -152,7 +152,10 @@ static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s
         if (o) {
             if (o->ts && o->key != out_key)
                 bump(2);  // another thread still off the CPU held this entry: its wait is lost
-            if (o->key != out_key || o->tid != tid) {  // the name is read once per thread and entry
+            // a thread's first switch-out here: its name is read, and its stacks always walked (a
+            // thread that blocks rarely, for long, would otherwise keep all its time unsampled)
+            int first = o->key != out_key || o->tid != tid;
+            if (first) {
                 o->key = out_key;
                 o->tgid = tgid;
                 o->tid = tid;
@@ -160,7 +163,7 @@ static __always_inline int on_switch(void *ctx, struct pf_cfg *c, u64 out_key, s
             }
             o->ts = now;
             o->state = prev_state;
-            stacks(ctx, c, &o->ustack, &o->kstack);
+            stacks(ctx, c, &o->ustack, &o->kstack, first);
             if (o->ustack == -EEXIST) bump(4);
             else if (o->ustack == -EFAULT) bump(8);
             else if (o->ustack < 0 && o->ustack != UNSAMPLED) bump(5);
