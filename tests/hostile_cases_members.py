@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.hostile_round import (
@@ -214,4 +215,71 @@ def member_cases() -> list[Case]:
     c += member_case(L, "load times of another log", LOADRUN, _gz("load.times.csv.gz", b"line,t\n" + b"".join(
         f"{i},{t}\n".encode() for i, t in enumerate(["nan", "-1", "1e300", "x"] * 1000))), ("analyze",))
     c += member_case(L, "load log a FIFO", LOADRUN, _fifo("load.log"), ("analyze",), timeout=30)
+    return c
+
+
+# --------------------------------------------------------------------------- amplification
+# Members that inflate as far as the reader lets them (under its 200:1 bomb ratio) while staying
+# under 1 MB on disk: valid records with small variations, so each one is kept.
+
+
+def _amplified(name: str, head: bytes, line: Callable[[int], bytes]) -> Callable[[Path], None]:
+    def mutate(cap: Path) -> None:
+        probe = gzip.compress(head + b"".join(line(i) for i in range(20_000)), 9)
+        n = int(20_000 * 900_000 / len(probe))
+        data = gzip.compress(head + b"".join(line(i) for i in range(n)), 9)
+        assert len(data) < 1 << 20
+        (cap / name).write_bytes(data)
+    return mutate
+
+
+def _perf_sample(i: int) -> bytes:
+    return (f"fio 14555/{14590 + i % 8} [000] {930.5 + i * 1e-4:.6f}: 10101010 cpu-clock:\n"
+            f"\t 2af4f fio_gettime+0x9f (/usr/bin/fio)\n\t 2b240 f{i % 64}+0x0 (/usr/bin/fio)\n\n").encode()
+
+
+def _switch(i: int) -> bytes:
+    return (f"fio 14555/{14590 + i % 8} [001] {930.5 + i * 1e-4:.6f}: 1 sched:sched_switch: prev_comm=fio "
+            f"prev_pid={14590 + i % 8} prev_prio=120 prev_state=S ==> next_comm=x next_pid=0 next_prio=120\n"
+            "\tffffffff821f8298 __schedule+0x618 ([kernel.kallsyms])\n\n").encode()
+
+
+def _block(i: int) -> bytes:
+    t = 930.5 + i * 1e-5
+    op = "block_rq_issue: 254,0 WS 4096 ()" if i % 2 == 0 else "block_rq_complete: 254,0 WS ()"
+    return f"fio-14590 [001] ..... {t:.6f}: {op} {29252848 + (i // 2) * 8} + 8 be,0,4 [fio]\n".encode()
+
+
+def _interval(i: int) -> bytes:
+    return f"{14590 + i % 8},fio,{930.5 + i * 1e-4:.6f},{930.5 + i * 1e-4 + 5e-5:.6f},D\n".encode()
+
+
+def _hist(i: int) -> bytes:
+    return json.dumps({"bytes": 4096, "count": 1, "dev": f"254:{i % 16}", "end": 6819.710449473 + i,
+                       "hist": [[170 + i % 40, 1]], "kind": "slot", "max_ns": 1171864, "op": "RW"[i % 2],
+                       "slot": i, "sum_ns": 120185, "t": 6818.710449473 + i}).encode() + b"\n"
+
+
+def _metric(i: int) -> bytes:
+    body = "".join(f'm_total{{a="{j}"}} {i * j}\n' for j in range(200))
+    return json.dumps({"pid": 18550, "t0": 4728.8 + i, "t1": 4729.0 + i, "url": "http://127.0.0.1:1/metrics",
+                       "body": body}).encode() + b"\n"
+
+
+def amplified_cases() -> list[Case]:
+    A = "amplified member"
+    c: list[Case] = []
+    c += member_case(A, "cpu stacks", PERF, _amplified("cpu.perf.txt.gz", b"", _perf_sample),
+                     ("analyze", "flamegraph", "report-html"), timeout=300)
+    c += member_case(A, "offcpu stacks", PERF, _amplified("offcpu.perf.txt.gz", b"", _switch),
+                     ("analyze", "flamegraph-offcpu"), timeout=300)
+    c += member_case(A, "offcpu intervals", PERF, _amplified("offcpu.csv.gz", b"tid,comm,off,on,state\n", _interval),
+                     ("analyze",), timeout=300)
+    c += member_case(A, "block trace", PERF, _amplified("block.trace.gz", b"", _block), ("analyze", "heatmap"),
+                     timeout=300)
+    c += member_case(A, "bcc block histograms", BCC, lambda cap: _amplified(
+        "block.hist.jsonl.gz", gzip.decompress((cap / "block.hist.jsonl.gz").read_bytes()).splitlines(True)[0],
+        _hist)(cap), ("analyze", "heatmap"), timeout=300)
+    c += member_case(A, "server metrics", SERVER, _amplified("server-metrics.jsonl.gz", b"", _metric), ("analyze",),
+                     timeout=300)
     return c

@@ -154,10 +154,26 @@ def fg(*extra: str) -> Callable[[str], list[str]]:
     return lambda f: ["flamegraph", f, "-o", "out/f.svg", *extra]
 
 
+def _amplified_file(head: bytes, line: Callable[[int], bytes]) -> Callable[[Path], None]:
+    """A gzip input under 1 MB of valid lines that inflates as far as the reader allows."""
+    def make(p: Path) -> None:
+        from tests.hostile_cases_members import _amplified
+
+        _amplified(p.name, head, line)(p.parent)
+    return make
+
+
+def _distinct_stack(i: int) -> bytes:
+    return f"app;main;h{i % 977};g{i % 7919};f{i} 1\n".encode()
+
+
 def input_cases() -> list[Case]:
     tiny = (SAMPLES / "folded" / "tiny.folded").read_bytes()
     script = SCRIPT.read_bytes()
     folded_codes = frozenset({0, 7})
+    from tests.hostile_cases_members import _block as _blk
+    from tests.hostile_cases_members import _perf_sample as _ps
+
     return [
         _input("flamegraph of a pipe of perf script", _fed_fifo(script), fg(), codes=frozenset({0}), timeout=60),
         _input("flamegraph of a pipe of perf.data", _fed_fifo(gzip.decompress(
@@ -202,6 +218,14 @@ def input_cases() -> list[Case]:
                codes=frozenset({0, 5, 7})),
         _input("perf.data cut in half", lambda p: p.write_bytes(gzip.decompress(
             (SAMPLES / "block" / "loop-fio.perf.data.gz").read_bytes())[:300_000]), fg(), codes=frozenset({0, 5, 7})),
+        _input("perf script gzip amplified", lambda p: _amplified_file(b"", _ps)(p), fg(), timeout=300),
+        _input("perf script gzip amplified, CPU heatmap", lambda p: _amplified_file(b"", _ps)(p),
+               lambda f: ["heatmap", f, "--cpu", "-o", "out/h.svg"], timeout=300),
+        _input("folded gzip of distinct stacks", lambda p: _amplified_file(b"", _distinct_stack)(p), fg(), timeout=300),
+        _input("folded gzip of distinct stacks to pprof", lambda p: _amplified_file(b"", _distinct_stack)(p),
+               fg("--format", "pprof"), timeout=300),
+        _input("block trace gzip amplified", lambda p: _amplified_file(b"", _blk)(p),
+               lambda f: ["heatmap", f, "-o", "out/h.svg"], timeout=300),
         _input("heatmap pairs NaN/inf/negative", b"".join(f"{a} {b}\n".encode() for a, b in
                                                           (("nan", "1"), ("1", "inf"), ("-5", "-1"), ("1e400", "3"),
                                                            ("2", "3")) * 100),

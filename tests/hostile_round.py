@@ -306,10 +306,10 @@ def _dir(name: str) -> Callable[[Path], None]:
 
 def cases() -> list[Case]:
     """Every case of the round, in the table's order."""
-    from tests.hostile_cases_members import member_cases
+    from tests.hostile_cases_members import amplified_cases, member_cases
     from tests.hostile_cases_more import cluster_cases, input_cases, option_cases
 
-    return member_cases() + cluster_cases() + input_cases() + option_cases()
+    return member_cases() + amplified_cases() + cluster_cases() + input_cases() + option_cases()
 
 
 def main(argv: list[str]) -> int:

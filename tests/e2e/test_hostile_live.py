@@ -341,3 +341,34 @@ def test_a_signal_while_the_report_is_written_keeps_the_bundle(tmp_path: Path, s
     assert not [p for p in out.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp")]
     rep = cli(["report", str(out), "--format", "json"])
     assert rep.returncode == 0 and json.loads(rep.stdout)["schema"] == "profiler.report"
+
+
+def test_a_load_printing_one_endless_line_is_copied_with_flat_memory(tmp_path: Path) -> None:
+    """300 MB without a newline: copied as it comes, never held as one line."""
+    from tests.measure import run_profiler
+
+    out = tmp_path / "b"
+    load = [sys.executable, "-c", "import sys\nw = sys.stdout.buffer.write\nfor _ in range(300): w(b'x' * (1 << 20))"]
+    with sleeper() as t:
+        m = run_profiler(["run", "--pid", str(t.pid), "--collector", "procfs", "-d", "60s", "-o", str(out),
+                          "--no-report", "--", *load], timeout=300)
+    assert m.code == 0, m.stderr[-800:]
+    assert m.rss_mb < 200, m.rss_mb
+    assert (out / "load.log").stat().st_size == 300 << 20
+
+
+def test_a_load_log_truncated_under_the_capture_does_not_hold_it(tmp_path: Path) -> None:
+    """Log rotation (copytruncate) during the capture: the file shrinks under the follower."""
+    log = tmp_path / "load.log"
+    out = tmp_path / "b"
+    log.write_text("[ 1s ] thds: 4 tps: 100.00 qps: 2000.00 lat (ms,95%): 5.00 err/s: 0.00\n" * 1000)
+    with sleeper() as t:
+        proc = start(["attach", "--pid", str(t.pid), "--collector", "procfs", "-d", "3s", "-o", str(out),
+                      "--no-report", "--load-log", str(log)])
+        started(proc, out, "procfs")
+        log.write_text("[ 2s ] thds: 4 tps: 90.00 qps: 1800.00 lat (ms,95%): 6.00 err/s: 0.00\n")
+        r = finish(proc, timeout=90)
+    assert r.returncode in (0, 6), r.stderr[-800:]
+    if r.returncode:
+        one_line(r)
+    assert Bundle.open(out).manifest.ended is not None
