@@ -107,6 +107,7 @@ class Ksymbol:
     addr: int
     length: int
     name: str
+    unregister: bool = False  # PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER: the symbol went away
 
 
 Side = Mmap | Comm | Fork | Ksymbol
@@ -206,7 +207,7 @@ def _side_record(rec: Records, off: int, typ: int, o_tid: int, o_time: int) -> t
                        bid, ino)
     if typ == RECORD_KSYMBOL:
         addr, length, ktype, kflags = struct.unpack_from("<QIHH", buf, off + 8)
-        return t, Ksymbol(addr, length, _cstr(buf, off + 24, end))
+        return t, Ksymbol(addr, length, _cstr(buf, off + 24, end), bool(kflags & 1))
     raise AssertionError(typ)
 
 

@@ -113,6 +113,7 @@ class Symbolizer:
         self.kernel_map: tuple[int, int, int] | None = None  # start, end, pgoff (the _text address then)
         self.kernel_ranges: list[tuple[int, int, str]] = []  # modules and BPF programs: perf script names them
         self._kernel_span: tuple[int, int] | None = None  # the kernel's map once its symbols are loaded
+        self.ksymbols: list[Ksymbol] = []  # the capture's own kernel symbol records (BPF programs)
 
     # -- dsos
     def _dso(self, name: str, kind: str, pid: int) -> int:
@@ -170,6 +171,7 @@ class Symbolizer:
                     gen[p] = gen.get(p, 0) + 1
                     snap(p)
             elif isinstance(item, Ksymbol):
+                self.ksymbols.append(item)
                 self.kernel_ranges.append((item.addr, item.addr + item.length, f"kernel symbol {item.name}"))
         return out
 
@@ -239,12 +241,12 @@ class Symbolizer:
             addr[sel] = np.where((dm >= 0), mip, ip)
         # kernel entries
         kern = keep & (mode == MODE_KERNEL)
-        if kern.any():
-            kd = self._kernel_entries(flat, kern, body_of, unsupported)
-            dso[kern] = kd
         sym = np.full(len(flat), -1, np.int64)
         off = np.zeros(len(flat), np.uint64)
         names: list[str] = []
+        if kern.any():
+            kd = self._kernel_entries(flat, kern, body_of, unsupported, sym, off, names)
+            dso[kern] = kd
         for d, sel in _groups(dso, keep & (dso >= 0)):
             t, why = self._table(d)
             if why is None and t is not None and t.failed:
@@ -289,10 +291,11 @@ class Symbolizer:
         sym[where] = got_sym[inv.ravel()]
         off[where] = got_off[inv.ravel()]
 
-    def _kernel_entries(self, flat: np.ndarray, kern: np.ndarray, body_of: np.ndarray,
-                        unsupported: dict[int, str]) -> np.ndarray:
+    def _kernel_entries(self, flat: np.ndarray, kern: np.ndarray, body_of: np.ndarray, unsupported: dict[int, str],
+                        sym: np.ndarray, off: np.ndarray, names: list[str]) -> np.ndarray:
         ip = flat[kern]
         d = np.full(len(ip), -1, np.int64)
+        named = self._bpf_entries(ip, kern, d, sym, off, names)
         if self.kernel_map is not None:
             ks, ke, _ = self.kernel_map
             kd = self._dso(KERNEL_DSO, "kernel", -1)
@@ -305,11 +308,39 @@ class Symbolizer:
             if inside.any():
                 d[inside] = self._dso(KERNEL_DSO, "kernel", -1)
         for lo, hi, why in self.kernel_ranges:
-            inside = (ip >= np.uint64(lo)) & (ip < np.uint64(hi))
+            inside = (ip >= np.uint64(lo)) & (ip < np.uint64(hi)) & ~named
             if inside.any():
                 for b in np.unique(body_of[kern][inside]).tolist():
                     unsupported.setdefault(b, why)
         return d
+
+    def _bpf_entries(self, ip: np.ndarray, kern: np.ndarray, d: np.ndarray, sym: np.ndarray, off: np.ndarray,
+                     names: list[str]) -> np.ndarray:
+        """Kernel entries inside a BPF program the capture registered (its own ksymbol record),
+        named as perf names them: ``name+0xoffset (name)``. Only a range one record registered
+        and none unregistered or overlapped (else the name depended on the time: perf script
+        names those). Returns which entries of ``ip`` were named."""
+        named = np.zeros(len(ip), bool)
+        if not self.ksymbols:
+            return named
+        spans = sorted(self.ksymbols, key=lambda k: (k.addr, k.unregister))
+        where = np.flatnonzero(kern)
+        reach = 0  # the furthest end of the records before this one
+        for k, ks in enumerate(spans):
+            lo, hi = ks.addr, ks.addr + ks.length
+            alone = reach <= lo and not (k + 1 < len(spans) and spans[k + 1].addr < hi)
+            reach = max(reach, hi)
+            if ks.unregister or not ks.length or not alone:
+                continue  # another record over the same addresses (an unregister, a reuse)
+            inside = (ip >= np.uint64(lo)) & (ip < np.uint64(hi))
+            if not inside.any():
+                continue
+            d[inside] = self._dso(ks.name, "bpf", -1)
+            sym[where[inside]] = -2 - len(names)
+            names.append(ks.name)
+            off[where[inside]] = ip[inside] - np.uint64(lo)
+            named |= inside
+        return named
 
     def _table(self, d: int) -> tuple[SymTable | None, str | None]:
         dd = self.dsos[d]

@@ -126,6 +126,28 @@ def test_same_sequences_are_told_apart_exactly(monkeypatch: pytest.MonkeyPatch) 
                 assert (ids[i] == ids[j]) == (seqs[i] == seqs[j]), (collide, seqs[i], seqs[j])
 
 
+def test_bpf_programs_named_from_the_captures_own_records() -> None:
+    """A kernel entry inside a BPF program the capture registered is named as perf names it
+    (``name+0xoff (name)``); a range registered twice or unregistered is left to perf script."""
+    from profiler.formats.perfstacks import Ksymbol
+    from profiler.formats.perfsymbolize import Symbolizer
+
+    sym = Symbolizer.__new__(Symbolizer)
+    sym.dsos, sym._dso_of, sym.build_ids = [], {}, {}
+    sym.ksymbols = [Ksymbol(0xFFFFFFFFC0000000, 0x100, "bpf_prog_aa_one"),
+                    Ksymbol(0xFFFFFFFFC0001000, 0x100, "bpf_prog_bb_reused"),
+                    Ksymbol(0xFFFFFFFFC0001000, 0x100, "bpf_prog_bb_reused", unregister=True)]
+    ip = np.asarray([0xFFFFFFFFC00000CC, 0xFFFFFFFFC0001010, 0xFFFFFFFF81000000], np.uint64)
+    d = np.full(3, -1, np.int64)
+    s_ = np.full(3, -1, np.int64)
+    off = np.zeros(3, np.uint64)
+    names: list[str] = []
+    named = sym._bpf_entries(ip, np.ones(3, bool), d, s_, off, names)
+    assert named.tolist() == [True, False, False]
+    assert names == ["bpf_prog_aa_one"] and s_[0] == -2 and int(off[0]) == 0xCC
+    assert sym.dsos[int(d[0])].name == "bpf_prog_aa_one" and d[1] == -1
+
+
 TEXT = """\
 mariadbd 10451/10460 1.000001:    1001001 cpu-clock:ppp:{sp}
 \t          758300 SQL_SELECT::test_quick_select (/usr/sbin/mariadbd)
