@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler import __version__
+from profiler.bundle import members
 from profiler.bundle.manifest import build_checked, load_checked_json
 from profiler.errors import BundleError
 from profiler.files import contained, write_output
@@ -31,7 +32,7 @@ SCHEMA = "profiler.cluster"
 VERSION = 1
 CLUSTER_MANIFEST = "cluster.json"
 NODES_DIR = "nodes"
-LOAD_LOG = "load.log"
+LOAD_LOG = members.LOAD_LOG  # the load's output, named as in a node's bundle
 
 # Node status words: how far a node got. ok/partial/failed are the node bundle's own status;
 # the others say why there is no bundle (or only what was saved before the connection dropped).

@@ -23,8 +23,7 @@ from typing import IO
 from profiler.analyzers.stacks.export import Labeler, StackProfile
 from profiler.analyzers.stacks.folding import Collapser, FoldOptions
 from profiler.analyzers.stacks.naming import fold_stacks
-from profiler.bundle import members
-from profiler.errors import BundleError, InputError
+from profiler.errors import InputError
 from profiler.inputs import Format, bundles, folded, perfdata, perfscript, pprof
 from profiler.inputs.streams import iter_decoded
 from profiler.progress import Progress
@@ -59,18 +58,8 @@ def _samples_profile(req: fg.StackRequest, stacks: fg.LoadedStacks, lab: Labeler
 
 def _bundle_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:
     """A bundle's CPU stacks through the views, each sample with its thread and time."""
-    from profiler.analyzers import views  # the one reader of a bundle's members
-
-    src, bundle = req.src, req.bundle
-    assert bundle is not None
     lab, c, meter = _labeled(req)
-    name = members.CPU_STACKS
-    if not views.fold_cpu_stacks(bundle, c, meter):
-        raise BundleError(f"{src.name} holds no CPU stacks ({name}; cpu-stacks collector: "
-                          f"{bundles.collector_status(bundle, 'cpu-stacks')})")
-    stacks = fg.from_collapser(c, req.opts, f"{src.name}/{name}", bundle.log(name))
-    stacks.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
-    return _samples_profile(req, stacks, lab, c)
+    return _samples_profile(req, fg.fold_bundle_cpu(req, c, meter), lab, c)
 
 
 def _perf_data_cpu(req: fg.StackRequest) -> tuple[StackProfile, fg.LoadedStacks]:

@@ -166,19 +166,23 @@ def _meter(req: StackRequest, task: str) -> Meter:
                   if src.path is not None and src.path.is_file() and not src.compressed else None)
 
 
-def _bundle_stacks(req: StackRequest) -> LoadedStacks:
+def fold_bundle_cpu(req: StackRequest, c: Collapser, meter: Meter) -> LoadedStacks:
+    """A bundle's CPU stacks folded by ``c`` through the views (the report's one reader of the
+    member); a BundleError saying what the collector did when the capture has none."""
     from profiler.analyzers import views  # the analysis's readers: only for a bundle
 
     bundle = req.bundle
     assert bundle is not None
-    meter = _meter(req, f"folding {members.CPU_STACKS}")
-    c = Collapser(req.opts)
     if not views.fold_cpu_stacks(bundle, c, meter):
         raise BundleError(f"{req.input} holds no CPU stacks ({members.CPU_STACKS}; cpu-stacks collector: "
                           f"{bundles.collector_status(bundle, 'cpu-stacks')})")
     out = from_collapser(c, req.opts, f"{req.input}/{members.CPU_STACKS}", bundle.log(members.CPU_STACKS))
     out.notes.extend(bundles.collector_note(bundle, "cpu-stacks"))
     return out
+
+
+def _bundle_stacks(req: StackRequest) -> LoadedStacks:
+    return fold_bundle_cpu(req, Collapser(req.opts), _meter(req, f"folding {members.CPU_STACKS}"))
 
 
 def _perf_data_stacks(req: StackRequest) -> LoadedStacks:

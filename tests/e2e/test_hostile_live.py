@@ -372,3 +372,27 @@ def test_a_load_log_truncated_under_the_capture_does_not_hold_it(tmp_path: Path)
     if r.returncode:
         one_line(r)
     assert Bundle.open(out).manifest.ended is not None
+
+
+def test_a_target_naming_its_threads_with_escapes_and_markup_reaches_no_report_raw(tmp_path: Path) -> None:
+    """Thread names are the target's to choose (15 bytes): escape sequences, a newline, HTML."""
+    code = ("import threading, time\n"
+            "def spin(name):\n"
+            "    open(f'/proc/self/task/{threading.get_native_id()}/comm', 'wb').write(name)\n"
+            "    while True: sum(range(1000)); time.sleep(0.001)\n"
+            "for n in (b'\\x1b[2J\\x1b]0;x\\x07', b'a\\nprofiler: e', b'<b>x</b>|*y*'):\n"
+            "    threading.Thread(target=spin, args=(n,), daemon=True).start()\n"
+            "time.sleep(120)\n")
+    out = tmp_path / "b"
+    with sleeper(code) as t:
+        time.sleep(0.5)
+        r = cli(["attach", "--pid", str(t.pid), "-d", "2s", "-o", str(out), "--backend", "perf"])
+    assert r.returncode == 0, r.stderr[-800:]
+    assert "\x1b" not in r.stdout + r.stderr
+    md = cli(["report", str(out), "--format", "md"])
+    assert md.returncode == 0 and "\x1b" not in md.stdout and "<b>" not in md.stdout
+    text = cli(["report", str(out)])
+    assert text.returncode == 0 and "\x1b" not in text.stdout
+    assert "\nprofiler: e" not in text.stdout + md.stdout
+    html = (out / "report.html").read_text()
+    assert "<b>x</b>" not in html and "\\u003cb\\u003ex" in html  # there, as data
