@@ -245,7 +245,7 @@ class Symbolizer:
         off = np.zeros(len(flat), np.uint64)
         names: list[str] = []
         if kern.any():
-            kd = self._kernel_entries(flat, kern, body_of, unsupported, sym, off, names)
+            kd = self._kernel_entries(flat, kern, body_of, unsupported, sym, off, names, st.kgen[reps][body_of][kern])
             dso[kern] = kd
         for d, sel in _groups(dso, keep & (dso >= 0)):
             t, why = self._table(d)
@@ -292,10 +292,10 @@ class Symbolizer:
         off[where] = got_off[inv.ravel()]
 
     def _kernel_entries(self, flat: np.ndarray, kern: np.ndarray, body_of: np.ndarray, unsupported: dict[int, str],
-                        sym: np.ndarray, off: np.ndarray, names: list[str]) -> np.ndarray:
+                        sym: np.ndarray, off: np.ndarray, names: list[str], kgen: np.ndarray) -> np.ndarray:
         ip = flat[kern]
         d = np.full(len(ip), -1, np.int64)
-        named = self._bpf_entries(ip, kern, d, sym, off, names)
+        named = self._bpf_entries(ip, kern, d, sym, off, names, kgen)
         if self.kernel_map is not None:
             ks, ke, _ = self.kernel_map
             kd = self._dso(KERNEL_DSO, "kernel", -1)
@@ -315,31 +315,59 @@ class Symbolizer:
         return d
 
     def _bpf_entries(self, ip: np.ndarray, kern: np.ndarray, d: np.ndarray, sym: np.ndarray, off: np.ndarray,
-                     names: list[str]) -> np.ndarray:
-        """Kernel entries inside a BPF program the capture registered (its own ksymbol record),
-        named as perf names them: ``name+0xoffset (name)``. Only a range one record registered
-        and none unregistered or overlapped (else the name depended on the time: perf script
-        names those). Returns which entries of ``ip`` were named."""
+                     names: list[str], kgen: np.ndarray) -> np.ndarray:
+        """Kernel entries inside a BPF program registered by the capture's own ksymbol records,
+        named as perf names them: ``name+0xoffset (name)``. The records are replayed up to each
+        entry's sample (``kgen``: the kernel records before it), as perf keeps its kernel maps:
+        a register makes a map unless one holds the address already, an unregister removes the
+        map holding it. Named only where one map, made by one record, holds the address then;
+        anything else (a record over a live map: perf adds the symbol to that map's binary) is
+        left to perf script. Returns which entries of ``ip`` were named."""
         named = np.zeros(len(ip), bool)
         if not self.ksymbols:
             return named
-        spans = sorted(self.ksymbols, key=lambda k: (k.addr, k.unregister))
+        lo_all = np.asarray([k.addr for k in self.ksymbols], np.uint64)
+        hi_all = lo_all + np.asarray([k.length for k in self.ksymbols], np.uint64)
+        order = np.argsort(lo_all, kind="stable")
+        j = np.searchsorted(lo_all[order], ip, side="right") - 1
+        reach = np.maximum.accumulate(hi_all[order])
+        cand = np.flatnonzero((j >= 0) & (ip < reach[np.maximum(j, 0)]))  # inside some record's range
+        if not len(cand):
+            return named
+        kside = [x for x in self.st.side if isinstance(x, Ksymbol) or (isinstance(x, Mmap) and x.kernel)]
         where = np.flatnonzero(kern)
-        reach = 0  # the furthest end of the records before this one
-        for k, ks in enumerate(spans):
-            lo, hi = ks.addr, ks.addr + ks.length
-            alone = reach <= lo and not (k + 1 < len(spans) and spans[k + 1].addr < hi)
-            reach = max(reach, hi)
-            if ks.unregister or not ks.length or not alone:
-                continue  # another record over the same addresses (an unregister, a reuse)
-            inside = (ip >= np.uint64(lo)) & (ip < np.uint64(hi))
-            if not inside.any():
+        live: list[tuple[int, int, str]] = []  # the maps made by register records: start, end, name
+        dirty: set[int] = set()  # maps another record added a symbol to (by start)
+        done = 0
+        by_name: dict[str, int] = {}
+        for e in sorted(cand.tolist(), key=lambda e: int(kgen[e])):
+            g = int(kgen[e])
+            for rec in kside[done:g]:
+                if not isinstance(rec, Ksymbol):
+                    continue
+                holder = next((m for m in live if m[0] <= rec.addr < m[1]), None)
+                if rec.unregister:
+                    if holder is not None:
+                        live.remove(holder)
+                        dirty.discard(holder[0])
+                elif holder is not None:
+                    dirty.add(holder[0])
+                elif rec.length:
+                    live.append((rec.addr, rec.addr + rec.length, rec.name))
+            done = max(done, g)
+            a = int(ip[e])
+            hold = [m for m in live if m[0] <= a < m[1]]
+            if len(hold) != 1 or hold[0][0] in dirty:
                 continue
-            d[inside] = self._dso(ks.name, "bpf", -1)
-            sym[where[inside]] = -2 - len(names)
-            names.append(ks.name)
-            off[where[inside]] = ip[inside] - np.uint64(lo)
-            named |= inside
+            start, _end, name = hold[0]
+            d[e] = self._dso(name, "bpf", -1)
+            k = by_name.get(name)
+            if k is None:
+                k = by_name[name] = len(names)
+                names.append(name)
+            sym[where[e]] = -2 - k
+            off[where[e]] = a - start
+            named[e] = True
         return named
 
     def _table(self, d: int) -> tuple[SymTable | None, str | None]:

@@ -127,25 +127,33 @@ def test_same_sequences_are_told_apart_exactly(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_bpf_programs_named_from_the_captures_own_records() -> None:
-    """A kernel entry inside a BPF program the capture registered is named as perf names it
-    (``name+0xoff (name)``); a range registered twice or unregistered is left to perf script."""
+    """A kernel entry inside a BPF program is named as perf names it (``name+0xoff (name)``)
+    from the capture's own ksymbol records as they stood at its sample; a program unregistered
+    by then names nothing, and a record over a live program's map is left to perf script."""
+    from types import SimpleNamespace
+
     from profiler.formats.perfstacks import Ksymbol
     from profiler.formats.perfsymbolize import Symbolizer
 
+    a, b, c = 0xFFFFFFFFC0000000, 0xFFFFFFFFC0001000, 0xFFFFFFFFC0002000
+    side = [Ksymbol(a, 0x100, "bpf_prog_aa_one"), Ksymbol(b, 0x100, "bpf_prog_bb_gone"),
+            Ksymbol(b, 0x100, "bpf_prog_bb_gone", unregister=True), Ksymbol(c, 0x100, "bpf_prog_cc_first"),
+            Ksymbol(c, 0x100, "bpf_prog_cc_second")]
     sym = Symbolizer.__new__(Symbolizer)
     sym.dsos, sym._dso_of, sym.build_ids = [], {}, {}
-    sym.ksymbols = [Ksymbol(0xFFFFFFFFC0000000, 0x100, "bpf_prog_aa_one"),
-                    Ksymbol(0xFFFFFFFFC0001000, 0x100, "bpf_prog_bb_reused"),
-                    Ksymbol(0xFFFFFFFFC0001000, 0x100, "bpf_prog_bb_reused", unregister=True)]
-    ip = np.asarray([0xFFFFFFFFC00000CC, 0xFFFFFFFFC0001010, 0xFFFFFFFF81000000], np.uint64)
-    d = np.full(3, -1, np.int64)
-    s_ = np.full(3, -1, np.int64)
-    off = np.zeros(3, np.uint64)
+    sym.st = SimpleNamespace(side=side)  # type: ignore[assignment]
+    sym.ksymbols = list(side)
+    ip = np.asarray([a + 0xCC, b + 0x10, b + 0x10, c + 4, c + 4, 0xFFFFFFFF81000000], np.uint64)
+    kgen = np.asarray([5, 2, 3, 4, 5, 5], np.int64)  # kernel records seen before each entry's sample
+    d = np.full(len(ip), -1, np.int64)
+    s_ = np.full(len(ip), -1, np.int64)
+    off = np.zeros(len(ip), np.uint64)
     names: list[str] = []
-    named = sym._bpf_entries(ip, np.ones(3, bool), d, s_, off, names)
-    assert named.tolist() == [True, False, False]
-    assert names == ["bpf_prog_aa_one"] and s_[0] == -2 and int(off[0]) == 0xCC
-    assert sym.dsos[int(d[0])].name == "bpf_prog_aa_one" and d[1] == -1
+    named = sym._bpf_entries(ip, np.ones(len(ip), bool), d, s_, off, names, kgen)
+    assert named.tolist() == [True, True, False, True, False, False]
+    assert [names[-2 - int(k)] for k in s_[named]] == ["bpf_prog_aa_one", "bpf_prog_bb_gone", "bpf_prog_cc_first"]
+    assert off[named].tolist() == [0xCC, 0x10, 4]
+    assert [sym.dsos[int(k)].name for k in d[named]] == ["bpf_prog_aa_one", "bpf_prog_bb_gone", "bpf_prog_cc_first"]
 
 
 TEXT = """\
