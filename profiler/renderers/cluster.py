@@ -100,8 +100,10 @@ class ClusterText:
         for w in model.warnings:
             lines.append(f"warning: {w}")
         if options is not None and options.report_path:
-            lines.append(f"\nreport: {options.report_path} (each node's own report: nodes/<node>/report.html)")
-        return "\n".join(line.rstrip() for line in lines) + "\n"
+            lines += ["", f"report: {options.report_path} (each node's own report: nodes/<node>/report.html)"]
+        # names, roles, hosts and reasons come from another machine's cluster.json: no escape
+        # sequence or line break of theirs reaches the terminal (as report_text does)
+        return "\n".join(sanitize(line.rstrip(), newlines=False) for line in lines) + "\n"
 
 
 class ClusterJson:
