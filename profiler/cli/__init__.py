@@ -225,8 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure is one line on stderr and a distinct exit code. A stop signal
     that some code on the way swallowed (wrapped in another error, or inside tolerant code) still
     ends the run with its exit code."""
+    from profiler.cli import _stdout
+
     _heard.clear()
-    code = _main(argv)
+    plain = sys.stdout
+    sys.stdout = _stdout.guard(plain)
+    try:
+        code = _main(argv)
+        failed = _stdout.flush()  # what is still buffered fails here, not in the interpreter's exit
+    finally:
+        if isinstance(sys.stdout, _stdout.GuardedStdout):
+            sys.stdout = plain
+    if failed is not None and code == 0:
+        _error_line(f"profiler: error: {failed}")
+        code = failed.exit_code
     if code == 0 and _heard:
         return _interrupted(_Stopped(_heard[0]))
     return code
