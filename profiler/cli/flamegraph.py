@@ -125,8 +125,7 @@ def command(
             write_bytes(data, output, force)
         else:
             write_output(data, output, force)
-        wrote(output, f"{exporting}: {len(st.counts):,} unique stacks, {st.samples:,} "
-                      f"{'switches' if offcpu else 'samples'}" + (f" of {st.event}" if st.event else ""))
+        wrote(output, f"{exporting}: {len(st.counts):,} unique stacks, {_how_many(st.samples, st.event, offcpu, bool(st.counts))}")
         return
     try:
         result = flamegraph(input, opts, svg, offcpu=offcpu, folded_output=folded, title=title, subtitle=subtitle,
@@ -134,12 +133,22 @@ def command(
     finally:
         progress.done()
     st = result.stacks
-    what = f"{st.samples:,} {'switches' if offcpu else 'samples'}" + (f" of {st.event}" if st.event else "")
+    what = _how_many(st.samples, st.event, offcpu, bool(st.counts))
     write_output(for_terminal(result.output, output) if isinstance(result.output, list) else result.output, output, force)
     if folded:
         wrote(output, f"{len(st.counts):,} stacks, {what}")
     else:
         wrote(output, f"{result.frames:,} frames drawn, {len(st.counts):,} unique stacks, {what}")
+
+
+def _how_many(samples: int, event: str | None, offcpu: bool, stacks: bool) -> str:
+    """"12,345 samples of cpu-clock"; a count of 0 beside stacks means it is not known (a perf.data
+    read one sample per distinct stack, some of them not folded): said so, never "0 samples"."""
+    unit = "switches" if offcpu else "samples"
+    of = f" of {event}" if event else ""
+    if samples or not stacks:
+        return f"{samples:,} {unit}{of}"
+    return f"{unit}{of} (how many is not known: some were not folded)"
 
 
 def register(app: typer.Typer) -> None:

@@ -234,3 +234,13 @@ def test_svg_zoom_and_search_in_headless_chromium(tmp_path: Path, capsys: pytest
     assert re.search(r'id="matched" class="" [^>]*>Matched: \d+\.\d\d% \(\d+ frames\)', dom)
     assert re.search(r'id="unzoom" class=""', dom)  # zoomed: the reset button shows
     assert 'class="hide"' in dom  # frames outside the zoomed one are hidden
+
+
+def test_a_sample_count_not_known_is_said_not_written_as_zero() -> None:
+    """A perf.data read one sample per distinct stack keeps no count when some were not folded:
+    the line said "0 samples of cpu-clock" beside thousands of stacks."""
+    from profiler.cli.flamegraph import _how_many
+
+    assert _how_many(0, "cpu-clock", False, stacks=True) == "samples of cpu-clock (how many is not known: some were not folded)"
+    assert _how_many(0, "cpu-clock", False, stacks=False) == "0 samples of cpu-clock"
+    assert _how_many(12345, None, True, stacks=True) == "12,345 switches"
