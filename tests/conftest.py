@@ -95,3 +95,7 @@ def have_perf() -> bool:
 
 requires_root = pytest.mark.skipif(not is_root(), reason="needs root (CI runs as root)")
 requires_perf = pytest.mark.skipif(not have_perf(), reason="perf is not installed")
+TRACEFS = "/sys/kernel/tracing"
+requires_tracefs = pytest.mark.skipif(not os.path.isdir(f"{TRACEFS}/instances"), reason="tracefs is not mounted")
+# A module of real captures as root: ``pytestmark = LIVE_CAPTURE``
+LIVE_CAPTURE = [pytest.mark.privileged, requires_root, requires_perf, requires_tracefs]

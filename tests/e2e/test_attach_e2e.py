@@ -31,15 +31,9 @@ from profiler.capture.session import Session
 from profiler.capture.targets import target_from_pid
 from profiler.cli import main
 from profiler.formats import blockevents
+from tests.conftest import LIVE_CAPTURE, TRACEFS
 
-TRACEFS = "/sys/kernel/tracing"
-
-pytestmark = [
-    pytest.mark.privileged,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed"),
-    pytest.mark.skipif(not os.path.isdir(f"{TRACEFS}/instances"), reason="tracefs is not mounted"),
-]
+pytestmark = LIVE_CAPTURE
 
 
 def _helpers_naming(path: Path) -> list[str]:

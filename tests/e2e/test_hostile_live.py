@@ -29,15 +29,9 @@ import psutil
 import pytest
 
 from profiler.bundle import Bundle
+from tests.conftest import LIVE_CAPTURE, TRACEFS
 
-TRACEFS = "/sys/kernel/tracing"
-
-pytestmark = [
-    pytest.mark.privileged,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)"),
-    pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed"),
-    pytest.mark.skipif(not os.path.isdir(f"{TRACEFS}/instances"), reason="tracefs is not mounted"),
-]
+pytestmark = LIVE_CAPTURE
 
 PROFILER = [sys.executable, "-m", "profiler"]
 
