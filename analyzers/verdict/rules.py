@@ -96,7 +96,7 @@ def rule_io_wait(t: TargetMetrics, m: Metrics) -> Finding | None:
     if t.limits.blkio_limits:
         lim = "; ".join(f"{k} {', '.join(f'{d}={v}' for d, v in devs.items())}" for k, devs in sorted(t.limits.blkio_limits.items()))
         use = f" at {_pct(throttle_use)} of its limit" if throttle_use is not None else ""
-        bits.append(f"cgroup blkio throttle ({lim}){use}")
+        bits.append(f"{_cgroup_of(t)} blkio throttle ({lim}){use}")
     if aio > 0 and at_limit >= PRIMARY:
         bits.append(f"work threads wait for IO completions {_pct(aio)} of their time")
     if t.process.majflt_rate and t.process.majflt_rate > THRESHOLDS["mem.majflt"].value:
@@ -108,6 +108,12 @@ def rule_io_wait(t: TargetMetrics, m: Metrics) -> Finding | None:
     if t.kind == "tikv":
         rec = TIKV_ADVICE["io_wait"]
     return Finding("io_wait", "io_wait", score, "IO wait dominates", sub, ev, rec, t.label)
+
+
+def _cgroup_of(t: TargetMetrics) -> str:
+    """Whose limit it is: "cgroup", or the container's when the target runs in one (issue 24:
+    the CPU rule names a container's pin and quota; IO and memory limits are named the same way)."""
+    return t.limits.container_name or "cgroup"  # "podman container tikv1"
 
 
 def rule_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
@@ -142,7 +148,7 @@ def rule_memory(t: TargetMetrics, m: Metrics) -> Finding | None:
     score = max(p, min(usage, p + 0.2)) if usage else p
     bits = []
     if t.limits.mem_limit and t.limits.mem_usage_share is not None:
-        bits.append(f"cgroup memory limit {_mib(t.limits.mem_limit)}: usage {_pct(t.limits.mem_usage_share)}")
+        bits.append(f"{_cgroup_of(t)} memory limit {_mib(t.limits.mem_limit)}: usage {_pct(t.limits.mem_usage_share)}")
     if majflt:
         bits.append(f"{majflt:.0f} major faults/s (working set does not fit: page cache thrash)")
     if m.system is not None and m.system.swap_io_rate and m.system.swap_io_rate > THRESHOLDS["mem.swap"].value:

@@ -87,3 +87,21 @@ def test_the_pin_is_read_from_the_cgroup_cpuset_and_the_affinity() -> None:
     assert _available_cpu(_target([0], {"cpuset_cpus": [0], "cpu_quota_us": 50000, "cpu_period_us": 100000}), 2) == \
         (0.5, "cgroup CPU quota 0.50 cores")
     assert _available_cpu(_target([2, 3], {"cpuset_cpus": [2, 3]}), 8) == (2.0, "pinned to CPUs 2-3 by cpuset")
+
+
+def test_a_containers_memory_limit_and_blkio_throttle_are_named_as_its_own() -> None:
+    """The memory and IO rules say whose limit binds, as the CPU rule does (issue 24); a target
+    outside a container keeps "cgroup"."""
+    from profiler.analyzers.verdict import rules
+
+    quiet = dict(PINNED["active_states"], cpu=0.05, runnable=0.0, io=0.9, idle=0.05)
+    tm = _tm(cpu_cores=0.05, cpu_util=0.05, demand_cores=0.05, demand_util=0.05, runq_share=0.0,
+             mem_limit=64 << 20, mem_usage_share=1.0, majflt_rate=3000.0, active_states=quiet,
+             blkio_limits={"write_iops": {"254:0": 40}})
+    mem = rules.rule_memory(tm, _m(tm, cpu_util=0.1))
+    assert mem is not None and "docker container tikv1 memory limit 64 MiB: usage 100%" in mem.sub_cause
+    io = rules.rule_io_wait(tm, _m(tm, cpu_util=0.1))
+    assert io is not None and "docker container tikv1 blkio throttle (write_iops 254:0=40)" in io.sub_cause
+    bare = _tm(container_name=None, container=False, mem_limit=64 << 20, mem_usage_share=1.0, majflt_rate=3000.0)
+    mem = rules.rule_memory(bare, _m(bare))
+    assert mem is not None and "cgroup memory limit 64 MiB" in mem.sub_cause
