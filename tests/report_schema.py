@@ -55,7 +55,7 @@ def _report_in(path: Path) -> Any:
         return json.loads(m.group(1)) if m else None  # tojson: <, > and & are \u escapes
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or a hostile input nested past Python's depth
         return None
     # a JSON report, not a manifest, a scoreboard or a speedscope file
     return data if isinstance(data, dict) and data.get("schema") == "profiler.report" else None
