@@ -267,7 +267,8 @@ def test_disk_full_keeps_a_readable_partial_bundle(clean_state: Path) -> None:
         assert rc == 6  # partial: what fitted is kept, and the final manifest says why
         b = Bundle.open(out)
         assert b.manifest.status == "partial", b.manifest.reason
-        assert "no space left" in (b.manifest.reason or ""), b.manifest.reason
+        # our own words ("no space left ...") or perf's, when the disk filled before it started
+        assert "no space left" in (b.manifest.reason or "").lower(), b.manifest.reason
         assert b.manifest.ended is not None  # the final manifest, not one left from mid-capture
         assert not (out / ".space-reserve").exists()
     finally:
