@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.measure import run_profiler
 
 SAMPLES = ROOT / "samples"
 PERF = SAMPLES / "perf" / "fio-fsync-and-python-locks"
@@ -34,23 +35,6 @@ LOADRUN = SAMPLES / "mariadb-sysbench-run"
 SCRIPT = SAMPLES / "perf-script" / "mariadb-sysbench.txt"
 MEMORY_MB = 500
 REPORTS = ("report.html", "cluster-report.html")
-
-# A small process between the round and the CLI: the peak it reads from wait4 is the CLI's own.
-_MEASURE = """
-import os, subprocess, sys, threading
-timeout, out = float(sys.argv[1]), sys.argv[2]
-with open(out, "wb") as stdout:
-    proc = subprocess.Popen(sys.argv[3:], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-late = []
-timer = threading.Timer(timeout, lambda: (late.append(1), proc.kill()))
-timer.start()
-err = proc.stderr.read()
-_, status, usage = os.wait4(proc.pid, 0)
-timer.cancel()
-sys.stderr.buffer.write(err)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, 1 if late else 0)
-"""
-
 
 @dataclass
 class Case:
@@ -97,21 +81,17 @@ def run_case(case: Case, tmp: Path) -> Result:
     victim = tmp / "victim"
     victim.mkdir(exist_ok=True)
     (victim / "keep.txt").write_text("theirs\n")
-    outputs = tuple(os.path.join("case", o) for o in case.outputs) + ("stdout",)
+    outputs = tuple(os.path.join("case", o) for o in case.outputs)
     before = _snapshot(tmp, outputs)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, str(case.timeout), str(tmp / "stdout"), sys.executable,
-                           "-m", "profiler", *args], capture_output=True, text=True, errors="replace",
-                          cwd=work, timeout=case.timeout + 60,
-                          env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "PROFILER_DEBUG": ""})
+    m = run_profiler(list(args), cwd=work, timeout=case.timeout, hang_fails=False,
+                     env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "PROFILER_DEBUG": ""})
     took = time.monotonic() - t0
     if sleeper is not None:
         sleeper.kill()
         sleeper.wait()
-    code_s, rss_kb, late = proc.stdout.split()
-    err = proc.stderr
-    out = (tmp / "stdout").read_text(errors="replace")
-    res = Result(case, int(code_s), int(rss_kb) / 1024, took, err=err)
+    err, out, late = m.stderr, m.stdout, "1" if m.timed_out else "0"
+    res = Result(case, m.code, m.rss_mb, took, err=err)
     p = res.problems
     if late == "1":
         p.append(f"hung: killed after {case.timeout:.0f}s")
