@@ -120,6 +120,21 @@ def load(path: str = "/proc/kallsyms") -> tuple[SymTable, np.ndarray, dict[str, 
         return got
 
 
+def prefetch(path: str | None) -> None:
+    """Read and parse ``path`` in a thread now, for a :func:`load` later: reading /proc/kallsyms
+    is kernel time that runs beside the caller's own reading of the capture on another CPU."""
+    if path is None or path in _cache:
+        return
+
+    def run() -> None:
+        try:
+            load(path)
+        except KallsymsError:
+            pass  # load() says so again when the symbols are needed
+
+    threading.Thread(target=run, name="kallsyms", daemon=True).start()
+
+
 def kept_modules(path: str, table: SymTable, module: np.ndarray) -> np.ndarray:
     """Which module symbols of ``table`` (``module``: the mask :func:`parse` gives) perf 6.1
     keeps. With a kcore beside the kallsyms (``/proc/kcore``, readable) it keeps them all;
