@@ -42,6 +42,10 @@ THRESHOLDS: dict[str, Threshold] = {
                                "periods in which the cgroup ran out of quota / all periods"),
     "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",
                             "cores the threads wanted (running + run-queue time) / cores the target may use"),
+    "cpu.executing": Threshold(0.80, 1.0, "requests per available core", "as cpu.demand (every core it may use "
+                               "has work to run), counted in the server's requests; issue 29",
+                               "requests in the server's own work on average (its request total less its lock, slot, "
+                               "disk and other-tier waits: Little's law) / cores the target may use"),
     "cpu.thread_demand": Threshold(0.90, 0.98, "of one thread's time", "our rule: a thread running or runnable nearly all the time is CPU-bound, whoever takes its CPU",
                                    "the busiest work thread's running + runnable share of its time"),
     "cpu.host": Threshold(0.90, 0.98, "of the host's CPUs", "USE method (utilization of the host's CPUs); "
