@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.analyzers.server.requests import RequestTime
 from profiler.analyzers.verdict.findings import (
     PRIMARY,
     THRESHOLDS,
@@ -227,7 +228,7 @@ def _contended(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
     whenever they work (idle-by-design waits left out: not blocked on locks or IO), and x the
     share of the request time that is not such a wait (slow requests on a lock are the lock's)."""
     sysm, tt = m.system, t.time
-    rt = t.server.requests if t.server is not None else None
+    rt: RequestTime | None = t.server.requests if t.server is not None else None
     if sysm is None or sysm.cpu_util is None or not sysm.ncpu or tt.runq_share is None or rt is None:
         return 0.0
     executing, waits = rt.executing(), rt.waits_share()
@@ -361,7 +362,7 @@ def host_contention(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     if s.contended < PRIMARY or s.contended < max(s.util, s.demand, s.thread) - 0.05:
         return None
     sysm = m.system
-    rt = t.server.requests if t.server is not None else None
+    rt: RequestTime | None = t.server.requests if t.server is not None else None
     assert sysm is not None and sysm.cpu_util is not None and rt is not None
     others, names = others_on_host(m)
     executing = rt.executing() or 0.0
