@@ -80,6 +80,10 @@ THRESHOLDS: dict[str, Threshold] = {
     # locks
     "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
                             "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.waiting": Threshold(2.0, 8.0, "threads waiting", "our rule, as req.lock_waiting and go.lock_wait: a couple of "
+                              "threads always blocked in lock waits is contention, however seldom they wake",
+                              "busy threads blocked in lock waits on average: their futex share (as the lock rule "
+                              "counts it) x the busy threads, i.e. thread-seconds blocked per second of wall time"),
     "lock.switches": Threshold(50.0, 500.0, "switches/s per busy thread", "our measurements (sysbench one lock: ~15000/s; idle pool workers: < 5/s)",
                                "voluntary context switches of the busy threads: contended locks block and wake often"),
     "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),
