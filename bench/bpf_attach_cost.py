@@ -11,7 +11,10 @@ interleaved round after round (medians printed):
   kernel also submits the event to that perf event (on CPU 0), a record nobody reads;
 - ``classic-disabled``: the same, its perf event left disabled (what collectors/bcc/bpfsys.py
   does): the program runs, no record is submitted;
-- ``raw``: a raw tracepoint program on sys_enter (runs for every syscall of the host).
+- ``raw``: a raw tracepoint program on sys_enter (runs for every syscall of the host);
+- ``raw-stats``: the same with the kernel's bpf_stats on (BPF_ENABLE_STATS, as bench/bcc_cost.py
+  runs): what timing every run costs, and the run time it reports for a program that does
+  nothing, to subtract from bench/bcc_cost.py's ns per run.
 
     sudo .venv/bin/python bench/bpf_attach_cost.py --rounds 7
 """
@@ -31,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from bcc_cost import enable_stats  # noqa: E402
 from profiler.collectors.bcc import bpfsys  # noqa: E402
 
 LOOP_C = r"""#include <stdio.h>
@@ -56,9 +61,10 @@ def attach(mode: str) -> list[int]:
     """The file descriptors holding a program attached as ``mode`` (closing them detaches it)."""
     if mode == "none":
         return []
-    if mode == "raw":
+    if mode in ("raw", "raw-stats"):
+        stats = [enable_stats()] if mode == "raw-stats" else []
         prog = bpfsys.prog_load(bpfsys.PROG_RAW_TRACEPOINT, RETURN_1, "attach_cost")
-        return [bpfsys.attach_raw_tracepoint(prog, "sys_enter"), prog]
+        return [bpfsys.attach_raw_tracepoint(prog, "sys_enter"), prog, *stats]
     prog = bpfsys.prog_load(bpfsys.PROG_TRACEPOINT, RETURN_1, "attach_cost")
     tp_id = bpfsys.tracepoint_id(TRACEFS, "syscalls:sys_enter_getppid")
     if mode == "classic-disabled":
@@ -85,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root")
-    modes = ["none", "classic-enabled", "classic-disabled", "raw"]
+    modes = ["none", "classic-enabled", "classic-disabled", "raw", "raw-stats"]
     res: dict[str, list[float]] = {m: [] for m in modes}
+    reported: list[float] = []  # raw-stats: the run time bpf_stats report per run of a program that does nothing
     with tempfile.TemporaryDirectory(prefix="profiler-attach-cost-") as tmp:
         src, exe = Path(tmp) / "loop.c", Path(tmp) / "loop"
         src.write_text(LOOP_C)
@@ -97,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     out = subprocess.run(["taskset", "-c", "0", str(exe), str(args.calls)], capture_output=True,
                                          text=True, check=True).stdout
+                    if mode == "raw-stats":
+                        info = dict(ln.split(":", 1) for ln in Path(f"/proc/self/fdinfo/{fds[1]}").read_text()
+                                    .splitlines() if ":" in ln)
+                        reported.append(int(info["run_time_ns"]) / max(1, int(info["run_cnt"])))
                 finally:
                     for fd in fds:
                         os.close(fd)
@@ -106,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     for mode, vals in res.items():
         med = statistics.median(vals)
         print(f"    {mode:17s} {med:7.1f} ns  (+{med - base:5.1f})  runs {' '.join(f'{v:.0f}' for v in vals)}")
+    if reported:
+        print(f"bpf_stats report {statistics.median(reported):.1f} ns per run of the program that does nothing")
     return 0
 
 
