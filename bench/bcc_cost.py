@@ -15,6 +15,9 @@ left out):
   start-up and the stop are not in it.
 
 These figures are the capture's own cost, robust to other load on the host (unlike throughput).
+bpf_stats time each run with two clock reads: they report about 40 ns per run of a program that
+does nothing, and add 70-105 ns to each run while on (bench/bpf_attach_cost.py, ``raw-stats``);
+subtract the 40 ns from the ns per run below for what a program costs when nothing times it.
 Prints per configuration: runs/s and ns per run of each program, its CPU share of the host,
 each process's CPU share of one CPU, and the events the manifest counted.
 

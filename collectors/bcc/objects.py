@@ -25,14 +25,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import importlib.resources
 import json
 import os
 import platform
 import re
 import struct
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,15 +108,26 @@ class ObjectUnusable(Exception):
     the message says why, and the caller compiles the program instead."""
 
 
+def _data(name: str) -> str:
+    """The text of collectors/bcc/bpf/NAME (package data). Read beside this module where the package
+    is files on disk; importlib.resources (which with what it imports costs the bcc helper 15 ms of
+    CPU at every capture's start, seconds' worth on a saturated host) only where it is not."""
+    try:
+        with open(os.path.join(os.path.dirname(__file__), "bpf", name), encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        import importlib.resources
+
+        return (importlib.resources.files("profiler.collectors.bcc") / "bpf" / name).read_text(encoding="utf-8")
+
+
 def program_source(name: str) -> str:
     """The text of collectors/bcc/bpf/NAME (shipped as package data; NAME+raw: the same with
     PF_RAW defined first), with ``#include "common.h"`` replaced by the shared helpers' text
     (bcc compiles one string, so the include is done here)."""
     raw = name.endswith(RAW)
     name = name.removesuffix(RAW)
-    bpf = importlib.resources.files("profiler.collectors.bcc") / "bpf"
-    text = (bpf / name).read_text(encoding="utf-8")
-    text = text.replace('#include "common.h"\n', (bpf / "common.h").read_text(encoding="utf-8"))
+    text = _data(name).replace('#include "common.h"\n', _data("common.h"))
     return ("#define PF_RAW 1\n" + text) if raw else text
 
 
@@ -240,6 +249,8 @@ def compile_object(source: str, tracefs: str) -> BpfObject:
     raw = source.endswith(RAW)
     prog = PROGRAMS[source.removesuffix(RAW)]
     cflags = [f"-D{k}={v}" for k, v in prog.sizes]
+    import tempfile  # compiling only: the helper's start imports none of it
+
     with tempfile.TemporaryDirectory(prefix="profiler-bcc-") as tmp:
         err = os.path.join(tmp, "stderr")
         try:
@@ -364,8 +375,7 @@ def attach(obj: BpfObject, loaded: Loaded, tracefs: str, freq: int = 49) -> None
 def shipped() -> dict[str, BpfObject]:
     """The objects shipped with the tool, by source name ({} when there are none)."""
     try:
-        text = (importlib.resources.files("profiler.collectors.bcc") / "bpf" / OBJECTS_FILE).read_text(encoding="utf-8")
-        d = json.loads(text)
+        d = json.loads(_data(OBJECTS_FILE))
     except (OSError, ValueError):
         return {}
     if d.get("format") != FORMAT or d.get("version") != VERSION:
@@ -390,7 +400,7 @@ def main(argv: list[str]) -> int:
     if tracefs is None:
         print("objects: tracefs is not mounted", file=sys.stderr)
         return 1
-    out = argv[1] if len(argv) > 1 else str(importlib.resources.files("profiler.collectors.bcc") / "bpf" / OBJECTS_FILE)
+    out = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "bpf", OBJECTS_FILE)
     data = build_all(tracefs)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, sort_keys=True)

@@ -15,6 +15,7 @@ from typing import Any
 from profiler.analyzers.analysis import Analysis
 from profiler.analyzers.verdict.cluster import ClusterAnalysis, NodeInput, compare
 from profiler.bundle.cluster import ClusterManifest, load_cluster, node_path
+from profiler.bundle.members import REPORT as REPORT_NAME
 from profiler.errors import OutputError, ProfilerError
 from profiler.files import write_output
 from profiler.knowledge import knobs as knobmod
@@ -22,8 +23,6 @@ from profiler.renderers.protocol import ReportOptions
 from profiler.renderers.registry import REGISTRY
 from profiler.usecases.report import analysis_of
 from profiler.usecases.report import render as render_node
-
-REPORT_NAME = "report.html"
 
 
 def _summary(m: ClusterManifest) -> dict[str, object]:

@@ -124,8 +124,6 @@ def load_stacks(input: str, opts: FoldOptions, *, offcpu: bool = False, progress
     start, else from the first sample. The input's format picks its reader in STACK_READERS (or,
     with ``offcpu``, OFFCPU_READERS): the formats a flame graph accepts, in detection order."""
     req = stack_request(input, opts, progress=progress, stdin=stdin)
-    if opts.group_by and not req.src.format.labels:
-        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
     refuse_untimed(req)
     return pick(OFFCPU_READERS if offcpu else STACK_READERS, req, offcpu)(req)
 
@@ -135,6 +133,8 @@ def stack_request(input: str, opts: FoldOptions, *, progress: Progress | None = 
     """Detect a stack input among the formats STACK_READERS accepts (in its order); a bundle's
     relative ``opts.window`` is rebased on its capture start."""
     src = detect(input, tuple(STACK_READERS), stdin=stdin)
+    if opts.group_by and not src.format.labels:  # a graph and every export alike: never ignored in silence
+        raise UsageError("--group-by roots stacks at a pprof profile's labels; for threads and pools use --by")
     bundle = src.bundle() if src.format.directory else None
     if bundle is not None:
         opts = replace(opts, window=opts.window.rebased(bundle.manifest.clock.monotonic_start))

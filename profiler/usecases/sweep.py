@@ -34,7 +34,7 @@ from profiler.usecases.report import REPORT_NAME, analysis_of, render
 
 Say = Callable[[str], None]  # one line per step (the capture's progress goes to ``progress``)
 SWEEP_JSON = "sweep.json"
-SWEEP_REPORT = "report.html"
+SWEEP_REPORT = REPORT_NAME  # the sweep's own report sits where a bundle's would
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _VALUE = re.compile(r"^[A-Za-z0-9_.:+-]+$")
 

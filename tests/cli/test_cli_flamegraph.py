@@ -82,8 +82,14 @@ def test_group_by_needs_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str
     """--group-by roots at a pprof profile's labels: a format without them (Format.labels) is refused."""
     code, _, err = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "--group-by", "x"], capsys)
     assert code == 2 and "--group-by roots stacks at a pprof profile's labels" in " ".join(err.split())
+    for fmt in ("speedscope", "pprof"):  # an export is refused the same way, not written without the grouping
+        out_file = tmp_path / f"out.{fmt}"
+        code, _, err = run(["flamegraph", str(DIR / "redis-benchmark.txt"), "--group-by", "x",
+                            "--format", fmt, "-o", str(out_file)], capsys)
+        assert code == 2 and "--group-by roots stacks" in " ".join(err.split()) and not out_file.exists(), (fmt, err)
     code, out, _ = run(["flamegraph", str(PPROF), "--group-by", "x", "--folded"], capsys)
     assert code == 0 and out
+
 
 def test_time_range(capsys: pytest.CaptureFixture[str]) -> None:
     src = str(DIR / "mariadb-sysbench.txt")
