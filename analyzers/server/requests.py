@@ -15,6 +15,9 @@ from profiler.analyzers.server import series as S
 
 from profiler.knowledge import requests as kr
 
+# The kinds of wait that are not for a CPU (``RequestTime.waits_share``).
+NOT_CPU = (kr.LOCK, kr.QUEUE, kr.IO, kr.RPC, kr.BACKOFF)
+
 
 @dataclass(frozen=True)
 class PhaseTime:
@@ -51,6 +54,24 @@ class RequestTime:
 
     def phase(self, key: str) -> PhaseTime | None:
         return next((p for p in self.phases if p.key == key), None)
+
+    def waits_share(self) -> float | None:
+        """The share of the request time the server's own histograms put in waits that are not for a
+        CPU: locks, slots, the disk, another tier's answer, backoffs (nested phases may add up past
+        the whole: capped at 1); a serial phase (a WAL fsync) counts with the share of the window it
+        was busy, every write queueing behind it. Pool waits (a task waiting for a pool thread) are a
+        queue for the CPU and do not count. None without the server's total."""
+        if self.total is None or self.total.waiting <= 0:
+            return None
+        shares = sum(p.share or 0.0 for p in self.phases if p.kind in NOT_CPU and not p.serial)
+        serial = max((p.waiting for p in self.phases if p.kind in NOT_CPU and p.serial), default=0.0)
+        return min(1.0, max(shares, serial))
+
+    def executing(self) -> float | None:
+        """Requests in the server's own work on average: in its total, not in a wait ``waits_share``
+        counts (Little's law over the total's rate of ``_sum``). None without the server's total."""
+        w = self.waits_share()
+        return None if w is None or self.total is None else self.total.waiting * (1.0 - w)
 
 
 def _metric_text(p: kr.Phase, name: str) -> str:

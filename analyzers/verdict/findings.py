@@ -42,6 +42,10 @@ THRESHOLDS: dict[str, Threshold] = {
                                "periods in which the cgroup ran out of quota / all periods"),
     "cpu.demand": Threshold(0.80, 1.0, "of available cores", "USE method (saturation): demand, not only use; issue 14 (a starved target uses little)",
                             "cores the threads wanted (running + run-queue time) / cores the target may use"),
+    "cpu.executing": Threshold(0.80, 1.0, "requests per available core", "as cpu.demand (every core it may use "
+                               "has work to run), counted in the server's requests; issue 29",
+                               "requests in the server's own work on average (its request total less its lock, slot, "
+                               "disk and other-tier waits: Little's law) / cores the target may use"),
     "cpu.thread_demand": Threshold(0.90, 0.98, "of one thread's time", "our rule: a thread running or runnable nearly all the time is CPU-bound, whoever takes its CPU",
                                    "the busiest work thread's running + runnable share of its time"),
     "cpu.host": Threshold(0.90, 0.98, "of the host's CPUs", "USE method (utilization of the host's CPUs); "
@@ -76,6 +80,10 @@ THRESHOLDS: dict[str, Threshold] = {
     # locks
     "lock.futex": Threshold(0.25, 0.6, "of busy-thread time", "our measurements (sysbench threads/mutex); bcc futexctn's premise",
                             "time the target's busy threads sleep in futex (user-space locks, condition variables)"),
+    "lock.waiting": Threshold(2.0, 8.0, "threads waiting", "our rule, as req.lock_waiting and go.lock_wait: a couple of "
+                              "threads always blocked in lock waits is contention, however seldom they wake",
+                              "busy threads blocked in lock waits on average: their futex share (as the lock rule "
+                              "counts it) x the busy threads, i.e. thread-seconds blocked per second of wall time"),
     "lock.switches": Threshold(50.0, 500.0, "switches/s per busy thread", "our measurements (sysbench one lock: ~15000/s; idle pool workers: < 5/s)",
                                "voluntary context switches of the busy threads: contended locks block and wake often"),
     "lock.kernel": Threshold(0.25, 0.6, "of busy-thread time", "our rule", "time busy threads wait on kernel locks (rwsem, mutex wchan)"),

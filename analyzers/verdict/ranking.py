@@ -23,6 +23,7 @@ from profiler.analyzers.verdict.findings import (
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
 from profiler.analyzers.verdict.rules import rule_not_saturated
+from profiler.analyzers.verdict.rules_cpu import HOST_CONTENTION
 
 
 def _confidence(tm: TargetMetrics | None, m: Metrics, primary: Finding,
@@ -73,10 +74,20 @@ def _label(c: float) -> str:
     return "high" if c >= 0.75 else "medium" if c >= 0.5 else "low"
 
 
+def _own_first(f: Finding, found: list[Finding]) -> bool:
+    """Whether a finding yields to the target's own cause: contention for the host's CPUs by other
+    processes (``cpu_host_contention``) slows whatever the target does, so a cause of its own with
+    strong evidence (its requests wait on a lock, its garbage collector takes a quarter of its CPU)
+    is named first and the contention is its runner-up."""
+    return f.rule == HOST_CONTENTION and any(o.score >= PRIMARY and o.category not in ("cpu", "not_saturated")
+                                             for o in found)
+
+
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     found = registry.findings(tm, m)
     found.append(rule_not_saturated(tm, m, found))
-    found.sort(key=lambda f: (-round(f.score, 3), TIE_ORDER.index(f.category)))
+    every = list(found)  # list.sort empties the list while it sorts
+    found.sort(key=lambda f: (_own_first(f, every), -round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]
     if best.category != "not_saturated" and best.score < PRIMARY:
         best = next(f for f in found if f.category == "not_saturated")

@@ -201,10 +201,17 @@ def rule_lock(t: TargetMetrics, m: Metrics) -> Finding | None:
         ev.extend(server_rows)
     score = ramp(fut * weight, "lock.futex")
     if t.time.busy_vcsw_rate is not None:
-        # A pool handing out rare work also waits in futex, but wakes seldom; a contended lock
-        # makes its waiters block and wake constantly.
+        # Waiting in futex is lock waiting when the waiters block and wake constantly (a contended
+        # mutex, a hot row handed from session to session) or when many of them stay blocked: a lock
+        # held for seconds (MariaDB's LOCK TABLES ... WRITE) keeps its waiters asleep with few
+        # wake-ups, and the time they spend blocked per second of wall time is its evidence. A pool
+        # handing out rare work is neither: its threads are not on the work path (they run under 2%
+        # of their span) or wait in the idle-by-design table.
+        blocked = fut * weight * t.time.active_threads
         ev.append(evidence("busy_thread_switches_per_s", t.time.busy_vcsw_rate, "lock.switches"))
-        score *= 0.4 + 0.6 * ramp(t.time.busy_vcsw_rate, "lock.switches")
+        ev.append(evidence("threads_blocked_in_lock_waits", blocked, "lock.waiting",
+                           "busy threads x their lock-wait share: thread-seconds blocked per second"))
+        score *= 0.4 + 0.6 * max(ramp(t.time.busy_vcsw_rate, "lock.switches"), ramp(blocked, "lock.waiting"))
     # One thread cannot contend with itself (a futex wait there is a handoff), but single-threaded
     # processes of one program (PostgreSQL backends, nginx workers) contend with each other.
     peers = sum(o.time.active_threads for o in m.targets if (o.kind or o.comm) == (t.kind or t.comm))

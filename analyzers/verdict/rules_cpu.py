@@ -13,7 +13,8 @@ Two steps, each small:
    that applies names what keeps more CPU from the target, with its advice: the cgroup quota,
    a pin or quota below what it wants (a container's limits: ``LimitsEvidence``), a named pool at
    its size, neighbours on the host, the host's CPUs saturated by the capture's targets together,
-   all of its cores busy, one hot thread.
+   the host's CPUs saturated by other processes while the server's requests wait for them (host
+   contention, read from its own request time), all of its cores busy, one hot thread.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.analyzers.server.requests import RequestTime
 from profiler.analyzers.verdict.findings import (
     PRIMARY,
     THRESHOLDS,
@@ -75,11 +77,12 @@ class CpuScores:
     pool: PoolCause | None = None
     evidence: list[Evidence] = field(default_factory=list)
     host: float = 0.0  # the host's CPUs saturated by the capture's targets, this one queueing for them
+    contended: float = 0.0  # the host's CPUs taken by other processes, this server's requests queueing for them
 
     @property
     def score(self) -> float:
         return min(1.0, max(self.util, self.demand, self.thread, self.throttle,
-                            self.pool.score if self.pool else 0.0, self.starved, self.host))
+                            self.pool.score if self.pool else 0.0, self.starved, self.host, self.contended))
 
 
 def _pool_cause(t: TargetMetrics, ev: list[Evidence]) -> PoolCause | None:
@@ -151,9 +154,10 @@ def cpu_scores(t: TargetMetrics, m: Metrics) -> CpuScores | None:
                            f"throttled {lim.cpu_throttled_time_share or 0:.2f} s per s"))
     pool = _pool_cause(t, ev)
     host_s = _host(t, m, ev)
+    contended_s = _contended(t, m, ev)
     if not ev:
         return None
-    return CpuScores(util_s, demand_s, thread_s, starved_s, throttle_s, pool, ev, host_s)
+    return CpuScores(util_s, demand_s, thread_s, starved_s, throttle_s, pool, ev, host_s, contended_s)
 
 
 CALM_AT, CALM_FULL = THRESHOLDS["idle.cpu"].value, THRESHOLDS["idle.cpu"].full
@@ -200,6 +204,50 @@ def _host(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
         ev.append(evidence("busy_when_working", working, None,
                            "share of the work threads' time, idle-by-design waits left out, spent running or "
                            "queued for a CPU (not blocked on locks or IO)", unit="of working time"))
+    return s
+
+
+HOST_CONTENTION = "cpu_host_contention"  # the finding's rule when other processes take the CPU (ranking.py)
+OTHERS_AT = 0.3  # cores the host's other processes use before they count as taking the CPU (starvation)
+
+
+def _contended(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
+    """The host's CPUs taken by other processes while this server's requests wait for them (issue
+    29: TiDB under 32 point-select clients got 0.39 of the 3.5 cores its threads wanted on a host
+    that others kept full, run-queue share 0.89, and was called not saturated).
+
+    A Go server's threads (its Ms) park whenever no goroutine is runnable, so "the work threads
+    want a CPU nearly all the time" (``wants_cpu(busy)``) is never true of it, and its thread-level
+    demand grows with the host's contention itself: idle TiDB beside a CPU burner, 0.05 core used,
+    had threads runnable 1.5 cores' worth while the runtime woke them for timers. What tells a
+    server that wants the CPU from one that merely waits for it on wake-up is its work in flight,
+    which a server that times its requests says: its requests in its own work (in its total, not
+    waiting on locks, slots, the disk or another tier: ``RequestTime.executing``) per core it may
+    use, against ``cpu.executing`` (every core has a request to run). Counted when the host's CPUs
+    are full, other processes take a real part of them, this server's threads queue for a CPU
+    whenever they work (idle-by-design waits left out: not blocked on locks or IO), and x the
+    share of the request time that is not such a wait (slow requests on a lock are the lock's)."""
+    sysm, tt = m.system, t.time
+    rt: RequestTime | None = t.server.requests if t.server is not None else None
+    if sysm is None or sysm.cpu_util is None or not sysm.ncpu or tt.runq_share is None or rt is None:
+        return 0.0
+    executing, waits = rt.executing(), rt.waits_share()
+    others, names = others_on_host(m)
+    if executing is None or waits is None or rt.total is None or others is None or others < OTHERS_AT:
+        return 0.0
+    cores = t.limits.cpu_available or float(sysm.ncpu)
+    per_core = executing / cores
+    s = min(ramp(sysm.cpu_util, "cpu.host"), ramp(tt.runq_share, "cpu.runq"), ramp(per_core, "cpu.executing"))
+    s *= wants_cpu(tt.busy_when_working) * (1.0 - waits)
+    if s > 0:
+        ev.append(evidence("host_cpu_busy", sysm.cpu_util, "cpu.host", f"{sysm.ncpu} CPUs (/proc/stat)"))
+        ev.append(evidence("requests_executing_per_core", per_core, "cpu.executing",
+                           f"{executing:.1f} requests in its own work on average over {cores:g} cores: "
+                           f"{rt.total.waiting:.1f} in {rt.total.title.lower()} ({rt.total.metric}), "
+                           f"{_pct(waits)} of their time waiting on locks, slots, the disk or another tier",
+                           panel=rt.total.panel))
+        ev.append(evidence("other_processes_cores", others, None,
+                           f"the host's busy CPUs less the capture's targets: {names or 'not named'}", unit="cores"))
     return s
 
 
@@ -279,7 +327,7 @@ def pool_at_size(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
 def starvation(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     """It wants the CPU and waits for it while other processes on the host take it."""
     others, names = others_on_host(m)
-    if not _starved(t) or others is None or others < 0.3 or max(s.demand, s.thread, s.starved) < PRIMARY:
+    if not _starved(t) or others is None or others < OTHERS_AT or max(s.demand, s.thread, s.starved) < PRIMARY:
         return None
     want, got = _want_got(t, s.thread > s.demand)
     who = names or f"the host's CPUs are {_pct(m.system.cpu_util if m.system else None)} busy"
@@ -306,6 +354,24 @@ def host_saturated(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     sub += f"; {_pct(t.time.runq_share)} of what {t.comm} asks for is run-queue delay"
     rec = ("the tiers on this host take all of its CPUs: give them more cores (or separate hosts), or lower the load; "
            "the on-CPU flame graph of each shows where its share goes")
+    return sub, rec, s.score
+
+
+def host_contention(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
+    """Other processes fill the host's CPUs while this server's requests queue for them."""
+    if s.contended < PRIMARY or s.contended < max(s.util, s.demand, s.thread) - 0.05:
+        return None
+    sysm = m.system
+    rt: RequestTime | None = t.server.requests if t.server is not None else None
+    assert sysm is not None and sysm.cpu_util is not None and rt is not None
+    others, names = others_on_host(m)
+    executing = rt.executing() or 0.0
+    sub = (f"host CPU contention: the host's CPUs are saturated ({sysm.ncpu} CPUs {_pct(sysm.cpu_util)} busy) and "
+           f"other processes take {others or 0:.2f} cores ({names or 'not named'}); {executing:.1f} of its requests "
+           f"are in its own work on average, it gets {t.process.cpu_cores or 0:.2f} cores, "
+           f"{_pct(t.time.runq_share)} of what its threads ask for is run-queue delay")
+    rec = ("the server's requests wait for CPUs other processes take: move those processes off the host or lower "
+           "their priority/quota, pin the server to dedicated cores (cpuset), or add cores")
     return sub, rec, s.score
 
 
@@ -342,8 +408,8 @@ def not_the_limit(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
 
 
 # Most specific first: the first that applies names the sub-cause.
-SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, host_saturated, all_cores,
-                                    one_thread, not_the_limit)
+SUB_CAUSES: tuple[SubCause, ...] = (quota, container_limit, pool_at_size, starvation, host_saturated,
+                                    host_contention, all_cores, one_thread, not_the_limit)
 
 
 def rule_cpu(t: TargetMetrics, m: Metrics) -> Finding | None:
@@ -351,7 +417,9 @@ def rule_cpu(t: TargetMetrics, m: Metrics) -> Finding | None:
     s = cpu_scores(t, m)
     if s is None:
         return None
-    sub, rec, score = next(c for c in (rule(t, m, s) for rule in SUB_CAUSES) if c is not None)
-    if t.kind == "tidb":
+    cause = next((rule, c) for rule, c in ((rule, rule(t, m, s)) for rule in SUB_CAUSES) if c is not None)
+    sub, rec, score = cause[1]
+    if t.kind == "tidb" and cause[0] is not host_contention:
         rec = TIDB_ADVICE["cpu"]
-    return Finding("cpu", "cpu_saturation", score, "CPU-bound", sub, s.evidence, rec, t.label)
+    return Finding("cpu", HOST_CONTENTION if cause[0] is host_contention else "cpu_saturation", score, "CPU-bound",
+                   sub, s.evidence, rec, t.label)

@@ -5,7 +5,7 @@ inside it, each KV command (``lock_keys``: acquiring pessimistic locks), each RP
 backoffs, the wait for an execution token; TiKV times each gRPC request and, inside it, the
 wait for the scheduler's latches, for a pessimistic lock held by another transaction, for the
 raftstore and apply threads; etcd (and PD, which embeds it) times each WAL fsync and backend
-commit. The engineers of the field reports read these in Grafana.
+commit, and its gRPC requests (PD always, etcd with ``--metrics=extensive``). The engineers of the field reports read these in Grafana.
 
 A histogram's ``_sum`` grows by the seconds its observations took, so its rate over a window is
 request-seconds per second: how many requests were in that phase at any moment, on average
@@ -100,6 +100,11 @@ PHASES: tuple[Phase, ...] = (
     # ------------------------------------------------------------------ etcd (PD embeds it)
     Phase("etcd.wal_fsync", "etcd", "etcd_disk_wal_fsync_duration_seconds", IO, "WAL fsync",
           "etcd > Disk > WAL fsync duration", "fsync of the write-ahead log: every write waits for it", serial=True),
+    Phase("etcd.grpc", "etcd", "grpc_server_handling_seconds", TOTAL, "gRPC handling duration (unary)",
+          "PD > gRPC > gRPC 99% Completed commands duration",
+          "a unary gRPC request (a put, a range, PD's GetRegion...) from its arrival to its answer; PD enables "
+          "this histogram, etcd with --metrics=extensive; streams are left out (their time is the stream's life)",
+          where=(("grpc_type", "unary"),), by=("grpc_method",)),
     Phase("etcd.backend_commit", "etcd", "etcd_disk_backend_commit_duration_seconds", IO, "Backend commit",
           "etcd > Disk > Backend commit duration", "committing the bbolt database (fsync included)", serial=True),
 )

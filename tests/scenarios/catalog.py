@@ -561,11 +561,15 @@ def _more() -> list[Scenario]:
         from tests.scenarios import catalog_go  # type: ignore[attr-defined]
 
         more.extend(catalog_go.SCENARIOS)
+    from tests.scenarios.catalog_contention import SCENARIOS as CONTENTION_SCENARIOS
+    from tests.scenarios.catalog_long_locks import SCENARIOS as LONG_LOCK_SCENARIOS
     from tests.scenarios.catalog_tidb import SCENARIOS as TIDB_SCENARIOS
     from tests.scenarios.catalog_tidb_cluster import CLUSTER_SCENARIOS
 
     more.extend(TIDB_SCENARIOS)
     more.extend(CLUSTER_SCENARIOS)
+    more.extend(CONTENTION_SCENARIOS)
+    more.extend(LONG_LOCK_SCENARIOS)
     return more
 
 

@@ -296,12 +296,16 @@ def tidb_point_selects_host_cpu(ctx: Ctx) -> Started:
 
 
 def host_cpu_checks(obs: Observation, st: Started) -> list[Check]:
+    # Who fills the host is not part of the label (issue 29: on the shared host other work took
+    # 1.6 of the 2 CPUs and TiDB 0.2-0.4): TiDB wants more CPU than it gets, by its own run delay
+    # against its run time and its statements in flight (at least one per CPU)
     secs = max(obs.seconds, 1e-6)
     return [
         Check("host CPU busy (all CPUs)", obs.host_busy, ">=", 0.9, "/proc/stat"),
-        Check("tidb-server CPU cores / host CPUs", obs.cpu_cores / (os.cpu_count() or 1), ">=", 0.5, "/proc/PID/stat"),
-        Check("tidb-server run-queue share", obs.runq_share, ">=", 0.2,
+        Check("tidb-server run-queue share: run delay >= run time", obs.runq_share, ">=", 0.5,
               "schedstat: of the CPU its threads asked for, the share they waited for"),
+        Check("statements in tidb-server on average (>= one per CPU)", obs.extra.get(STATEMENT, 0.0) / secs, ">=",
+              float(os.cpu_count() or 1), "TiDB's /metrics: rate of the statement duration's _sum (Little's law)"),
         Check("sessions waiting on locks (lock_keys request-s/s)", obs.extra.get(LOCK_KEYS, 0.0) / secs, "<=", 0.1,
               "TiDB's /metrics: a read-only load takes no pessimistic locks"),
         Check("statements/s (the load runs)", obs.extra.get("tidb_server_query_total", 0.0) / secs, ">=", 500.0,
@@ -369,8 +373,9 @@ SCENARIOS: list[Scenario] = [
              "memory pressure in Go terms (GC CPU, heap at GOMEMLIMIT)", ("go terms", "garbage collector", "gomemlimit"),
              warmup=5, skip=_skip("tidb-server")),
     Scenario("tidb-point-selects-host-cpu", "cpu", _UNI,
-             "tidb-server (unistore) under sysbench oltp_point_select, 32 threads: TiDB and its client fill the "
-             "host's CPUs", tidb_point_selects_host_cpu, host_cpu_checks, "the host's CPUs are saturated",
+             "tidb-server (unistore) under sysbench oltp_point_select, 32 threads: TiDB, its client and whatever "
+             "else the host runs fill the host's CPUs; TiDB queues for them", tidb_point_selects_host_cpu,
+             host_cpu_checks, "the host's CPUs are saturated (by the capture's targets, or by other processes)",
              ("host's cpus are saturated", "saturated", "cores busy"), warmup=5, skip=_skip("tidb-server")),
     Scenario("tidb-idle", "not_saturated", _UNI,
              "tidb-server (unistore) with its background work, 5 point selects/s", tidb_idle, tidb_idle_checks,
