@@ -18,6 +18,7 @@ values are capped in length, and so is the number of series per snapshot.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -36,13 +37,11 @@ class _Bad(Exception):
     pass
 
 
+_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*\Z")  # ASCII letters, digits, _ and :, not a digit first
+
+
 def _is_name(s: str) -> bool:
-    if not s or len(s) > MAX_NAME:
-        return False
-    c = s[0]
-    if not (c.isascii() and (c.isalpha() or c in "_:")):
-        return False
-    return all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in s)
+    return bool(s) and len(s) <= MAX_NAME and _NAME.match(s) is not None
 
 
 _NAMED = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "+inf": math.inf,
@@ -80,24 +79,12 @@ def _labels(text: str, pos: int) -> tuple[Labels, int]:
         if pos >= n or text[pos] != '"':
             raise _Bad("a label value without quotes")
         pos += 1
-        chars: list[str] = []
-        while True:
-            if pos >= n:
-                raise _Bad("a label value runs off the end of the line")
-            c = text[pos]
-            if c == "\\":
-                if pos + 1 >= n:
-                    raise _Bad("a dangling escape in a label value")
-                e = text[pos + 1]
-                chars.append("\n" if e == "n" else e)
-                pos += 2
-                continue
-            if c == '"':
-                pos += 1
-                break
-            chars.append(c)
-            pos += 1
-        value = "".join(chars)
+        q = text.find('"', pos)
+        if q >= 0 and text.find("\\", pos, q) < 0:  # no escape before the closing quote: the value as it is
+            value = text[pos:q]
+            pos = q + 1
+        else:
+            value, pos = _escaped_value(text, pos)
         if len(value) > MAX_VALUE:
             raise _Bad(f"a label value of {len(value)} characters")
         out.append((name, value))
@@ -107,6 +94,27 @@ def _labels(text: str, pos: int) -> tuple[Labels, int]:
             pos += 1
         if pos < n and text[pos] == ",":
             pos += 1
+
+
+def _escaped_value(text: str, pos: int) -> tuple[str, int]:
+    """A label value with escapes, from after its opening quote: the value, the position after its closing quote."""
+    n = len(text)
+    chars: list[str] = []
+    while True:
+        if pos >= n:
+            raise _Bad("a label value runs off the end of the line")
+        c = text[pos]
+        if c == "\\":
+            if pos + 1 >= n:
+                raise _Bad("a dangling escape in a label value")
+            e = text[pos + 1]
+            chars.append("\n" if e == "n" else e)
+            pos += 2
+            continue
+        if c == '"':
+            return "".join(chars), pos + 1
+        chars.append(c)
+        pos += 1
 
 
 def parse_sample(line: str) -> tuple[str, Labels, float]:
