@@ -158,6 +158,19 @@ class Snapshot:
     errors: int = 0
     examples: list[str] = field(default_factory=list)  # the first bad lines' reasons (escaped when shown)
     dropped: int = 0  # series past MAX_SERIES
+    _names: dict[str, list[Labels]] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=-1, repr=False, compare=False)
+
+    def named(self, name: str) -> list[tuple[Labels, float]]:
+        """(labels, value) of each series of metric ``name``, in scrape order: the series indexed by
+        name once (a view asks for hundreds of names of a snapshot of thousands of series)."""
+        if self._indexed != len(self.samples):
+            self._names = {}
+            for n, labels in self.samples:
+                self._names.setdefault(n, []).append(labels)
+            self._indexed = len(self.samples)
+        samples = self.samples
+        return [(labels, samples[(name, labels)]) for labels in self._names.get(name, ())]
 
     def bad(self, why: str, lineno: int) -> None:
         self.errors += 1
