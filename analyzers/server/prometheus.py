@@ -58,6 +58,9 @@ def _float(text: str) -> float:
         raise _Bad(f"value {text[:40]!r} is not a number") from None
 
 
+_PAIR = re.compile(r'([A-Za-z_:][A-Za-z0-9_:]*)[ \t]*=[ \t]*"([^"\\]*)"[ \t]*,?')  # name="value", no escapes
+
+
 def _labels(text: str, pos: int) -> tuple[Labels, int]:
     """Parse ``{a="x",b="y"}`` starting after the ``{``; return labels and the position after ``}``."""
     out: list[tuple[str, str]] = []
@@ -67,33 +70,45 @@ def _labels(text: str, pos: int) -> tuple[Labels, int]:
             pos += 1
         if pos < n and text[pos] == "}":
             return tuple(sorted(out)), pos + 1
-        eq = text.find("=", pos)
-        if eq < 0:
-            raise _Bad("a label without '='")
-        name = text[pos:eq].strip()
-        if not _is_name(name):
-            raise _Bad(f"label name {name[:40]!r}")
-        pos = eq + 1
-        while pos < n and text[pos] in " \t":
-            pos += 1
-        if pos >= n or text[pos] != '"':
-            raise _Bad("a label value without quotes")
-        pos += 1
-        q = text.find('"', pos)
-        if q >= 0 and text.find("\\", pos, q) < 0:  # no escape before the closing quote: the value as it is
-            value = text[pos:q]
-            pos = q + 1
+        m = _PAIR.match(text, pos)  # the usual label in one match; anything else read as it comes
+        if m is not None and len(m.group(1)) <= MAX_NAME:
+            name, value = m.group(1, 2)
+            pos = m.end()
         else:
-            value, pos = _escaped_value(text, pos)
+            name, value, pos = _label(text, pos)
         if len(value) > MAX_VALUE:
             raise _Bad(f"a label value of {len(value)} characters")
         out.append((name, value))
         if len(out) > MAX_LABELS:
             raise _Bad(f"more than {MAX_LABELS} labels")
-        while pos < n and text[pos] in " \t":
-            pos += 1
-        if pos < n and text[pos] == ",":
-            pos += 1
+
+
+def _label(text: str, pos: int) -> tuple[str, str, int]:
+    """One ``name="value"`` at ``pos``, and the position after it and its comma."""
+    n = len(text)
+    eq = text.find("=", pos)
+    if eq < 0:
+        raise _Bad("a label without '='")
+    name = text[pos:eq].strip()
+    if not _is_name(name):
+        raise _Bad(f"label name {name[:40]!r}")
+    pos = eq + 1
+    while pos < n and text[pos] in " \t":
+        pos += 1
+    if pos >= n or text[pos] != '"':
+        raise _Bad("a label value without quotes")
+    pos += 1
+    q = text.find('"', pos)
+    if q >= 0 and text.find("\\", pos, q) < 0:  # no escape before the closing quote: the value as it is
+        value = text[pos:q]
+        pos = q + 1
+    else:
+        value, pos = _escaped_value(text, pos)
+    while pos < n and text[pos] in " \t":
+        pos += 1
+    if pos < n and text[pos] == ",":
+        pos += 1
+    return name, value, pos
 
 
 def _escaped_value(text: str, pos: int) -> tuple[str, int]:
