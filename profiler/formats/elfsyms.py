@@ -206,22 +206,22 @@ class SymTable:
             out = np.where(inside, len(self.starts) + kk, out)
         return out
 
-    def resolve(self, addrs: np.ndarray) -> np.ndarray | None:
-        """What perf's own tree finds for each address (-1: nothing, ``[unknown]``), for the
-        addresses ``ambiguous`` names: by ``perftree.plt_rule`` where it holds, else by rebuilding
-        the tree when it is small (``perftree.TREE_MAX``). None: not known here."""
-        if self.loaded is None or self.failed or not len(self.starts):
-            return None
+    def resolve(self, addrs: np.ndarray) -> np.ndarray:
+        """What perf's own tree finds for each address (-1: nothing, ``[unknown]``; -2: not known
+        here), for the addresses ``ambiguous`` names: by ``perftree.plt_rule`` where it holds,
+        else by rebuilding the tree when it is small (``perftree.TREE_MAX``)."""
         a = addrs.astype(np.uint64)
-        got = perftree.plt_rule(self, a)
-        if got is not None:
+        got = np.full(len(a), -2, np.int64)
+        if self.loaded is None or self.failed or not len(self.starts):
             return got
-        if self._tree is None:
-            if len(self.starts) + len(self.plt) > perftree.TREE_MAX:
-                return None
+        got = perftree.plt_rule(self, a)
+        rest = got == -2
+        if rest.any() and self._tree is None and len(self.starts) + len(self.plt) <= perftree.TREE_MAX:
             self._tree = perftree.build(self)
-        find = self._tree.find
-        return np.asarray([find(x) for x in a.tolist()], np.int64)
+        if rest.any() and self._tree is not None:
+            find = self._tree.find
+            got[rest] = [find(x) for x in a[rest].tolist()]
+        return got
 
 
 _DT64 = {"<": np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),

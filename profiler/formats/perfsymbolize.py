@@ -260,11 +260,11 @@ class Symbolizer:
             a = mapip[sel]
             s = t.lookup(a)
             amb = t.ambiguous(a)
-            if amb.any():  # held by two symbols at once: what perf's tree meets first
-                walked = t.resolve(a[amb]) if self.dsos[d].kind in ("file", "vdso") else None
-                if walked is not None:
-                    s[amb] = walked
-                else:
+            if amb.any():  # held by two symbols at once: what perf's tree meets first (-2: not known)
+                walked = t.resolve(a[amb]) if self.dsos[d].kind in ("file", "vdso") else np.full(int(amb.sum()), -2)
+                s[amb] = np.where(walked != -2, walked, s[amb])
+                amb[amb] = walked == -2
+                if amb.any():
                     for b in np.unique(body_of[sel][amb]).tolist():
                         unsupported.setdefault(b, f"an address in {self.dsos[d].name} inside two symbols at once "
                                                   "(perf's answer depends on its symbol tree)")

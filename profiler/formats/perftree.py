@@ -360,7 +360,7 @@ def build(t: SymTable) -> Tree:
     return tree
 
 
-def plt_rule(t: SymTable, a: np.ndarray) -> np.ndarray | None:
+def plt_rule(t: SymTable, a: np.ndarray) -> np.ndarray:
     """perf's answers without the tree, for the usual layout: the table's lowest symbol X
     (``_init``, stretched to the next symbol over ``.plt``) holds every PLT entry, and there
     are two or more. X, the tree's leftmost node, has no left child, so at most one red leaf
@@ -368,23 +368,25 @@ def plt_rule(t: SymTable, a: np.ndarray) -> np.ndarray | None:
     the second one's rebalancing (a rotation at X or above it) leaves X a leaf, an ancestor
     of none of them. A walk for an address in an entry meets the entry, never X; one below the
     first entry (``.init``, the PLT's header) ends beside X and finds it; one past the entries
-    (``.plt.got``, ``.plt.sec``) meets neither: ``[unknown]``. None: the rule does not apply
-    to every address of ``a`` (only those from X's start to the next symbol's)."""
+    (``.plt.got``, ``.plt.sec``) meets neither: ``[unknown]``. -2 where the rule does not
+    apply (the layout is not that one; an address outside X's start to the next symbol's)."""
+    out = np.full(len(a), -2, np.int64)
     ps, pe = t.plt.starts, t.plt.ends
-    if len(ps) < 2:
-        return None
+    if len(ps) < 2 or not len(t.starts):
+        return out
     lo = t.starts[0]
     x = int(t.lookup(np.asarray([lo], np.uint64))[0])
     if x < 0 or x >= len(t.starts) or t.starts[x] != lo:
-        return None
+        return out
     higher = np.flatnonzero(t.starts > lo)
     nxt = t.starts[higher[0]] if len(higher) else np.uint64((1 << 64) - 1)
     xe = t.ends[x]
-    if ps[0] < lo or pe[-1] > min(xe, nxt) or ((a < lo) | (a >= nxt)).any():
-        return None
+    if ps[0] < lo or pe[-1] > min(xe, nxt):
+        return out
     k = np.searchsorted(ps, a, side="right").astype(np.int64) - 1
     kk = np.maximum(k, 0)
     in_plt = (k >= 0) & (a < pe[kk])
     below = a < ps[0]
     x_holds = (a < xe) | ((a == lo) & (xe == lo))
-    return np.where(in_plt, len(t.starts) + kk, np.where(below & x_holds, x, -1)).astype(np.int64)
+    got = np.where(in_plt, len(t.starts) + kk, np.where(below & x_holds, x, -1))
+    return np.where((a >= lo) & (a < nxt), got, -2).astype(np.int64)
