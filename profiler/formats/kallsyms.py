@@ -135,7 +135,7 @@ def prefetch(path: str | None) -> None:
     threading.Thread(target=run, name="kallsyms", daemon=True).start()
 
 
-def kept_modules(path: str, table: SymTable, module: np.ndarray) -> np.ndarray:
+def kept_modules(path: str, table: SymTable, module: np.ndarray, modules: str = "/proc/modules") -> np.ndarray:
     """Which module symbols of ``table`` (``module``: the mask :func:`parse` gives) perf 6.1
     keeps. With a kcore beside the kallsyms (``/proc/kcore``, readable) it keeps them all;
     without, it puts a module's symbols in that module's map, and drops those of a module with
@@ -149,7 +149,7 @@ def kept_modules(path: str, table: SymTable, module: np.ndarray) -> np.ndarray:
     except OSError:
         pass
     try:
-        with open("/proc/modules", "rb") as fh:
+        with open(modules, "rb") as fh:
             mapped = {b"[" + ln.split(b" ", 1)[0] + b"]" for ln in fh.read().splitlines() if ln}
     except OSError:
         mapped = set()
