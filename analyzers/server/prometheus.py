@@ -18,6 +18,7 @@ values are capped in length, and so is the number of series per snapshot.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -36,13 +37,11 @@ class _Bad(Exception):
     pass
 
 
+_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*\Z")  # ASCII letters, digits, _ and :, not a digit first
+
+
 def _is_name(s: str) -> bool:
-    if not s or len(s) > MAX_NAME:
-        return False
-    c = s[0]
-    if not (c.isascii() and (c.isalpha() or c in "_:")):
-        return False
-    return all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in s)
+    return bool(s) and len(s) <= MAX_NAME and _NAME.match(s) is not None
 
 
 _NAMED = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "+inf": math.inf,
@@ -59,6 +58,9 @@ def _float(text: str) -> float:
         raise _Bad(f"value {text[:40]!r} is not a number") from None
 
 
+_PAIR = re.compile(r'([A-Za-z_:][A-Za-z0-9_:]*)[ \t]*=[ \t]*"([^"\\]*)"[ \t]*,?')  # name="value", no escapes
+
+
 def _labels(text: str, pos: int) -> tuple[Labels, int]:
     """Parse ``{a="x",b="y"}`` starting after the ``{``; return labels and the position after ``}``."""
     out: list[tuple[str, str]] = []
@@ -68,45 +70,66 @@ def _labels(text: str, pos: int) -> tuple[Labels, int]:
             pos += 1
         if pos < n and text[pos] == "}":
             return tuple(sorted(out)), pos + 1
-        eq = text.find("=", pos)
-        if eq < 0:
-            raise _Bad("a label without '='")
-        name = text[pos:eq].strip()
-        if not _is_name(name):
-            raise _Bad(f"label name {name[:40]!r}")
-        pos = eq + 1
-        while pos < n and text[pos] in " \t":
-            pos += 1
-        if pos >= n or text[pos] != '"':
-            raise _Bad("a label value without quotes")
-        pos += 1
-        chars: list[str] = []
-        while True:
-            if pos >= n:
-                raise _Bad("a label value runs off the end of the line")
-            c = text[pos]
-            if c == "\\":
-                if pos + 1 >= n:
-                    raise _Bad("a dangling escape in a label value")
-                e = text[pos + 1]
-                chars.append("\n" if e == "n" else e)
-                pos += 2
-                continue
-            if c == '"':
-                pos += 1
-                break
-            chars.append(c)
-            pos += 1
-        value = "".join(chars)
+        m = _PAIR.match(text, pos)  # the usual label in one match; anything else read as it comes
+        if m is not None and len(m.group(1)) <= MAX_NAME:
+            name, value = m.group(1, 2)
+            pos = m.end()
+        else:
+            name, value, pos = _label(text, pos)
         if len(value) > MAX_VALUE:
             raise _Bad(f"a label value of {len(value)} characters")
         out.append((name, value))
         if len(out) > MAX_LABELS:
             raise _Bad(f"more than {MAX_LABELS} labels")
-        while pos < n and text[pos] in " \t":
-            pos += 1
-        if pos < n and text[pos] == ",":
-            pos += 1
+
+
+def _label(text: str, pos: int) -> tuple[str, str, int]:
+    """One ``name="value"`` at ``pos``, and the position after it and its comma."""
+    n = len(text)
+    eq = text.find("=", pos)
+    if eq < 0:
+        raise _Bad("a label without '='")
+    name = text[pos:eq].strip()
+    if not _is_name(name):
+        raise _Bad(f"label name {name[:40]!r}")
+    pos = eq + 1
+    while pos < n and text[pos] in " \t":
+        pos += 1
+    if pos >= n or text[pos] != '"':
+        raise _Bad("a label value without quotes")
+    pos += 1
+    q = text.find('"', pos)
+    if q >= 0 and text.find("\\", pos, q) < 0:  # no escape before the closing quote: the value as it is
+        value = text[pos:q]
+        pos = q + 1
+    else:
+        value, pos = _escaped_value(text, pos)
+    while pos < n and text[pos] in " \t":
+        pos += 1
+    if pos < n and text[pos] == ",":
+        pos += 1
+    return name, value, pos
+
+
+def _escaped_value(text: str, pos: int) -> tuple[str, int]:
+    """A label value with escapes, from after its opening quote: the value, the position after its closing quote."""
+    n = len(text)
+    chars: list[str] = []
+    while True:
+        if pos >= n:
+            raise _Bad("a label value runs off the end of the line")
+        c = text[pos]
+        if c == "\\":
+            if pos + 1 >= n:
+                raise _Bad("a dangling escape in a label value")
+            e = text[pos + 1]
+            chars.append("\n" if e == "n" else e)
+            pos += 2
+            continue
+        if c == '"':
+            return "".join(chars), pos + 1
+        chars.append(c)
+        pos += 1
 
 
 def parse_sample(line: str) -> tuple[str, Labels, float]:
@@ -150,6 +173,19 @@ class Snapshot:
     errors: int = 0
     examples: list[str] = field(default_factory=list)  # the first bad lines' reasons (escaped when shown)
     dropped: int = 0  # series past MAX_SERIES
+    _names: dict[str, list[Labels]] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=-1, repr=False, compare=False)
+
+    def named(self, name: str) -> list[tuple[Labels, float]]:
+        """(labels, value) of each series of metric ``name``, in scrape order: the series indexed by
+        name once (a view asks for hundreds of names of a snapshot of thousands of series)."""
+        if self._indexed != len(self.samples):
+            self._names = {}
+            for n, labels in self.samples:
+                self._names.setdefault(n, []).append(labels)
+            self._indexed = len(self.samples)
+        samples = self.samples
+        return [(labels, samples[(name, labels)]) for labels in self._names.get(name, ())]
 
     def bad(self, why: str, lineno: int) -> None:
         self.errors += 1

@@ -54,8 +54,8 @@ def _group(labels: Labels, by: tuple[str, ...]) -> Labels:
 def _sum_by(snap: Snapshot, name: str, by: tuple[str, ...], where: Where | None,
             extra: Callable[[Labels], object] | None = None) -> dict[object, float]:
     out: dict[object, float] = {}
-    for (n, labels), v in snap.samples.items():
-        if n != name or not _match(labels, where) or math.isnan(v):
+    for labels, v in snap.named(name):
+        if not _match(labels, where) or math.isnan(v):
             continue
         key: object = _group(labels, by) if extra is None else (_group(labels, by), extra(labels))
         out[key] = out.get(key, 0.0) + v
@@ -70,10 +70,10 @@ def _increase(a: float, b: float) -> float:
 def _per_series(s0: Snapshot, s1: Snapshot, name: str, where: Where | None) -> dict[Labels, float]:
     """Each series' increase between two scrapes (reset-aware per series, before any summing)."""
     out: dict[Labels, float] = {}
-    for (n, labels), v1 in s1.samples.items():
-        if n != name or not _match(labels, where) or math.isnan(v1):
+    for labels, v1 in s1.named(name):
+        if not _match(labels, where) or math.isnan(v1):
             continue
-        v0 = s0.samples.get((n, labels))
+        v0 = s0.samples.get((name, labels))
         out[labels] = _increase(v0, v1) if v0 is not None and not math.isnan(v0) else 0.0
     return out
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler.formats import perfdemangle
+from profiler.formats import perfdemangle, perftree
 from profiler.formats.elf import PT_LOAD, SHT_DYNSYM, SHT_SYMTAB, Elf, ElfError
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 0, 1, 2, 10
@@ -84,9 +84,11 @@ class SymTable:
     plt: Plt = field(default_factory=Plt)  # (start, end, name): index len(starts) + k
     failed: bool = False  # perf's loading stopped part way: its first lookup finds nothing, later ones these
     fixed: np.ndarray | None = None  # symbols that went through perf's fixups (dedupe), None: all
+    loaded: tuple[np.ndarray, tuple[int, ...], np.ndarray] | None = None  # perf's order: ``perftree.build``
     _names: dict[int, str] = field(default_factory=dict)
     _win: dict[int, int] = field(default_factory=dict)
     _regions: tuple[np.ndarray, np.ndarray] | None = None
+    _tree: perftree.Tree | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -204,6 +206,23 @@ class SymTable:
             out = np.where(inside, len(self.starts) + kk, out)
         return out
 
+    def resolve(self, addrs: np.ndarray) -> np.ndarray:
+        """What perf's own tree finds for each address (-1: nothing, ``[unknown]``; -2: not known
+        here), for the addresses ``ambiguous`` names: by ``perftree.plt_rule`` where it holds,
+        else by rebuilding the tree when it is small (``perftree.TREE_MAX``)."""
+        a = addrs.astype(np.uint64)
+        got = np.full(len(a), -2, np.int64)
+        if self.loaded is None or self.failed or not len(self.starts):
+            return got
+        got = perftree.plt_rule(self, a)
+        rest = got == -2
+        if rest.any() and self._tree is None and len(self.starts) + len(self.plt) <= perftree.TREE_MAX:
+            self._tree = perftree.build(self)
+        if rest.any() and self._tree is not None:
+            find = self._tree.find
+            got[rest] = [find(x) for x in a[rest].tolist()]
+        return got
+
 
 _DT64 = {"<": np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
                         ("size", "<u8")]),
@@ -306,6 +325,7 @@ def load(syms: Elf, runtime: Elf, demangle: bool = True) -> SymTable:
     starts = value[order]
     ends = starts + size[order]
     pas = pas[order]
+    raw_ends = ends.copy()
     zero = ends == starts
     fixed = np.ones(len(starts), bool)
     if len(parts) == 2 or not failed:
@@ -324,6 +344,10 @@ def load(syms: Elf, runtime: Elf, demangle: bool = True) -> SymTable:
                      strings, demangle)
     table.failed = failed
     table.fixed = fixed
+    if not failed:
+        ins = np.empty(len(order), np.int64)
+        ins[order] = np.arange(len(order), dtype=np.int64)  # each symbol's place in address order, in perf's order
+        table.loaded = (ins, tuple(len(p[0]) for p in parts), raw_ends)
     return _with_plt(table, runtime)
 
 
@@ -351,9 +375,11 @@ def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def _better(t: SymTable, a: int, b: int) -> int:
-    """perf's choose_best_symbol between two symbols at one address: the index kept."""
-    la, lb = int(t.ends[a] - t.starts[a]), int(t.ends[b] - t.starts[b])
+def _better(t: SymTable, a: int, b: int, ends: np.ndarray | None = None) -> int:
+    """perf's choose_best_symbol between two symbols at one address: the index kept (their
+    sizes from ``ends``, else the table's)."""
+    e = t.ends if ends is None else ends
+    la, lb = int(e[a] - t.starts[a]), int(e[b] - t.starts[b])
     if lb == 0 and la > 0:
         return a
     if la == 0 and lb > 0:

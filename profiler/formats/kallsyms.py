@@ -120,6 +120,48 @@ def load(path: str = "/proc/kallsyms") -> tuple[SymTable, np.ndarray, dict[str, 
         return got
 
 
+def prefetch(path: str | None) -> None:
+    """Read and parse ``path`` in a thread now, for a :func:`load` later: reading /proc/kallsyms
+    is kernel time that runs beside the caller's own reading of the capture on another CPU."""
+    if path is None or path in _cache:
+        return
+
+    def run() -> None:
+        try:
+            load(path)
+        except KallsymsError:
+            pass  # load() says so again when the symbols are needed
+
+    threading.Thread(target=run, name="kallsyms", daemon=True).start()
+
+
+def kept_modules(path: str, table: SymTable, module: np.ndarray, modules: str = "/proc/modules") -> np.ndarray:
+    """Which module symbols of ``table`` (``module``: the mask :func:`parse` gives) perf 6.1
+    keeps. With a kcore beside the kallsyms (``/proc/kcore``, readable) it keeps them all;
+    without, it puts a module's symbols in that module's map, and drops those of a module with
+    no map: maps come from ``/proc/modules`` (and the capture's own module records, which the
+    caller leaves to perf script apart), so a ``[bpf]`` program listed in kallsyms, or a module
+    when ``/proc/modules`` is missing, is named nothing."""
+    kcore = os.path.join(os.path.dirname(path), "kcore")
+    try:
+        with open(kcore, "rb"):
+            return module.copy()
+    except OSError:
+        pass
+    try:
+        with open(modules, "rb") as fh:
+            mapped = {b"[" + ln.split(b" ", 1)[0] + b"]" for ln in fh.read().splitlines() if ln}
+    except OSError:
+        mapped = set()
+    keep = np.zeros(len(module), bool)
+    if not mapped:
+        return keep
+    for i in np.flatnonzero(module).tolist():
+        name = table.raw_name(i).encode("utf-8", "surrogateescape")
+        keep[i] = name[name.rfind(b"\t") + 1 :] in mapped
+    return keep
+
+
 def shifted(table: SymTable, delta: int) -> SymTable:
     """The table moved by ``-delta`` (the kernel was relocated since the capture)."""
     if not delta:

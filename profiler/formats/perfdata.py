@@ -54,6 +54,7 @@ S_WEIGHT, S_DATA_SRC, S_IDENTIFIER = 16384, 32768, 1 << 16
 
 FEAT_TRACING_DATA, FEAT_EVENT_DESC = 1, 12
 _SAMPLE_ID_ALL = 1 << 18  # perf_event_attr flag bit: non-sample records carry the sample id fields
+_EXCLUDE_KERNEL = 1 << 5
 
 
 if TYPE_CHECKING or np is not None:
@@ -75,6 +76,7 @@ class Event:
     sample_id_all: bool
     ids: list[int] = field(default_factory=list)
     name: str = ""
+    exclude_kernel: bool = False  # sampled in user mode only: no kernel frame to name
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,8 @@ class PerfFile:
             self.fh.seek(ids_off)
             raw_ids = self.fh.read(ids_sz)
             ids = list(struct.unpack_from(f"<{ids_sz // 8}Q", raw_ids)) if ids_sz else []
-            self.events.append(Event(i, typ, config, st, bool(flg & _SAMPLE_ID_ALL), ids))
+            self.events.append(Event(i, typ, config, st, bool(flg & _SAMPLE_ID_ALL), ids,
+                                     exclude_kernel=bool(flg & _EXCLUDE_KERNEL)))
         if not self.events:
             raise PerfDataUnsupported("perf.data lists no events")
         names = self._event_names()

@@ -232,10 +232,10 @@ def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep 
     want = fields.split(",")
     if any(w not in KNOWN_FIELDS for w in want):
         raise PerfDataUnsupported(f"fields {fields} (only {','.join(KNOWN_FIELDS)} are printed without perf)")
-    from profiler.formats.kallsyms import vmlinux
+    from profiler.formats import kallsyms
 
-    if vmlinux() is not None:
-        raise PerfDataUnsupported(f"perf reads kernel symbols from {vmlinux()}")
+    if kallsyms.vmlinux() is not None:
+        raise PerfDataUnsupported(f"perf reads kernel symbols from {kallsyms.vmlinux()}")
     with PerfFile(path) as f:
         bids, kernel_bid = build_ids(f)
         names = [ev.name for ev in f.events]
@@ -257,6 +257,8 @@ def prepare(path: str, fields: str, *, pids: set[int] | None = None, keep: Keep 
         states = state_letters(f.tp_flags("sched_switch")) if trace is not None else None
         callchain = {ev.index: bool(ev.sample_type & 32) for ev in f.events}
         evtypes = {ev.index: ev.type for ev in f.events}
+        if not all(ev.exclude_kernel for ev in f.events):
+            kallsyms.prefetch(kallsyms.path_for(kernel_bid))
     width = max((len(n) for n in names), default=0)
     keep_all = keep
     if pids is not None:

@@ -237,9 +237,9 @@ def read(path: str, events: list[int] | None = None, keep: Keep | None = None,
         for rec in f.chunks():
             plan.append((rec.base, len(rec.buf), rec.offs))
             lost += rec.lost()
-            so = rec.offs[np.isin(rec.types, side_types)]
-            for off in so.tolist():
-                t, item = _side_record(rec, off, int(rec.types[np.searchsorted(rec.offs, off)]), o_tid, o_time)
+            is_side = np.isin(rec.types, side_types)
+            for off, typ in zip(rec.offs[is_side].tolist(), rec.types[is_side].tolist(), strict=True):
+                t, item = _side_record(rec, off, typ, o_tid, o_time)
                 side_t.append(t)
                 side_p.append(rec.base + off)
                 side.append(item)

@@ -258,12 +258,16 @@ class Symbolizer:
             if t is None:
                 continue
             a = mapip[sel]
-            amb = t.ambiguous(a)
-            if amb.any():
-                for b in np.unique(body_of[sel][amb]).tolist():
-                    unsupported.setdefault(b, f"an address in {self.dsos[d].name} inside two symbols at once "
-                                              "(perf's answer depends on its symbol tree)")
             s = t.lookup(a)
+            amb = t.ambiguous(a)
+            if amb.any():  # held by two symbols at once: what perf's tree meets first (-2: not known)
+                walked = t.resolve(a[amb]) if self.dsos[d].kind in ("file", "vdso") else np.full(int(amb.sum()), -2)
+                s[amb] = np.where(walked != -2, walked, s[amb])
+                amb[amb] = walked == -2
+                if amb.any():
+                    for b in np.unique(body_of[sel][amb]).tolist():
+                        unsupported.setdefault(b, f"an address in {self.dsos[d].name} inside two symbols at once "
+                                                  "(perf's answer depends on its symbol tree)")
             hit = s >= 0
             ss = np.maximum(s, 0)
             sst, sen = t.bounds(ss)
@@ -401,8 +405,9 @@ class Symbolizer:
         if path is None:
             return None
         table, module, named = kallsyms.load(path)
-        if module.any():
-            lo = int(table.starts[module].min())
+        kept = kallsyms.kept_modules(path, table, module) if module.any() else module
+        if kept.any():
+            lo = int(table.starts[kept].min())
             self.kernel_ranges.append((lo, (1 << 64) - 1, "kernel modules (perf script names them)"))
         delta = 0
         if self.kernel_map is not None and self.kernel_map[2] and "_text" in named:

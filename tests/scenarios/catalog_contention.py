@@ -11,19 +11,19 @@ sampler), the hog's cgroup ``cpuacct.usage``, ``/proc/stat``, and the server's o
 work in flight read by the tests' minimal parser (TiDB's and PD's request histograms: the rate of
 their ``_sum``; MariaDB's threads in state R), statements or puts per second, no lock waits.
 
-tidb-server is the server that times its requests (the verdict reads its request time:
-docs/verdict.md#host-contention); MariaDB is read from the OS alone (its session threads want a
-CPU nearly all the time). PD v8.5.3 is the light twin only: its gRPC histogram covers the etcd
-API's inner calls, not the HTTP gateway our Go client's requests arrive through, and its puts are
-timed through the WAL's fsync, so a starved PD cannot be labelled from its own figures here.
-The binaries come from ``TIDB_SERVER``/``PD_SERVER``; without them the scenarios are skipped with
-the reason.
+tidb-server and pd-server v8.5.3 time their requests (the verdict reads their request time:
+docs/verdict.md#host-contention): PD's data lives on tmpfs, so a WAL fsync costs nothing and
+etcdctl's gRPC puts are held by the CPU, not the disk (PD's own WAL histogram confirms it); its
+directory is removed with the scenario. MariaDB is read from the OS alone (its session threads want
+a CPU nearly all the time). The binaries come from ``TIDB_SERVER``/``PD_SERVER``; without them the
+scenarios are skipped with the reason.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.scenarios.catalog import cg
 from tests.scenarios.catalog_servers import starver
@@ -36,6 +36,7 @@ from tests.workloads.goservers import GoWorkload
 
 GRPC_UNARY = 'grpc_server_handling_seconds_sum{grpc_type="unary"}'  # PD: requests in flight (its own histogram)
 PUTS = "etcd_mvcc_put_total"
+WAL = "etcd_disk_wal_fsync_duration_seconds_sum"
 QUERIES = "tidb_server_query_total"
 CONTENTION = ("host cpu contention", "other processes")
 HISTOGRAM = "the server's own request histogram: rate of its _sum (Little's law)"
@@ -122,6 +123,29 @@ def tidb_light_checks(obs: Observation, st: Started) -> list[Check]:
 # -------------------------------------------------------------------------------------- PD
 
 
+def pd_starved(ctx: Ctx) -> Started:
+    g = ctx.group("main", ("cpu",))
+    # its data on tmpfs: a WAL fsync costs nothing there, so the puts are held by the CPU, not the disk
+    shm = Path("/dev/shm") / f"profiler-scn-{ctx.name}-{os.getpid()}"
+    ctx.dirs.append(shm)
+    pd = PD(ctx.procs, shm)
+    pid = pd.start(join=g.join_self)
+    # etcdctl's own write benchmark: gRPC puts from 200 clients (PD serves the etcd v3 API)
+    ctx.procs.spawn("etcd-load", ["timeout", str(ctx.load_seconds), "etcdctl", f"--endpoints={pd.endpoint}", "check",
+                                  "perf", "--load=m"], join=_client_group(ctx))
+    starver(ctx)
+    return Started(pid, probe=lambda: _sums(http_get(f"{pd.url}/metrics", 20), (GRPC_UNARY, PUTS, WAL)), workers=1)
+
+
+def pd_starved_checks(obs: Observation, st: Started) -> list[Check]:
+    secs = max(obs.seconds, 1e-6)
+    return [*_starved(obs, obs.extra.get(GRPC_UNARY, 0.0) / secs, "unary gRPC requests"),
+            Check("WAL fsync in progress (share of the window: the disk does not hold it)",
+                  obs.extra.get(WAL, 0.0) / secs, "<=", 0.2, "pd-server's /metrics: etcd_disk_wal_fsync_duration_seconds"),
+            Check("puts/s (the load runs)", obs.extra.get(PUTS, 0.0) / secs, ">=", 50.0,
+                  "pd-server's /metrics: etcd_mvcc_put_total")]
+
+
 def pd_light(ctx: Ctx) -> Started:
     g = ctx.group("main", ("cpu",))
     pd = PD(ctx.procs, ctx.tmp / "pd")
@@ -191,6 +215,10 @@ SCENARIOS: list[Scenario] = [
     Scenario("tidb-light-beside-hog", "not_saturated", ("tidb-server", "sysbench", "stress-ng"),
              f"tidb-server (unistore), 5 point selects/s; {_HOG}", tidb_light, tidb_light_checks, None, (),
              warmup=5, skip=lambda: missing("tidb-server")),
+    Scenario("pd-puts-starved", "cpu", ("pd-server", "etcdctl", "stress-ng"),
+             f"pd-server v8.5.3, its data on tmpfs, etcdctl check perf --load=m (200 gRPC clients, weight 8192); {_HOG}",
+             pd_starved, pd_starved_checks, "host CPU contention: other processes take the CPU", CONTENTION,
+             warmup=3, skip=lambda: missing("pd-server")),
     Scenario("pd-light-puts-beside-hog", "not_saturated", ("pd-server", "stress-ng"),
              f"pd-server v8.5.3, 10 etcd puts/s through its gRPC API; {_HOG}", pd_light, pd_light_checks, None, (), warmup=3,
              skip=lambda: missing("pd-server")),

@@ -50,6 +50,8 @@ class Ctx:
     window: float
     load_seconds: int  # how long a load must last: warm-up + window + slack
     groups: dict[str, Group] = field(default_factory=dict)
+    # What the runner removes at teardown besides ``tmp`` (a scenario's directory on tmpfs)
+    dirs: list[Path] = field(default_factory=list)
 
     def group(self, role: str = "", controllers: tuple[str, ...] = ("cpu", "memory", "blkio")) -> Group:
         """A fresh cgroup `profiler-scn-<name>-<pid>[-role]`, destroyed by the runner."""

@@ -382,6 +382,10 @@ def teardown(ctx: Ctx) -> list[str]:
         problems.append(f"pid {pid} still alive in one of our process groups")
     for g in ctx.groups.values():
         problems.extend(g.destroy())
+    for d in ctx.dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        if d.exists():
+            problems.append(f"directory {d} left behind")
     return problems
 
 

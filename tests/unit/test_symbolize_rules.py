@@ -80,6 +80,23 @@ def test_kallsyms_module_boundary_and_duplicates() -> None:
     assert module.tolist() == [False, False, False, False, True]
 
 
+def test_kallsyms_modules_perf_has_no_map_for_are_dropped(tmp_path: Path) -> None:
+    text = (b"ffffffff81000000 T _text\n"
+            b"ffffffffc0001000 t ext4_fn\t[ext4]\n"
+            b"ffffffffc0002000 t bpf_prog_1234_x\t[bpf]\n")
+    (tmp_path / "kallsyms").write_bytes(text)
+    t, module, _ = kallsyms.parse(text)
+    modules = tmp_path / "modules"
+    # no kcore beside the kallsyms: a module's symbols only with a map from /proc/modules; [bpf] never
+    modules.write_bytes(b"ext4 1000 1 - Live 0xffffffffc0000000\n")
+    kept = kallsyms.kept_modules(str(tmp_path / "kallsyms"), t, module, str(modules))
+    assert kept.tolist() == [False, True, False]
+    assert not kallsyms.kept_modules(str(tmp_path / "kallsyms"), t, module, str(tmp_path / "none")).any()
+    # a readable kcore: perf keeps every module symbol
+    (tmp_path / "kcore").write_bytes(b"")
+    assert kallsyms.kept_modules(str(tmp_path / "kallsyms"), t, module, str(modules)).tolist() == [False, True, True]
+
+
 def test_perfs_demangling() -> None:
     assert perfdemangle.demangle("camlFoo__bar_12") == "Foo.bar_12"
     assert perfdemangle.demangle("main") == "main"

@@ -4,6 +4,8 @@ Real captures (samples/, README says what ran and how each label was confirmed w
 profiler) of tidb-server v8.5.3 on unistore beside two stress-ng workers at 8x its CPU weight: under
 32 point-select clients it is CPU-bound and the verdict names who takes the CPU; with 5 point
 selects/s its threads queue on wake-up as long, but it has no work waiting and stays not saturated.
+A second program, pd-server v8.5.3 under etcdctl's gRPC puts beside the same hog, is CPU-bound by its
+own gRPC request time.
 The figures' rules are checked on hand-made figures: the server's request time decides how much
 the contention counts, and a cause of the target's own with strong evidence is named first.
 """
@@ -37,6 +39,19 @@ def test_tidb_starved_by_a_cpu_hog_is_cpu_bound_naming_the_hog() -> None:
     assert s is not None and max(s.demand, s.starved, s.host) < PRIMARY <= s.contended
     row = next(e for e in v.primary.evidence if e.metric == "requests_executing_per_core")
     assert row.crossed and row.panel == "TiDB > Query Summary > Duration"
+
+
+def test_pd_starved_by_a_cpu_hog_is_cpu_bound_by_its_grpc_request_time() -> None:
+    # a second program: PD v8.5.3, its data on tmpfs, etcdctl's gRPC puts from 200 clients
+    a = analyze(Bundle.open(SAMPLES / "pd-puts-starved"))
+    (v,) = a.verdict.per_target
+    (t,) = a.metrics.targets
+    rt = t.server.requests
+    assert rt is not None and rt.total is not None and rt.total.key == "etcd.grpc"
+    assert v.category == "cpu" and v.primary.rule == HOST_CONTENTION
+    assert "stress-ng" in v.primary.sub_cause
+    row = next(e for e in v.primary.evidence if e.metric == "requests_executing_per_core")
+    assert row.crossed and row.panel == "PD > gRPC > gRPC 99% Completed commands duration"
 
 
 def test_tidb_light_beside_the_same_hog_is_not_saturated() -> None:
