@@ -6,9 +6,13 @@ does that (ELF symtab and dynsym, debuglink and build-id debug files, perf maps 
 containers' mount namespaces), but it is C++ inside libbcc, and a fault there would take the
 process with it. So it runs in a process of its own, ``python -m profiler.collectors.bcc.symbols``
 (one per capture, shared by the collectors; JSON lines on stdin and stdout: ``{"pid": P,
-"addrs": [...]}`` in, ``{"names": [...]}`` out). If that process dies it is started again once;
-if it dies again, or bcc is not installed, user frames are named by their binary from
-/proc/PID/maps (``[libc.so.6]``), and ``fallback`` says why.
+"addrs": [...]}`` in, ``{"names": [...]}`` out). If that process dies it is started again once.
+If it dies again, or bcc's Python module cannot be imported by this interpreter (a pyenv or
+other Python that does not see Debian's ``python3-bpfcc``; the prebuilt BPF objects load
+without it), user frames are named from the binaries' own symbol tables, read the way the perf
+path reads them (``profiler/formats/symfiles.py``: debug files, ``.symtab``, ``.dynsym``, the
+PLT, inside the target's mount namespace), and ``fallback`` says why. Only a frame whose binary
+has no table, or no symbol at its address, is named by its binary (``[libc.so.6]``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,64 @@ class Kallsyms:
         if i < 0 or not self.addrs or self.addrs[i] == 0:
             return "[unknown]"
         return self.names[i]
+
+
+def bcc_importable() -> bool:
+    """Whether ``from bcc import BPF`` can work in a child of this interpreter (found, not imported:
+    importing libbcc here costs what the separate process is for)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("bcc") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _maps(pid: int) -> list[tuple[int, int, int, str]]:
+    """(start, end, file offset, path) of /proc/PID/maps' mappings; path '' where not a file."""
+    out: list[tuple[int, int, int, str]] = []
+    for line in (host.read_text(f"/proc/{pid}/maps") or "").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        lo, _, hi = parts[0].partition("-")
+        with contextlib.suppress(ValueError):
+            path = parts[5].strip() if len(parts) == 6 else ""
+            out.append((int(lo, 16), int(hi, 16), int(parts[2], 16), path if path.startswith("/") else ""))
+    return out
+
+
+def elf_names(pid: int, addrs: list[int]) -> list[str]:
+    """User addresses named from their binaries' symbol tables (the perf path's reader, inside the
+    process's mount namespace); ``[binary]`` where a binary has no table or no symbol there."""
+    import numpy as np
+
+    from profiler.formats import symfiles
+    from profiler.formats.elf import ElfError
+
+    maps = _maps(pid)
+    names = modules_of(pid, addrs)
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for k, a in enumerate(addrs):
+        for lo, hi, pgoff, path in maps:
+            if lo <= a < hi:
+                if path:
+                    by_file.setdefault(path.removesuffix(" (deleted)"), []).append((k, a - lo + pgoff))
+                break
+    root = f"/proc/{pid}/root"
+    for path, items in by_file.items():
+        try:
+            found = symfiles.find(path, None, root)
+            table = symfiles.table(found) if found is not None else None
+        except (ElfError, OSError, ValueError):
+            table = None
+        if table is None:
+            continue
+        idx = table.lookup(np.array([off for _, off in items], np.uint64))
+        for (k, _off), i in zip(items, idx.tolist(), strict=True):
+            if i >= 0:
+                names[k] = table.name(int(i))
+    return names
 
 
 def modules_of(pid: int, addrs: list[int]) -> list[str]:
@@ -126,9 +188,13 @@ class Symbols:
                 pass
             with contextlib.suppress(OSError):
                 proc.kill()
-        return modules_of(pid, addrs)
+        return elf_names(pid, addrs)
 
     def _start(self) -> subprocess.Popen[bytes] | None:
+        if not self.starts and not bcc_importable():
+            self.fallback = ("bcc's Python module is not importable by this interpreter "
+                             f"({sys.executable}): user frames named from the binaries' symbol tables")
+            return None
         self.starts += 1
         try:
             self._proc = _proc.spawn([sys.executable, "-m", "profiler.collectors.bcc.symbols"],
