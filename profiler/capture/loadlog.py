@@ -7,7 +7,8 @@ another process writes the same way: what the file held before the capture is co
 times, every line appended during the capture gets its arrival time. A load tool prints a
 progress report when its interval ends, so these times put each interval on the capture's
 clock without trusting the tool's own (docs/load.md). The times go to ``load.times.csv.gz``
-(``line,t``; line numbers count ``\\n``-terminated lines of load.log from 1).
+(``line,t``; line numbers count ``\\n``-terminated lines of load.log from 1). :class:`Load`
+is that lifecycle for a session: start or follow, then stop and finish the members.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import datetime
 import math
 import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from profiler.bundle import BundleWriter, members
-from profiler.errors import UsageError
+from profiler.bundle import BundleWriter, LoadInfo, members
+from profiler.collectors import process as _proc
+from profiler.errors import CapabilityError, OutputError, UsageError
+from profiler.files import create_growing
 
 CHUNK = 1 << 16  # bytes read at once: every line completed in a read gets the read's time
 FOLLOW_EVERY = 0.1  # s between looks at a followed file
@@ -287,3 +291,100 @@ def _parse_load_start(text: str, now_wall: float | None, now_mono: float | None)
         except (OverflowError, ValueError, OSError):
             raise UsageError(f"--load-start {text!r}: a wall time between 1970 and 2100") from None
     return LoadStart(text=t, monotonic=wall - (wall_now - mono_now))
+
+
+class Load:
+    """The load of a capture: the command ``profiler run`` spawns beside it (its output on a pipe
+    a thread copies into load.log, timing each line), or the log file ``attach --load-log``
+    follows (``log``, its start ``start``). The session starts it once its collectors run and
+    stops it on its own stop path, whatever ended the capture."""
+
+    def __init__(self, argv: list[str] | None, log: Path | None, start: LoadStart | None) -> None:
+        self.argv = argv
+        self.log = log  # attach: a log file another process writes, followed during the capture
+        self.start_at = start
+        self._copier: PipeCopier | None = None
+        self._follower: FileFollower | None = None
+        self._times: TimesSink | None = None  # load.times.csv.gz, written as the load's lines come
+
+    def start(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
+        """Spawn the load with its output on a pipe a thread copies into load.log, timing each line."""
+        assert self.argv
+        log_name = members.LOAD_LOG
+        info = LoadInfo(argv=list(self.argv), log=log_name, started=time.monotonic(), source="run",
+                        start_from="spawn")
+        writer.manifest.load = info
+        logfh = create_growing(writer.path(log_name), writer.root)  # the copier writes it; closed in stop()
+        try:
+            proc = _proc.spawn(list(self.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               new_session=False)
+        except OSError as exc:
+            logfh.write(f"profiler: cannot start {self.argv[0]}: {exc.strerror or exc}\n".encode())
+            logfh.close()
+            info.exit_code = 127
+            info.ended = time.monotonic()
+            return None, info
+        assert proc.stdout is not None
+        self._times = TimesSink(writer)
+        self._copier = PipeCopier(proc.stdout, logfh, self._times).start()
+        with contextlib.suppress(OSError):
+            writer.save()
+        return proc, info
+
+    def stop(self, proc: subprocess.Popen[bytes], info: LoadInfo) -> int:
+        """Stop the spawned load (if it still runs) and finish its log and times; its exit code."""
+        if proc.poll() is None:
+            rc = _proc.stop_process(proc, timeout=5.0)
+        else:
+            rc = proc.returncode
+            _proc.forget(proc)
+        info.exit_code = rc if rc >= 0 else 128 - rc
+        if info.ended is None:
+            info.ended = time.monotonic()
+        copier = self._copier
+        if copier is not None:
+            # the load is gone; its output ends unless a child it left behind still holds the pipe
+            # (then the log ends here: the copier's writes to the closed log stop it)
+            copier.join(2.0)
+            copier.lines.out.close()
+            info.times = self._close_times()
+            if proc.stdout is not None and copier.join(0):
+                proc.stdout.close()
+        return info.exit_code
+
+    def follow(self, writer: BundleWriter) -> None:
+        """attach --load-log: copy the file into load.log and follow it while the capture runs."""
+        assert self.log is not None
+        m = writer.manifest
+        info = LoadInfo(log=members.LOAD_LOG, source="attach", file=str(self.log))
+        if self.start_at is not None:
+            info.started = self.start_at.resolve(m.clock.monotonic_start)
+            info.start_from = self.start_at.text
+        m.load = info
+        logfh = create_growing(writer.path(members.LOAD_LOG), writer.root)  # the follower writes it; closed in stop_follow()
+        try:
+            self._times = TimesSink(writer)
+            self._follower = FileFollower(self.log, logfh, self._times).start()
+        except OSError as exc:
+            logfh.close()
+            raise CapabilityError(f"cannot read --load-log {self.log}: {exc.strerror or exc}") from None
+        with contextlib.suppress(OSError):
+            writer.save()
+
+    def stop_follow(self, writer: BundleWriter) -> None:
+        f = self._follower
+        if f is None or writer.manifest.load is None:
+            return
+        f.stop()
+        f.lines.out.close()
+        writer.manifest.load.times = self._close_times()
+
+    def _close_times(self) -> str | None:
+        """The load's line times member, finished (None when no line was timed)."""
+        sink, self._times = self._times, None
+        if sink is None:
+            return None
+        try:
+            return sink.close()
+        except (OSError, OutputError):  # a full disk: what reached it is kept under its name
+            return members.LOAD_TIMES if sink.rows else None

@@ -39,10 +39,9 @@ from profiler.bundle import (
     EarlyReads,
     LoadInfo,
     Manifest,
-    members,
 )
 from profiler.capture import signals
-from profiler.capture.loadlog import FileFollower, LoadStart, PipeCopier, TimesSink
+from profiler.capture.loadlog import Load, LoadStart
 from profiler.collectors import host
 from profiler.collectors import process as _proc
 from profiler.collectors.base import (
@@ -55,7 +54,6 @@ from profiler.collectors.base import (
 )
 from profiler.collectors.tracefs import instance
 from profiler.errors import CapabilityError, Interrupted, OutputError
-from profiler.files import create_growing
 from profiler.progress import Progress
 
 TICK = 0.1  # main loop period (s)
@@ -148,12 +146,7 @@ class Session:
         self.collectors = collectors
         self.force = force
         self.perf = perf
-        self.load_argv = load
-        self.load_log = load_log  # attach: a log file another process writes, followed during the capture
-        self.load_start = load_start
-        self._copier: PipeCopier | None = None
-        self._follower: FileFollower | None = None
-        self._times: TimesSink | None = None  # load.times.csv.gz, written as the load's lines come
+        self.load = Load(load, load_log, load_start)  # the command run beside, or the log followed
         self.progress = progress  # how far the capture got (profiler.progress); None: nothing is shown
         self.say = say  # one line for the user (tracefs mounted, a collector ended early); None: nothing
         self.extra_options = extra_options or {}
@@ -224,13 +217,13 @@ class Session:
             try:
                 if self._signal is None:
                     self._start_all(ctx)
-                if self.load_log is not None and self._signal is None:
-                    self._follow_load(writer)
-                if self.load_argv and self._signal is None:
-                    load_proc, load_info = self._start_load(writer)
+                if self.load.log is not None and self._signal is None:
+                    self.load.follow(writer)
+                if self.load.argv and self._signal is None:
+                    load_proc, load_info = self.load.start(writer)
                 if self._signal is not None:
                     result.stop_reason = self._interrupted()
-                elif self.load_argv and load_proc is None:
+                elif self.load.argv and load_proc is None:
                     result.stop_reason = "the load command could not start"
                 else:
                     result.stop_reason = self._wait(ctx, manifest, load_proc)
@@ -249,10 +242,10 @@ class Session:
             try:
                 self._stop_all(ctx)
                 if load_proc is not None and load_info is not None:
-                    result.load_exit_code = self._stop_load(load_proc, load_info, writer)
+                    result.load_exit_code = self.load.stop(load_proc, load_info)
                 elif load_info is not None:
                     result.load_exit_code = load_info.exit_code
-                self._stop_follow(writer)
+                self.load.stop_follow(writer)
             finally:
                 killed = _proc.kill_all_children()
                 if killed:
@@ -309,87 +302,6 @@ class Session:
     def _record(self, writer: BundleWriter, rec: CollectorRecord) -> None:
         self.records[rec.name] = rec
         writer.record(rec)  # a full disk: noted by the writer; the in-memory manifest has it, finish() writes it
-
-    def _start_load(self, writer: BundleWriter) -> tuple[subprocess.Popen[bytes] | None, LoadInfo]:
-        """Spawn the load with its output on a pipe a thread copies into load.log, timing each line."""
-        assert self.load_argv
-        log_name = members.LOAD_LOG
-        info = LoadInfo(argv=list(self.load_argv), log=log_name, started=time.monotonic(), source="run",
-                        start_from="spawn")
-        writer.manifest.load = info
-        logfh = create_growing(writer.path(log_name), writer.root)  # the copier writes it; closed in _stop_load
-        try:
-            proc = _proc.spawn(list(self.load_argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               new_session=False)
-        except OSError as exc:
-            logfh.write(f"profiler: cannot start {self.load_argv[0]}: {exc.strerror or exc}\n".encode())
-            logfh.close()
-            info.exit_code = 127
-            info.ended = time.monotonic()
-            return None, info
-        assert proc.stdout is not None
-        self._times = TimesSink(writer)
-        self._copier = PipeCopier(proc.stdout, logfh, self._times).start()
-        with contextlib.suppress(OSError):
-            writer.save()
-        return proc, info
-
-    def _stop_load(self, proc: subprocess.Popen[bytes], info: LoadInfo, writer: BundleWriter) -> int:
-        if proc.poll() is None:
-            rc = _proc.stop_process(proc, timeout=5.0)
-        else:
-            rc = proc.returncode
-            _proc.forget(proc)
-        info.exit_code = rc if rc >= 0 else 128 - rc
-        if info.ended is None:
-            info.ended = time.monotonic()
-        copier = self._copier
-        if copier is not None:
-            # the load is gone; its output ends unless a child it left behind still holds the pipe
-            # (then the log ends here: the copier's writes to the closed log stop it)
-            copier.join(2.0)
-            copier.lines.out.close()
-            info.times = self._close_times()
-            if proc.stdout is not None and copier.join(0):
-                proc.stdout.close()
-        return info.exit_code
-
-    def _follow_load(self, writer: BundleWriter) -> None:
-        """attach --load-log: copy the file into load.log and follow it while the capture runs."""
-        assert self.load_log is not None
-        m = writer.manifest
-        info = LoadInfo(log=members.LOAD_LOG, source="attach", file=str(self.load_log))
-        if self.load_start is not None:
-            info.started = self.load_start.resolve(m.clock.monotonic_start)
-            info.start_from = self.load_start.text
-        m.load = info
-        logfh = create_growing(writer.path(members.LOAD_LOG), writer.root)  # the follower writes it; closed in _stop_follow
-        try:
-            self._times = TimesSink(writer)
-            self._follower = FileFollower(self.load_log, logfh, self._times).start()
-        except OSError as exc:
-            logfh.close()
-            raise CapabilityError(f"cannot read --load-log {self.load_log}: {exc.strerror or exc}") from None
-        with contextlib.suppress(OSError):
-            writer.save()
-
-    def _stop_follow(self, writer: BundleWriter) -> None:
-        f = self._follower
-        if f is None or writer.manifest.load is None:
-            return
-        f.stop()
-        f.lines.out.close()
-        writer.manifest.load.times = self._close_times()
-
-    def _close_times(self) -> str | None:
-        """The load's line times member, finished (None when no line was timed)."""
-        sink, self._times = self._times, None
-        if sink is None:
-            return None
-        try:
-            return sink.close()
-        except (OSError, OutputError):  # a full disk: what reached it is kept under its name
-            return members.LOAD_TIMES if sink.rows else None
 
     def _wait(self, ctx: CaptureContext, manifest: Manifest,
               load: subprocess.Popen[bytes] | None) -> str:
