@@ -49,7 +49,12 @@ def test_html_is_self_contained_and_reads_well(analysis) -> None:
     assert analysis.verdict.overall.headline.split(":")[0] in out
     # the timeline's charts are drawn by the page's script from the analysis JSON, once (no SVG copy)
     assert '<div id="charts"></div>' in out and "<polyline" not in out and "<polygon" not in out
-    assert "not captured" in out  # flame graphs absent from these bundles: said, not faked
+    # a flame graph is drawn where the bundle has its stacks, and said to be missing where not: never faked
+    for key, art in (("cpu", "cpu_flame"), ("offcpu", "offcpu_flame")):
+        if art in analysis.artifacts:
+            assert f'<div id="flame-{key}" class="flame-holder"></div>' in out, key
+        else:
+            assert f"flame graph: {analysis.missing_artifacts.get(art, 'not captured')}" in out, key
     data = re.search(r'<script type="application/json" id="profiler-analysis">(.*?)</script>', out, re.S)
     assert data and json.loads(data.group(1))["verdict"]["category"] == analysis.verdict.overall.category
 
