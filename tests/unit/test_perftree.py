@@ -101,9 +101,15 @@ def test_the_plt_rule_answers_what_the_rebuilt_tree_does() -> None:
         hi = int(t.starts[higher[0]]) if len(higher) else int(t.ends[0])
         addrs = np.arange(lo, hi, dtype=U)
         rule = perftree.plt_rule(t, addrs)
-        assert (rule != -2).all(), path
         tree = perftree.build(t)
         want = np.asarray([tree.find(a) for a in addrs.tolist()], np.int64)
+        if (rule == -2).all():
+            # a layout the rule does not claim (Debian's own libpython3.11 and lib-dynload objects):
+            # resolve(), what the symbolizer asks, gets every answer from the rebuilt tree instead
+            got = t.resolve(addrs)
+            assert (got == want).all(), (path, [hex(a) for a in addrs[got != want][:5].tolist()])
+            continue
+        assert (rule != -2).all(), path  # where the rule holds, it holds for the whole stretch
         assert (rule == want).all(), (path, [hex(a) for a in addrs[rule != want][:5].tolist()])
         # the entries are named, the addresses past them are no one's
         k = len(t.starts)
