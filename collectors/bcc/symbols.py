@@ -79,17 +79,21 @@ def bcc_importable() -> bool:
 
 
 def _maps(pid: int) -> list[tuple[int, int, int, str]]:
-    """(start, end, file offset, path) of /proc/PID/maps' mappings; path '' where not a file."""
+    """(start, end, file offset, name) of each named mapping in /proc/PID/maps (a file's path, or
+    a pseudo-mapping's name such as ``[stack]``); read once per batch of addresses."""
     out: list[tuple[int, int, int, str]] = []
     for line in (host.read_text(f"/proc/{pid}/maps") or "").splitlines():
         parts = line.split(None, 5)
-        if len(parts) < 5:
+        if len(parts) < 6:
             continue
         lo, _, hi = parts[0].partition("-")
         with contextlib.suppress(ValueError):
-            path = parts[5].strip() if len(parts) == 6 else ""
-            out.append((int(lo, 16), int(hi, 16), int(parts[2], 16), path if path.startswith("/") else ""))
+            out.append((int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].strip()))
     return out
+
+
+def _binary(name: str) -> str:
+    return f"[{os.path.basename(name)}]"
 
 
 def elf_names(pid: int, addrs: list[int]) -> list[str]:
@@ -100,14 +104,15 @@ def elf_names(pid: int, addrs: list[int]) -> list[str]:
     from profiler.formats import symfiles
     from profiler.formats.elf import ElfError
 
-    maps = _maps(pid)
-    names = modules_of(pid, addrs)
+    names = ["[unknown]"] * len(addrs)
     by_file: dict[str, list[tuple[int, int]]] = {}
+    maps = _maps(pid)
     for k, a in enumerate(addrs):
-        for lo, hi, pgoff, path in maps:
+        for lo, hi, pgoff, name in maps:
             if lo <= a < hi:
-                if path:
-                    by_file.setdefault(path.removesuffix(" (deleted)"), []).append((k, a - lo + pgoff))
+                names[k] = _binary(name)
+                if name.startswith("/"):
+                    by_file.setdefault(name.removesuffix(" (deleted)"), []).append((k, a - lo + pgoff))
                 break
     root = f"/proc/{pid}/root"
     for path, items in by_file.items():
@@ -123,18 +128,6 @@ def elf_names(pid: int, addrs: list[int]) -> list[str]:
             if i >= 0:
                 names[k] = table.name(int(i))
     return names
-
-
-def modules_of(pid: int, addrs: list[int]) -> list[str]:
-    """[binary] of the mapping that holds each address, from /proc/PID/maps; [unknown] if none does."""
-    maps: list[tuple[int, int, str]] = []
-    for line in (host.read_text(f"/proc/{pid}/maps") or "").splitlines():
-        parts = line.split(None, 5)
-        lo, _, hi = parts[0].partition("-") if parts else ("", "", "")
-        with contextlib.suppress(ValueError):
-            if len(parts) == 6:
-                maps.append((int(lo, 16), int(hi, 16), f"[{os.path.basename(parts[5].strip())}]"))
-    return [next((n for lo, hi, n in maps if lo <= a < hi), "[unknown]") for a in addrs]
 
 
 class Symbols:
