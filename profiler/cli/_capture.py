@@ -158,6 +158,33 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
             screen.stop()
         if sampler is not None:
             sampler.stop()
+    finish(result, out, report, early)
+    if result.interrupted:
+        raise Interrupted(f"interrupted ({describe(result.signal or 2)}): the bundle in {out}/ was kept, "
+                          f"marked {result.manifest.status}", result.signal or 2)
+    if result.manifest.status == "failed":
+        raise CaptureIncomplete(f"capture failed: {result.manifest.reason}")
+    return result
+
+
+def finish(result: CaptureResult, out: Path, report: bool, early: EarlyReads | None) -> None:
+    """The collector table, then the report (not after SIGTERM or SIGHUP). A stop signal in
+    between (a second Ctrl-C while the report is written) ends it with the signal named and where
+    the bundle is: what is on disk is whole, only the report is missing."""
+    from profiler.capture.signals import describe
+
+    try:
+        _after(result, out, report, early)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        raise Interrupted(f"interrupted ({describe(signum)}) after the capture: the bundle in {out}/ was kept, "
+                          f"marked {result.manifest.status}; the report was not finished: run `profiler report {out}`",
+                          signum) from None
+
+
+def _after(result: CaptureResult, out: Path, report: bool, early: EarlyReads | None) -> None:
+    from profiler.capture.signals import describe
+
     try:
         show_summary(result.manifest, out)
     except OSError:
@@ -169,12 +196,6 @@ def capture(pids: list[str], output: Path | None, options: CaptureOptions, *, fo
               file=sys.stderr)
     elif report:
         _report(out, early)
-    if result.interrupted:
-        raise Interrupted(f"interrupted ({describe(result.signal or 2)}): the bundle in {out}/ was kept, "
-                          f"marked {result.manifest.status}", result.signal or 2)
-    if result.manifest.status == "failed":
-        raise CaptureIncomplete(f"capture failed: {result.manifest.reason}")
-    return result
 
 
 def show_summary(m: Manifest, out: Path) -> None:
