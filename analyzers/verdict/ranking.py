@@ -20,6 +20,8 @@ from profiler.analyzers.verdict.findings import (
     Finding,
     RunnerUp,
     Verdict,
+    evidence,
+    ramp,
 )
 from profiler.analyzers.verdict.metrics import Metrics, TargetMetrics
 from profiler.analyzers.verdict.rules import rule_not_saturated
@@ -74,21 +76,77 @@ def _label(c: float) -> str:
     return "high" if c >= 0.75 else "medium" if c >= 0.5 else "low"
 
 
-def _own_first(f: Finding, found: list[Finding]) -> bool:
+# How many wait, for each lock rule: its evidence row (by name or suffix) and the threshold it is scored on.
+_WAITERS: dict[str, tuple[str, str]] = {
+    "go_lock_contention": ("goroutines_waiting_on_locks", "go.lock_wait"),
+    "request_lock_wait": (".waiting", "req.lock_waiting"),
+    "request_queue_wait": (".waiting", "req.queue_waiting"),
+    "lock_contention": ("threads_blocked_in_lock_waits", "lock.waiting"),
+}
+
+
+def waiters_without_run_delay(f: Finding, runq: float | None) -> tuple[float, str] | None:
+    """A lock finding's waiters as they would be if its threads ran whenever they asked: the mean
+    number waiting x (1 - run-queue share), with the threshold it is scored on. A lock held over
+    CPU work is held longer by whatever delays its holder: at a run-queue share of 0.93 each
+    critical section takes 14 times its CPU time, and the queue behind it grows with it (Little's
+    law: waiters = arrivals x wait). Scaling the waiters linearly is the conservative estimate (a
+    queue shrinks faster than its holders' time). None when the finding counts no waiters."""
+    spec = _WAITERS.get(f.rule)
+    if spec is None or runq is None:
+        return None
+    name, key = spec
+    counts = [e.value for e in f.evidence if e.value is not None and (e.metric == name or (name.startswith(".")
+                                                                                       and e.metric.endswith(name)))]
+    if not counts:
+        return None
+    return max(counts) * (1.0 - min(1.0, max(0.0, runq))), key
+
+
+def _own_first(f: Finding, found: list[Finding], runq: float | None = None) -> bool:
     """Whether a finding yields to the target's own cause: contention for the host's CPUs by other
     processes (``cpu_host_contention``) slows whatever the target does, so a cause of its own with
     strong evidence (its requests wait on a lock, its garbage collector takes a quarter of its CPU)
-    is named first and the contention is its runner-up."""
-    return f.rule == HOST_CONTENTION and any(o.score >= PRIMARY and o.category not in ("cpu", "not_saturated")
-                                             for o in found)
+    is named first and the contention is its runner-up; but only a cause that does not come from
+    the contention itself. Lock waits do: a lock's holder queues for a CPU as its waiters do, so a
+    lock finding stands first only if its waiters, counted as if its threads ran whenever they
+    asked (:func:`waiters_without_run_delay`), still reach its threshold. TiDB starved by two CPU
+    burners (run-queue share 0.93) had 2.7 goroutines queued on its resource-control mutex: 0.19
+    without the delay, so the contention is named; TiDB's optimistic conflicts on the same host
+    (0.87) had 98: 13 without it, so the conflicts are."""
+    if f.rule != HOST_CONTENTION:
+        return False
+    for o in found:
+        if o.score < PRIMARY or o.category in ("cpu", "not_saturated"):
+            continue
+        left = waiters_without_run_delay(o, runq) if o.category == "lock_contention" else None
+        if left is None or ramp(left[0], left[1]) >= PRIMARY:
+            return True
+    return False
+
+
+def _lock_row(best: Finding, found: list[Finding], runq: float | None) -> None:
+    """When the contention is named before a lock finding of PRIMARY strength, the evidence says why."""
+    if best.rule != HOST_CONTENTION:
+        return
+    for o in found:
+        left = waiters_without_run_delay(o, runq) if o.category == "lock_contention" and o.score >= PRIMARY else None
+        if left is not None:
+            best.evidence.append(evidence(
+                "lock_waiters_without_run_delay", left[0], left[1],
+                f"{o.rule}: waiters as if its threads ran whenever they asked (x (1 - run-queue share "
+                f"{runq or 0:.2f})): the lock waits come from the contention", unit="waiting"))
+            return
 
 
 def target_verdict(tm: TargetMetrics, m: Metrics) -> Verdict:
     found = registry.findings(tm, m)
     found.append(rule_not_saturated(tm, m, found))
     every = list(found)  # list.sort empties the list while it sorts
-    found.sort(key=lambda f: (_own_first(f, every), -round(f.score, 3), TIE_ORDER.index(f.category)))
+    runq = tm.time.runq_share
+    found.sort(key=lambda f: (_own_first(f, every, runq), -round(f.score, 3), TIE_ORDER.index(f.category)))
     best = found[0]
+    _lock_row(best, every, runq)
     if best.category != "not_saturated" and best.score < PRIMARY:
         best = next(f for f in found if f.category == "not_saturated")
     contributing = [f for f in found if f is not best and f.score >= CONTRIBUTING and f.category != "not_saturated"]
