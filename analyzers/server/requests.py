@@ -9,6 +9,7 @@ the phase's share of the whole request's time (its rate of ``_sum`` over the tot
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from profiler.analyzers.server import series as S
@@ -55,22 +56,35 @@ class RequestTime:
     def phase(self, key: str) -> PhaseTime | None:
         return next((p for p in self.phases if p.key == key), None)
 
-    def waits_share(self) -> float | None:
+    def waits_share(self, answered: Mapping[str, float] | None = None) -> float | None:
         """The share of the request time the server's own histograms put in waits that are not for a
         CPU: locks, slots, the disk, another tier's answer, backoffs (nested phases may add up past
         the whole: capped at 1); a serial phase (a WAL fsync) counts with the share of the window it
         was busy, every write queueing behind it. Pool waits (a task waiting for a pool thread) are a
-        queue for the CPU and do not count. None without the server's total."""
+        queue for the CPU and do not count. None without the server's total.
+
+        ``answered``: for a tier whose own request time the capture holds (TiKV beside TiDB on one
+        host), the requests it has in flight on average. A wait for that tier counts only as far as
+        the tier accounts for it (its in-flight requests / the caller's waiting in RPCs to it): the
+        rest is neither side's work but transit, which on one host is both sides queueing for a CPU."""
         if self.total is None or self.total.waiting <= 0:
             return None
-        shares = sum(p.share or 0.0 for p in self.phases if p.kind in NOT_CPU and not p.serial)
+        shares = sum((p.share or 0.0) * self.answered_part(p, answered)
+                     for p in self.phases if p.kind in NOT_CPU and not p.serial)
         serial = max((p.waiting for p in self.phases if p.kind in NOT_CPU and p.serial), default=0.0)
         return min(1.0, max(shares, serial))
 
-    def executing(self) -> float | None:
+    @staticmethod
+    def answered_part(p: PhaseTime, answered: Mapping[str, float] | None) -> float:
+        """The part of an RPC phase its serving tier accounts for (1 unless that tier's figure is known)."""
+        if not answered or p.tier is None or p.tier not in answered or p.waiting <= 0:
+            return 1.0
+        return min(1.0, max(0.0, answered[p.tier]) / p.waiting)
+
+    def executing(self, answered: Mapping[str, float] | None = None) -> float | None:
         """Requests in the server's own work on average: in its total, not in a wait ``waits_share``
         counts (Little's law over the total's rate of ``_sum``). None without the server's total."""
-        w = self.waits_share()
+        w = self.waits_share(answered)
         return None if w is None or self.total is None else self.total.waiting * (1.0 - w)
 
 

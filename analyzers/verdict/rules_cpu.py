@@ -231,7 +231,8 @@ def _contended(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
     rt: RequestTime | None = t.server.requests if t.server is not None else None
     if sysm is None or sysm.cpu_util is None or not sysm.ncpu or tt.runq_share is None or rt is None:
         return 0.0
-    executing, waits = rt.executing(), rt.waits_share()
+    answered = answered_by_peers(t, m)
+    executing, waits = rt.executing(answered), rt.waits_share(answered)
     others, names = others_on_host(m)
     if executing is None or waits is None or rt.total is None or others is None or others < OTHERS_AT:
         return 0.0
@@ -240,7 +241,8 @@ def _contended(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
     s = min(ramp(sysm.cpu_util, "cpu.host"), ramp(tt.runq_share, "cpu.runq"), ramp(per_core, "cpu.executing"))
     s *= wants_cpu(tt.busy_when_working) * (1.0 - waits)
     if s > 0:
-        ev.append(evidence("host_cpu_busy", sysm.cpu_util, "cpu.host", f"{sysm.ncpu} CPUs (/proc/stat)"))
+        if not any(e.metric == "host_cpu_busy" for e in ev):  # _host may have said it
+            ev.append(evidence("host_cpu_busy", sysm.cpu_util, "cpu.host", f"{sysm.ncpu} CPUs (/proc/stat)"))
         ev.append(evidence("requests_executing_per_core", per_core, "cpu.executing",
                            f"{executing:.1f} requests in its own work on average over {cores:g} cores: "
                            f"{rt.total.waiting:.1f} in {rt.total.title.lower()} ({rt.total.metric}), "
@@ -248,7 +250,36 @@ def _contended(t: TargetMetrics, m: Metrics, ev: list[Evidence]) -> float:
                            panel=rt.total.panel))
         ev.append(evidence("other_processes_cores", others, None,
                            f"the host's busy CPUs less the capture's targets: {names or 'not named'}", unit="cores"))
+        transit = in_transit(rt, answered)
+        if transit is not None:
+            ev.append(evidence("rpc_time_in_transit", transit[0], None,
+                               f"share of its time in {transit[1]} that {transit[2]} does not account for: "
+                               f"{transit[2]} has {answered[transit[2]]:.1f} requests in flight against its "
+                               f"{transit[3]:.1f} waiting; on one host that is both sides queueing for a CPU",
+                               unit="of the RPC time"))
     return s
+
+
+def answered_by_peers(t: TargetMetrics, m: Metrics) -> dict[str, float]:
+    """Requests in flight in each other tier the capture holds, by its own request total (TiKV's
+    gRPC time beside TiDB on one host): what TiDB's waits on that tier can be checked against."""
+    out: dict[str, float] = {}
+    for o in m.targets:
+        rt = o.server.requests if o is not t and o.server is not None else None
+        if o.kind and o.kind != t.kind and rt is not None and rt.total is not None:
+            out[o.kind] = out.get(o.kind, 0.0) + rt.total.waiting
+    return out
+
+
+def in_transit(rt: RequestTime, answered: dict[str, float]) -> tuple[float, str, str, float] | None:
+    """The largest RPC phase's share that its serving tier does not account for (a fifth or more),
+    with the phase's title, the tier and the caller's requests waiting in it."""
+    rpcs = [p for p in rt.phases if p.tier in answered and p.waiting > 0]
+    if not rpcs:
+        return None
+    p = max(rpcs, key=lambda x: x.waiting)
+    gap = 1.0 - rt.answered_part(p, answered)
+    return (gap, p.title, p.tier or "", p.waiting) if gap >= 0.2 else None
 
 
 # --------------------------------------------------------------------------- the sub-causes
@@ -365,11 +396,20 @@ def host_contention(t: TargetMetrics, m: Metrics, s: CpuScores) -> Cause | None:
     rt: RequestTime | None = t.server.requests if t.server is not None else None
     assert sysm is not None and sysm.cpu_util is not None and rt is not None
     others, names = others_on_host(m)
-    executing = rt.executing() or 0.0
+    answered = answered_by_peers(t, m)
+    executing = rt.executing(answered) or 0.0
     sub = (f"host CPU contention: the host's CPUs are saturated ({sysm.ncpu} CPUs {_pct(sysm.cpu_util)} busy) and "
            f"other processes take {others or 0:.2f} cores ({names or 'not named'}); {executing:.1f} of its requests "
            f"are in its own work on average, it gets {t.process.cpu_cores or 0:.2f} cores, "
            f"{_pct(t.time.runq_share)} of what its threads ask for is run-queue delay")
+    transit = in_transit(rt, answered)
+    if transit is not None:
+        sub += (f"; {_pct(transit[0])} of its time in {transit[1]} is not {transit[2]}'s own work "
+                f"({answered[transit[2]]:.1f} in flight there against {transit[3]:.1f} waiting here): both sides "
+                "queue for a CPU")
+    if len(m.targets) > 1:
+        sub += "; the capture's targets take " + ", ".join(
+            f"{o.label} {o.process.cpu_cores or 0:.2f}" for o in sorted(m.targets, key=lambda o: -(o.process.cpu_cores or 0.0)))
     rec = ("the server's requests wait for CPUs other processes take: move those processes off the host or lower "
            "their priority/quota, pin the server to dedicated cores (cpuset), or add cores")
     return sub, rec, s.score

@@ -126,3 +126,73 @@ def test_contention_yields_to_the_targets_own_strong_cause() -> None:
     assert v.runner_up is not None and v.runner_up.category == "cpu"
     alone = _capture(6.0)
     assert ranking.target_verdict(alone.targets[0], alone).category == "cpu"
+
+
+def test_lock_waits_the_contention_makes_do_not_go_before_it() -> None:
+    # The same server and hog beside the busy neighbour: run-queue share 0.93, 2.7 goroutines queued
+    # on its resource-control mutex, whose holder queues for a CPU as they do (label: the hog at 1.04
+    # cores by cpuacct, 17.8 statements in flight by TiDB's histogram, no lock_keys waits)
+    a = analyze(Bundle.open(SAMPLES / "tidb-unistore-point-selects-starved-neighbour"))
+    (v,) = a.verdict.per_target
+    assert v.category == "cpu" and v.primary.rule == HOST_CONTENTION, v.headline
+    assert v.runner_up is not None and v.runner_up.category == "lock_contention"
+    assert "onRequestWaitImpl" in v.runner_up.sub_cause
+    row = next(e for e in v.primary.evidence if e.metric == "lock_waiters_without_run_delay")
+    assert row.crossed is False and row.value is not None and row.value < 0.5
+    lock = next(f for f in v.findings if f.rule == "go_lock_contention")
+    assert lock.score >= PRIMARY  # strong on its own: only the ranking tells effect from cause
+
+
+def _with_go_locks(waiting: float) -> tuple[Metrics, TargetMetrics]:
+    m = _capture(6.0)
+    (t,) = m.targets
+    t = TargetMetrics(**{**t.__dict__, "server": ServerEvidence(
+        pid=1, server="tidb", go=True, requests=t.server.requests, lock_wait=waiting,
+        lock_wait_source="mutex profile (delay)")})
+    m.targets[0] = t
+    return m, t
+
+
+def test_a_lock_queue_that_outlasts_the_run_queue_delay_goes_first() -> None:
+    # run-queue share 0.89: 60 goroutines queued would still be 6.6 without the delay (conflicts,
+    # not starvation); 3 would be 0.3 (the holder's CPU waits made the queue)
+    m, t = _with_go_locks(60.0)
+    v = ranking.target_verdict(t, m)
+    assert v.category == "lock_contention" and v.runner_up is not None and v.runner_up.category == "cpu"
+    m, t = _with_go_locks(3.0)
+    v = ranking.target_verdict(t, m)
+    assert v.category == "cpu" and v.primary.rule == HOST_CONTENTION
+    assert v.runner_up is not None and v.runner_up.category == "lock_contention"
+    left = ranking.waiters_without_run_delay(next(f for f in v.findings if f.rule == "go_lock_contention"), 0.89)
+    assert left is not None and abs(left[0] - 0.33) < 0.01 and left[1] == "go.lock_wait"
+
+
+def _with_tikv(m: Metrics, in_flight: float) -> Metrics:
+    """The capture also holds TiKV, with ``in_flight`` gRPC requests on average by its own histogram."""
+    rt = RequestTime("tikv", _phase("tikv.grpc", in_flight), [], [])
+    kv = TargetMetrics.from_flat(2, "tikv-server", kind="tikv", runtime="rust",
+                                 server=ServerEvidence(pid=2, server="tikv", go=False, requests=rt),
+                                 cpu_cores=0.25, cpu_util=0.12, cpu_available=2.0, cpu_available_why="host",
+                                 runq_share=0.8, threads=40, active_threads=6, samples=100)
+    return Metrics(**{**m.__dict__, "targets": [*m.targets, kv]})
+
+
+def test_rpc_time_the_serving_tier_does_not_account_for_is_not_a_wait_on_it() -> None:
+    # TiDB with 25 of its 26 statements in KV requests, on a full host: TiKV beside it in the
+    # capture has 0.8 requests in flight (the real cluster under point selects, run G: 97% of the
+    # RPC time was transit, both sides queued for a CPU); with 24 in flight TiKV does the waiting
+    alone = _capture(26.0, ("tidb.kv_request", 25.0))
+    s = cpu_scores(alone.targets[0], alone)
+    assert s is not None and s.contended < 0.1  # without TiKV's figure, an RPC wait is TiKV's
+    transit = _with_tikv(alone, 0.8)
+    s = cpu_scores(transit.targets[0], transit)
+    assert s is not None and s.contended >= PRIMARY
+    row = next(e for e in s.evidence if e.metric == "rpc_time_in_transit")
+    assert row.value is not None and abs(row.value - (1 - 0.8 / 25.0)) < 1e-6
+    v = ranking.target_verdict(transit.targets[0], transit)
+    assert v.category == "cpu" and v.primary.rule == HOST_CONTENTION
+    assert "not tikv's own work" in v.primary.sub_cause and "the capture's targets take" in v.primary.sub_cause
+    served = _with_tikv(alone, 24.0)
+    s = cpu_scores(served.targets[0], served)
+    assert s is not None and s.contended < 0.1
+    assert not any(e.metric == "rpc_time_in_transit" for e in s.evidence)
