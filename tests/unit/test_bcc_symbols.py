@@ -50,16 +50,42 @@ def test_an_address_in_no_mapping_or_no_symbol_keeps_what_is_known() -> None:
     assert unmapped == "[unknown]" and on_stack.startswith("[") and "stack" in on_stack
 
 
+def _anonymous_code() -> int:
+    """An address in an anonymous executable mapping of this process (what a JIT writes code to)."""
+    import mmap
+
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    _KEEP.append(m)
+    return ctypes.addressof(ctypes.c_char.from_buffer(m)) + 16
+
+
+_KEEP: list[object] = []
+
+
+def test_frames_in_binaries_never_wait_for_bccs_symbolizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames inside binaries are named from their tables in this process: no symbolizer process."""
+    sym = symbols.Symbols()
+    monkeypatch.setattr(sym, "_start", lambda: pytest.fail("bcc's symbolizer started for frames in binaries"))
+    try:
+        got = sym.user(os.getpid(), _addrs())
+    finally:
+        sym.close()
+    assert not any(n.startswith("[") for n in got), got
+    assert sym.starts == 0 and sym.fallback is None
+
+
 def test_without_bcc_the_symbolizer_says_why_and_still_names_frames(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An interpreter that cannot import bcc (a pyenv Python, say): no process is started, the
-    reason is recorded, and the frames are named, not just their binaries."""
+    """An interpreter that cannot import bcc (a pyenv Python, say): no process is started for the
+    frame outside any binary, the reason is recorded, and the other frames are named, not just
+    their binaries."""
     monkeypatch.setattr(symbols, "bcc_importable", lambda: False)
     sym = symbols.Symbols()
-    addrs = _addrs()
+    addrs = [*_addrs(), _anonymous_code()]
     try:
         got = sym.user(os.getpid(), addrs)
     finally:
         sym.close()
     assert sym.fallback is not None and "not importable" in sym.fallback
     assert sym.starts == 0
-    assert not any(n.startswith("[") for n in got), got
+    assert not any(n.startswith("[") for n in got[:-1]), got
+    assert got[-1].startswith("["), got
