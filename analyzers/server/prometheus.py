@@ -157,6 +157,47 @@ def parse_sample(line: str) -> tuple[str, Labels, float]:
     return name, labels, _float(parts[0])
 
 
+# The usual sample line in one match: a name, ``{a="x",b="y"}`` without escapes or blanks (or no
+# braces), one space, the value and perhaps one space and a timestamp, printable ASCII. Names and
+# the label count are capped in the pattern; a line it does not take (escapes, blanks, exemplars,
+# a name too long, a bad value...) goes to parse_sample, which reads it, or says why not, as before.
+_N = "[A-Za-z_:][A-Za-z0-9_:]{0," + str(MAX_NAME - 1) + "}"
+_LINE = re.compile("((" + _N + r")(?:\{((?:" + _N + r'="[^"\\]*",?){0,' + str(MAX_LABELS) + r"})\})?) ([!-~]+)(?: [!-~]+)?\Z")
+_PAIRS = re.compile("(" + _N + r')="([^"\\]*)"')
+MAX_SEEN = MAX_SERIES  # series heads remembered across the scrapes of one reading
+
+Seen = dict[str, Key]  # a usual line's head (``name{labels}``) -> its key, read once
+
+
+def _fast(line: str, seen: Seen) -> tuple[Key, float] | None:
+    """parse_sample's answer for a usual line, or None (not usual: parse_sample reads it). A head
+    already in ``seen`` is not read again: its key (the same tuple for every scrape) is reused."""
+    m = _LINE.match(line)
+    if m is None:
+        return None
+    head, number = m.group(1, 4)
+    value = _NAMED.get(number)
+    if value is None:
+        try:
+            value = float(number)
+        except ValueError:
+            return None
+    key = seen.get(head)
+    if key is None:
+        name, text = m.group(2, 3)
+        labels: Labels = ()
+        if text:
+            pairs = _PAIRS.findall(text)
+            for _k, v in pairs:
+                if len(v) > MAX_VALUE:
+                    return None
+            labels = tuple(sorted(pairs))
+        key = (name, labels)
+        if len(seen) < MAX_SEEN:
+            seen[head] = key
+    return key, value
+
+
 @dataclass
 class Family:
     type: str = "untyped"
@@ -217,12 +258,16 @@ def _unescape_help(text: str) -> str:
     return text.replace("\\n", "\n").replace("\\\\", "\\")
 
 
-def parse_lines(lines: Iterable[str]) -> Snapshot:
-    """Read exposition text line by line into a Snapshot; never raises on bad input."""
+def parse_lines(lines: Iterable[str], seen: Seen | None = None) -> Snapshot:
+    """Read exposition text line by line into a Snapshot; never raises on bad input. ``seen``: a
+    dict the caller keeps across the scrapes of one reading (the series repeat in each), else one
+    for this text."""
     snap = Snapshot()
     samples = snap.samples
+    if seen is None:
+        seen = {}
+    lineno = 0
     for lineno, raw in enumerate(lines, 1):
-        snap.lines = lineno
         line = raw.strip()
         if not line:
             continue
@@ -243,16 +288,21 @@ def parse_lines(lines: Iterable[str]) -> Snapshot:
                 else:
                     fam.help = _unescape_help(parts[3] if len(parts) > 3 else "")[:MAX_VALUE]
             continue
-        try:
-            name, labels, value = parse_sample(line)
-        except _Bad as exc:
-            snap.bad(str(exc), lineno)
-            continue
-        key = (name, labels)
-        if key not in samples and len(samples) >= MAX_SERIES:
+        fast = _fast(line, seen)
+        if fast is not None:
+            key, value = fast
+        else:
+            try:
+                name, labels, value = parse_sample(line)
+            except _Bad as exc:
+                snap.bad(str(exc), lineno)
+                continue
+            key = (name, labels)
+        if len(samples) >= MAX_SERIES and key not in samples:
             snap.dropped += 1
             continue
         samples[key] = value
+    snap.lines = lineno
     return snap
 
 

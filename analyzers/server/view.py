@@ -23,7 +23,7 @@ from typing import Any
 
 from profiler.analyzers.server import goroutines as G
 from profiler.analyzers.server import keyseries, profiles
-from profiler.analyzers.server.prometheus import parse_lines
+from profiler.analyzers.server.prometheus import Seen, parse_lines
 from profiler.analyzers.server.series import Scrape
 
 from profiler.bundle import Bundle, members
@@ -160,9 +160,10 @@ def read_server_status(bundle: Bundle) -> ServerStatusView | None:
     # /metrics scrapes: one record a line; each one that cannot be read is skipped and counted
     if bundle.has(members.SERVER_METRICS):
         log = bundle.log(members.SERVER_METRICS)
+        seen: Seen = {}  # the series' heads, read once for all the scrapes
         for line in bundle.iter_lines(members.SERVER_METRICS, line_limit=members.SERVER_METRICS_LINE_MAX):
             if line:
-                _scrape(v, line, log)
+                _scrape(v, line, log, seen)
     # Go profiles
     starts: dict[tuple[int, str], tuple[float, Profile | None]] = {}
     for r in profiles_seen:
@@ -182,7 +183,7 @@ def read_server_status(bundle: Bundle) -> ServerStatusView | None:
     return v
 
 
-def _scrape(v: ServerStatusView, line: str, log: Any) -> None:
+def _scrape(v: ServerStatusView, line: str, log: Any, seen: Seen) -> None:
     """One /metrics record; a record that cannot be read is counted in the member's read log by why."""
     try:
         r = json.loads(line)
@@ -201,7 +202,7 @@ def _scrape(v: ServerStatusView, line: str, log: Any) -> None:
         log.skip(1, "records whose times are no CLOCK_MONOTONIC seconds (NaN, infinite, out of range)")
         return
     try:
-        snap = parse_lines(io.StringIO(r.pop("body")))  # lines one at a time, not a list of millions
+        snap = parse_lines(io.StringIO(r.pop("body")), seen)  # lines one at a time, not a list of millions
     except Exception:  # noqa: BLE001 - a body that breaks the parser skips only its scrape
         log.skip(1, "records whose body could not be parsed")
         return
