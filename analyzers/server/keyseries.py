@@ -90,12 +90,12 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
     kv = KeyValue(m, name)
     where = dict(m.where)
     if m.show == RATE:
-        kv.window = _text(S.rate(scrapes, name, m.by, where))
-        kv.times, ser = S.rate_series(scrapes, name, m.by, where)
+        window, kv.times, ser = S.rate_both(scrapes, name, m.by, where)
+        kv.window = _text(window)
         kv.series = {S.label_text(k): v for k, v in ser.items()}
     elif m.show == QUANTILE:
-        kv.window = _text(S.histogram_quantile(scrapes, name, m.q, m.by, where))
-        kv.times, ser = S.histogram_quantile_series(scrapes, name, m.q, m.by, where)
+        quantiles, kv.times, ser = S.histogram_quantile_both(scrapes, name, m.q, m.by, where)
+        kv.window = _text(quantiles)
         kv.series = {S.label_text(k): v for k, v in ser.items()}
     elif m.show == LEVEL:
         kv.window = _text(S.level(scrapes, name, m.by, where, "max" if "max" in str(m.where) else "mean"))
@@ -107,16 +107,18 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
     elif m.show == HIT_RATIO:
         label, hit, miss = m.ratio
         counter = scrapes[0].snap.family_type(name) == "counter" if scrapes else True
-        pick = S.rate if counter else S.level
-        hits = pick(scrapes, name, m.by, {**where, label: hit})
-        misses = pick(scrapes, name, m.by, {**where, label: miss})
+        if counter:  # each interval's increase read once for the window and the timeline
+            hits, times, hs = S.rate_both(scrapes, name, m.by, {**where, label: hit})
+            misses, _t, ms = S.rate_both(scrapes, name, m.by, {**where, label: miss})
+        else:
+            hits = S.level(scrapes, name, m.by, {**where, label: hit})
+            misses = S.level(scrapes, name, m.by, {**where, label: miss})
         for g in set(hits) | set(misses):
             h, x = hits.get(g, 0.0), misses.get(g, 0.0)
             if h + x > 0:
                 kv.window[S.label_text(g)] = h / (h + x)
         if counter:
-            kv.times, hs = S.rate_series(scrapes, name, m.by, {**where, label: hit})
-            _t, ms = S.rate_series(scrapes, name, m.by, {**where, label: miss})
+            kv.times = times
             for g in set(hs) | set(ms):
                 hv: list[float | None] = hs.get(g) or [None] * len(kv.times)
                 mv: list[float | None] = ms.get(g) or [None] * len(kv.times)
@@ -125,13 +127,13 @@ def evaluate(m: MetricInfo, name: str, scrapes: list[S.Scrape]) -> KeyValue:
                     ratios.append(a / (a + b) if a is not None and b is not None and a + b > 0 else None)
                 kv.series[S.label_text(g)] = ratios
     elif m.show == POOL_CPU:
-        per = S.rate(scrapes, name, ("name",), where)
+        per, times, ser = S.rate_both(scrapes, name, ("name",), where)
         pools: dict[str, float] = {}
         for labels, v in per.items():
             pool = pool_of(dict(labels).get("name", "?"))
             pools[pool] = pools.get(pool, 0.0) + v
         kv.window = pools
-        kv.times, ser = S.rate_series(scrapes, name, ("name",), where)
+        kv.times = times
         agg: dict[str, list[float | None]] = {}
         for labels, vals in ser.items():
             pool = pool_of(dict(labels).get("name", "?"))

@@ -21,10 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from profiler.analyzers.server.prometheus import Labels, Snapshot
 
 Where = Mapping[str, str | tuple[str, ...]]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -70,11 +72,13 @@ def _increase(a: float, b: float) -> float:
 def _per_series(s0: Snapshot, s1: Snapshot, name: str, where: Where | None) -> dict[Labels, float]:
     """Each series' increase between two scrapes (reset-aware per series, before any summing)."""
     out: dict[Labels, float] = {}
+    before = s0.samples
+    isnan = math.isnan
     for labels, v1 in s1.named(name):
-        if not _match(labels, where) or math.isnan(v1):
+        if (where and not _match(labels, where)) or isnan(v1):
             continue
-        v0 = s0.samples.get((name, labels))
-        out[labels] = _increase(v0, v1) if v0 is not None and not math.isnan(v0) else 0.0
+        v0 = before.get((name, labels))
+        out[labels] = (v1 - v0 if v1 >= v0 else v1) if v0 is not None and not isnan(v0) else 0.0  # _increase
     return out
 
 
@@ -88,32 +92,61 @@ def increase(s0: Snapshot, s1: Snapshot, name: str, by: tuple[str, ...] = (),
     return out
 
 
-def rate(scrapes: list[Scrape], name: str, by: tuple[str, ...] = (), where: Where | None = None
-         ) -> dict[Labels, float]:
-    """Per-second increase over the window (first to last scrape), per ``by`` group."""
+def _pairs(scrapes: list[Scrape], each: Callable[[Snapshot, Snapshot], _T]) -> list[tuple[Scrape, Scrape, _T]]:
+    """``each`` of every pair of consecutive scrapes, in order, computed once for the window and
+    the per-interval forms alike."""
+    return [(a, b, each(a.snap, b.snap)) for a, b in zip(scrapes, scrapes[1:], strict=False)]
+
+
+def _increases(scrapes: list[Scrape], name: str, by: tuple[str, ...], where: Where | None
+               ) -> list[tuple[Scrape, Scrape, dict[Labels, float]]]:
+    return _pairs(scrapes, lambda s0, s1: increase(s0, s1, name, by, where))
+
+
+def _window_rate(scrapes: list[Scrape], incs: list[tuple[Scrape, Scrape, dict[Labels, float]]]) -> dict[Labels, float]:
     if len(scrapes) < 2 or scrapes[-1].t <= scrapes[0].t:
         return {}
     total: dict[Labels, float] = {}
-    for a, b in zip(scrapes, scrapes[1:], strict=False):  # pairwise, so a reset mid-window is seen
-        for k, v in increase(a.snap, b.snap, name, by, where).items():
+    for _a, _b, inc in incs:  # pairwise, so a reset mid-window is seen
+        for k, v in inc.items():
             total[k] = total.get(k, 0.0) + v
     span = scrapes[-1].t - scrapes[0].t
     return {k: v / span for k, v in total.items()}
 
 
-def rate_series(scrapes: list[Scrape], name: str, by: tuple[str, ...] = (), where: Where | None = None
-                ) -> tuple[list[float], dict[Labels, list[float | None]]]:
-    """Per-interval rates: (middle times, group -> one rate per interval)."""
+def _interval_rates(incs: list[tuple[Scrape, Scrape, dict[Labels, float]]]
+                    ) -> tuple[list[float], dict[Labels, list[float | None]]]:
     times: list[float] = []
     cols: list[dict[Labels, float]] = []
-    for a, b in zip(scrapes, scrapes[1:], strict=False):
+    for a, b, inc in incs:
         dt = b.t - a.t
         if dt <= 0:
             continue
         times.append((a.t + b.t) / 2)
-        cols.append({k: v / dt for k, v in increase(a.snap, b.snap, name, by, where).items()})
+        cols.append({k: v / dt for k, v in inc.items()})
     keys = sorted({k for c in cols for k in c})
     return times, {k: [c.get(k) for c in cols] for k in keys}
+
+
+def rate(scrapes: list[Scrape], name: str, by: tuple[str, ...] = (), where: Where | None = None
+         ) -> dict[Labels, float]:
+    """Per-second increase over the window (first to last scrape), per ``by`` group."""
+    if len(scrapes) < 2 or scrapes[-1].t <= scrapes[0].t:
+        return {}
+    return _window_rate(scrapes, _increases(scrapes, name, by, where))
+
+
+def rate_series(scrapes: list[Scrape], name: str, by: tuple[str, ...] = (), where: Where | None = None
+                ) -> tuple[list[float], dict[Labels, list[float | None]]]:
+    """Per-interval rates: (middle times, group -> one rate per interval)."""
+    return _interval_rates(_increases(scrapes, name, by, where))
+
+
+def rate_both(scrapes: list[Scrape], name: str, by: tuple[str, ...] = (), where: Where | None = None
+              ) -> tuple[dict[Labels, float], list[float], dict[Labels, list[float | None]]]:
+    """rate() and rate_series() with each interval's increase read once."""
+    incs = _increases(scrapes, name, by, where)
+    return (_window_rate(scrapes, incs), *_interval_rates(incs))
 
 
 # --------------------------------------------------------------------------- histograms
@@ -133,12 +166,15 @@ def bucket_increase(s0: Snapshot, s1: Snapshot, base: str, by: tuple[str, ...] =
                     where: Where | None = None) -> dict[Labels, dict[float, float]]:
     """The increase of each cumulative bucket ``base_bucket{le=...}`` between two scrapes, by group."""
     out: dict[Labels, dict[float, float]] = {}
+    keep = tuple(b for b in by if b != "le")
     for labels, inc in _per_series(s0, s1, f"{base}_bucket", where).items():
         le = _le(labels)
         if le is None:
             continue
-        group = _group(labels, tuple(b for b in by if b != "le"))
-        g = out.setdefault(group, {})
+        group = tuple([kv for kv in labels if kv[0] in keep]) if keep else ()  # _group
+        g = out.get(group)
+        if g is None:
+            g = out[group] = {}
         g[le] = g.get(le, 0.0) + inc
     return out
 
@@ -170,14 +206,16 @@ def quantile(buckets: Mapping[float, float], q: float) -> float | None:
     return lo + (bounds[i] - lo) * (rank - below) / inside
 
 
-def histogram_quantile(scrapes: list[Scrape], base: str, q: float, by: tuple[str, ...] = (),
-                       where: Where | None = None) -> dict[Labels, float]:
-    """The q-quantile of the observations made during the window, per group."""
-    if len(scrapes) < 2:
-        return {}
+def _bucket_increases(scrapes: list[Scrape], base: str, by: tuple[str, ...], where: Where | None
+                      ) -> list[tuple[Scrape, Scrape, dict[Labels, dict[float, float]]]]:
+    return _pairs(scrapes, lambda s0, s1: bucket_increase(s0, s1, base, by, where))
+
+
+def _window_quantile(incs: list[tuple[Scrape, Scrape, dict[Labels, dict[float, float]]]], q: float
+                     ) -> dict[Labels, float]:
     total: dict[Labels, dict[float, float]] = {}
-    for a, b in zip(scrapes, scrapes[1:], strict=False):
-        for g, bk in bucket_increase(a.snap, b.snap, base, by, where).items():
+    for _a, _b, bks in incs:
+        for g, bk in bks.items():
             acc = total.setdefault(g, {})
             for le, c in bk.items():
                 acc[le] = acc.get(le, 0.0) + c
@@ -189,22 +227,43 @@ def histogram_quantile(scrapes: list[Scrape], base: str, q: float, by: tuple[str
     return out
 
 
-def histogram_quantile_series(scrapes: list[Scrape], base: str, q: float, by: tuple[str, ...] = (),
-                              where: Where | None = None) -> tuple[list[float], dict[Labels, list[float | None]]]:
+def _interval_quantiles(incs: list[tuple[Scrape, Scrape, dict[Labels, dict[float, float]]]], q: float
+                        ) -> tuple[list[float], dict[Labels, list[float | None]]]:
     times: list[float] = []
     cols: list[dict[Labels, float]] = []
-    for a, b in zip(scrapes, scrapes[1:], strict=False):
+    for a, b, bks in incs:
         if b.t <= a.t:
             continue
         times.append((a.t + b.t) / 2)
         col = {}
-        for g, bk in bucket_increase(a.snap, b.snap, base, by, where).items():
+        for g, bk in bks.items():
             v = quantile(bk, q)
             if v is not None:
                 col[g] = v
         cols.append(col)
     keys = sorted({k for c in cols for k in c})
     return times, {k: [c.get(k) for c in cols] for k in keys}
+
+
+def histogram_quantile(scrapes: list[Scrape], base: str, q: float, by: tuple[str, ...] = (),
+                       where: Where | None = None) -> dict[Labels, float]:
+    """The q-quantile of the observations made during the window, per group."""
+    if len(scrapes) < 2:
+        return {}
+    return _window_quantile(_bucket_increases(scrapes, base, by, where), q)
+
+
+def histogram_quantile_series(scrapes: list[Scrape], base: str, q: float, by: tuple[str, ...] = (),
+                              where: Where | None = None) -> tuple[list[float], dict[Labels, list[float | None]]]:
+    return _interval_quantiles(_bucket_increases(scrapes, base, by, where), q)
+
+
+def histogram_quantile_both(scrapes: list[Scrape], base: str, q: float, by: tuple[str, ...] = (),
+                            where: Where | None = None
+                            ) -> tuple[dict[Labels, float], list[float], dict[Labels, list[float | None]]]:
+    """histogram_quantile() and histogram_quantile_series() with each interval's buckets read once."""
+    incs = _bucket_increases(scrapes, base, by, where)
+    return (_window_quantile(incs, q), *_interval_quantiles(incs, q))
 
 
 def observations(scrapes: list[Scrape], base: str, by: tuple[str, ...] = (), where: Where | None = None
