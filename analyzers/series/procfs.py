@@ -350,7 +350,15 @@ def _host(rec: dict[str, Any]) -> dict[str, Any]:
     return host
 
 
+_EXACT = 1 << 53  # an int below this in size is a float exactly (and far under MAX_VALUE)
+
+
 def _num(v: Any) -> float:
+    t = type(v)  # the usual numbers first (a JSON record's are exactly float or int)
+    if t is float:
+        return v if -MAX_VALUE < v < MAX_VALUE else np.nan  # (NaN and infinities too)
+    if t is int and -_EXACT < v < _EXACT:
+        return float(v)
     if isinstance(v, int | float) and not isinstance(v, bool):
         try:
             f = float(v)

@@ -130,3 +130,21 @@ def test_a_cut_off_file_still_parses() -> None:
     s = pd.threads[(1, 1)]
     assert list(s.wait) == [procmod.IDLE, procmod.RUNNING]
     assert s.delta(s.cpu) == pytest.approx(0.05)
+
+
+def test_a_number_is_read_the_same_on_the_usual_path_and_the_careful_one() -> None:
+    from profiler.analyzers.series import procfs as P
+
+    big = [(1 << 53) - 1, 1 << 53, (1 << 63) - 1, 1 << 63, -(1 << 63), 10 ** 400, -(10 ** 400)]
+    for v in [0, 1, -1, 0.0, -0.0, 1.5, 1e18, 9.3e18, -9.3e18, float("inf"), float("-inf"), float("nan"), True,
+              False, None, "1", [1], *big]:
+        got = P._num(v)  # noqa: SLF001 - the reader under test
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            want = float("nan")
+        else:
+            try:
+                want = float(v)
+            except OverflowError:
+                want = float("nan")
+            want = want if abs(want) < P.MAX_VALUE else float("nan")
+        assert repr(got) == repr(want), v  # 2^63 - 1 rounds to 2^63 as a float: past the 64-bit cap
