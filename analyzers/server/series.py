@@ -78,7 +78,7 @@ def _per_series(s0: Snapshot, s1: Snapshot, name: str, where: Where | None) -> d
         if (where and not _match(labels, where)) or isnan(v1):
             continue
         v0 = before.get((name, labels))
-        out[labels] = (v1 - v0 if v1 >= v0 else v1) if v0 is not None and not isnan(v0) else 0.0  # _increase
+        out[labels] = _increase(v0, v1) if v0 is not None and not isnan(v0) else 0.0
     return out
 
 
@@ -171,7 +171,7 @@ def bucket_increase(s0: Snapshot, s1: Snapshot, base: str, by: tuple[str, ...] =
         le = _le(labels)
         if le is None:
             continue
-        group = tuple([kv for kv in labels if kv[0] in keep]) if keep else ()  # _group
+        group = _group(labels, keep) if keep else ()
         g = out.get(group)
         if g is None:
             g = out[group] = {}
